@@ -1,0 +1,1 @@
+"""ios-ray: the IOS inter-operator scheduler, measured through Ray."""

@@ -1,0 +1,51 @@
+"""Resolving ``--model``: a zoo name or ``package.module:factory`` for any fx-traceable nn.Module."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+from torch import nn
+
+from ios_ray.errors import UserError
+
+DEFAULT_INPUT_SHAPE = (3, 224, 224)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How to build a model and the per-sample input shape it expects."""
+
+    name: str
+    build: Callable[[], nn.Module]
+    input_shape: tuple[int, ...]
+
+
+def resolve_model(spec: str) -> ModelSpec:
+    """A zoo model by name, or ``package.module:factory`` (the factory's ``input_shape`` attribute, else 3x224x224)."""
+    from ios_ray.zoo import ZOO
+
+    if spec in ZOO:
+        entry = ZOO[spec]
+        return ModelSpec(entry.name, entry.build, tuple(entry.input_shape))
+    if ":" not in spec:
+        raise UserError(f"unknown model {spec!r}; choose one of {', '.join(sorted(ZOO))} or give package.module:factory.")
+    module_name, _, factory_name = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), factory_name)
+    except (ImportError, AttributeError) as exc:
+        raise UserError(f"cannot load model factory {spec!r}: {exc}.") from None
+    if not callable(factory):
+        raise UserError(f"{spec!r} is not a callable factory of an nn.Module.")
+    shape = tuple(getattr(factory, "input_shape", DEFAULT_INPUT_SHAPE))
+    return ModelSpec(spec, _checked(factory, spec), shape)
+
+
+def _checked(factory: Callable[[], object], spec: str) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        module = factory()
+        if not isinstance(module, nn.Module):
+            raise UserError(f"{spec!r} returned a {type(module).__name__}, not an nn.Module.")
+        return module
+    return build

@@ -1,0 +1,182 @@
+"""The schedule file: which stages run each block of a graph, for one device and batch size.
+
+A schedule is versioned JSON. It carries the graph fingerprint it was made for, the device label and
+fingerprint, batch size, dtype, the search parameters, and per block its stages (strategy and groups of unit
+ids) with their predicted latencies. :func:`load_schedule` checks a file against a graph and rejects a
+mismatch with one clear sentence.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from ios_ray.errors import UserError
+from ios_ray.ir import Graph
+from ios_ray.stage import Stage
+
+SCHEDULE_FORMAT = "ios-ray-schedule"
+SCHEDULE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class BlockSchedule:
+    """The stages of one block, in order, with each stage's latency in ms (None where unknown)."""
+
+    block: int
+    stages: tuple[Stage, ...]
+    latencies: tuple[float | None, ...] = ()
+
+    @property
+    def latency(self) -> float | None:
+        """The block's predicted latency in ms: the sum of its stage latencies."""
+        if not self.latencies or any(x is None for x in self.latencies):
+            return None
+        return float(sum(self.latencies))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A whole-graph schedule specialised for one (device, batch, dtype)."""
+
+    model: str
+    graph_fingerprint: str
+    device: str
+    batch: int
+    blocks: tuple[BlockSchedule, ...]
+    dtype: str = "float32"
+    device_fingerprint: str = ""
+    device_info: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Any] = field(default_factory=dict)
+    source: str = "measured"
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        """All stages of the graph in execution order."""
+        return tuple(s for b in self.blocks for s in b.stages)
+
+    @property
+    def predicted_latency(self) -> float | None:
+        """Predicted end-to-end latency in ms: the sum of all stage latencies (None where any is unknown)."""
+        latencies = [b.latency for b in self.blocks]
+        return None if any(x is None for x in latencies) else float(sum(latencies))  # type: ignore[arg-type]
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON form (see :func:`schedule_from_json`)."""
+        return {
+            "format": SCHEDULE_FORMAT,
+            "version": SCHEDULE_VERSION,
+            "model": self.model,
+            "graph_fingerprint": self.graph_fingerprint,
+            "device": self.device,
+            "device_fingerprint": self.device_fingerprint,
+            "device_info": dict(self.device_info),
+            "batch": self.batch,
+            "dtype": self.dtype,
+            "source": self.source,
+            "params": dict(self.params),
+            "predicted_latency_ms": self.predicted_latency,
+            "blocks": [
+                {
+                    "block": b.block,
+                    "latency_ms": b.latency,
+                    "stages": [
+                        {**s.to_json(), "latency_ms": lat}
+                        for s, lat in zip(b.stages, b.latencies or [None] * len(b.stages))
+                    ],
+                }
+                for b in self.blocks
+            ],
+        }
+
+
+def schedule_from_json(data: Mapping[str, Any]) -> Schedule:
+    """Parse the JSON form; raises ValueError on anything malformed."""
+    if data.get("format") != SCHEDULE_FORMAT:
+        raise ValueError("not an ios-ray schedule")
+    if data.get("version") != SCHEDULE_VERSION:
+        raise ValueError(f"schedule format version {data.get('version')} (this ios-ray reads {SCHEDULE_VERSION})")
+    blocks = tuple(
+        BlockSchedule(
+            block=int(b["block"]),
+            stages=tuple(Stage.from_json(s) for s in b["stages"]),
+            latencies=tuple(s.get("latency_ms") for s in b["stages"]),
+        )
+        for b in data["blocks"]
+    )
+    batch = int(data["batch"])
+    if batch <= 0:
+        raise ValueError(f"batch size {batch} is not positive")
+    return Schedule(
+        model=str(data["model"]),
+        graph_fingerprint=str(data["graph_fingerprint"]),
+        device=str(data["device"]),
+        batch=batch,
+        blocks=blocks,
+        dtype=str(data.get("dtype", "float32")),
+        device_fingerprint=str(data.get("device_fingerprint", "")),
+        device_info=dict(data.get("device_info", {})),
+        params=dict(data.get("params", {})),
+        source=str(data.get("source", "measured")),
+    )
+
+
+def save_schedule(schedule: Schedule, path: Path) -> None:
+    """Write a schedule as JSON (parent folders are created; the write is atomic)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(schedule.to_json(), indent=1))
+    tmp.replace(path)
+
+
+def read_schedule(path: Path) -> Schedule:
+    """Read a schedule file; a missing, corrupt or foreign file raises UserError."""
+    try:
+        return schedule_from_json(json.loads(Path(path).read_text()))
+    except FileNotFoundError:
+        raise UserError(f"no schedule file at {path}.") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UserError(f"{path} is not a valid ios-ray schedule ({exc}).") from None
+
+
+def check_schedule(schedule: Schedule, graph: Graph, where: str = "the schedule") -> None:
+    """Raise UserError unless the schedule was made for this graph and covers each unit exactly once."""
+    if schedule.graph_fingerprint != graph.fingerprint:
+        raise UserError(
+            f"{where} was made for another graph (model {schedule.model!r}, fingerprint "
+            f"{schedule.graph_fingerprint}) than {graph.name!r} (fingerprint {graph.fingerprint})."
+        )
+    scheduled = [u for s in schedule.stages for u in s.units]
+    expected = [u.id for u in graph.units]
+    if sorted(scheduled) != sorted(expected):
+        raise UserError(f"{where} does not cover the units of {graph.name!r} exactly once.")
+    place = _unit_places(schedule)
+    for unit in graph.units:
+        stage, group, pos = place[unit.id]
+        for source in unit.sources:
+            if source not in place:
+                continue
+            s_stage, s_group, s_pos = place[source]
+            if s_stage > stage or (s_stage == stage and (s_group != group or s_pos > pos)):
+                raise UserError(f"{where} runs unit {unit.id!r} before or beside one of its inputs.")
+
+
+def _unit_places(schedule: Schedule) -> dict[str, tuple[int, int, int]]:
+    """For each unit id: (stage index, group index, position in the group)."""
+    return {
+        unit: (s, g, p)
+        for s, stage in enumerate(schedule.stages)
+        for g, group in enumerate(stage.groups)
+        for p, unit in enumerate(group)
+    }
+
+
+def load_schedule(path: Path, graph: Graph, device: str | None = None) -> Schedule:
+    """Read a schedule and check it against a graph (and a device label, if given)."""
+    schedule = read_schedule(path)
+    check_schedule(schedule, graph, where=str(path))
+    if device is not None and schedule.device != device:
+        raise UserError(f"{path} is a schedule for device {schedule.device!r}, not {device!r}.")
+    return schedule

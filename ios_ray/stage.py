@@ -1,0 +1,126 @@
+"""Stages, their canonical descriptions and stage keys, and the operator-merge rule.
+
+A :class:`Stage` is a set of units that runs between two barriers, split into groups. Its *key* is a content
+hash of what it computes (unit kinds, attributes, shapes, the wiring inside each group, the strategy), with
+unit names and the stage's position left out, so identical stages in two blocks, two models or two runs share
+one key and one measurement.
+
+Groups of a ``concurrent`` stage are unordered (they run at once), so their descriptions are sorted before
+hashing. Inputs coming from outside the stage are described by their shape only: whether two groups read the
+same tensor or two equal-shaped tensors does not enter the key.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Literal, Sequence
+
+from ios_ray.ir import Graph, Unit, Value, content_hash
+
+Strategy = Literal["concurrent", "merge"]
+STRATEGIES: tuple[Strategy, ...] = ("concurrent", "merge")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Units between two barriers: ``groups`` of unit ids (each in execution order) and a strategy.
+
+    ``concurrent``: the groups run at once, the units of a group one after another.
+    ``merge``: every group is a single conv and all of them run as one wider conv (see :func:`can_merge`).
+    """
+
+    strategy: Strategy
+    groups: tuple[tuple[str, ...], ...]
+
+    @property
+    def units(self) -> tuple[str, ...]:
+        """All unit ids of the stage, group after group."""
+        return tuple(u for g in self.groups for u in g)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON form."""
+        return {"strategy": self.strategy, "groups": [list(g) for g in self.groups]}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> "Stage":
+        """Inverse of :meth:`to_json`."""
+        if data["strategy"] not in STRATEGIES:
+            raise ValueError(f"unknown stage strategy {data['strategy']!r}")
+        return Stage(data["strategy"], tuple(tuple(g) for g in data["groups"]))
+
+
+def can_merge(graph: Graph, unit_ids: Sequence[str]) -> bool:
+    """Whether these convs can run as one conv: same input, stride, dilation, output size, activations; groups 1.
+
+    Smaller kernels are zero-padded and centred to the largest, so each conv's padding must sit at the same
+    offset from the merged kernel's centre (e.g. 1x3 pad (0,1) with 3x1 pad (1,0), or 1x1 pad 0 with 3x3 pad 1).
+    """
+    if len(unit_ids) < 2:
+        return False
+    units = [graph.unit(u) for u in unit_ids]
+    first = units[0]
+    if any(u.kind != "conv" or u.attrs["groups"] != 1 for u in units):
+        return False
+    same = ("stride", "dilation", "act", "pre_act")
+    if any(u.inputs != first.inputs or u.shape[1:] != first.shape[1:] for u in units):
+        return False
+    if any(u.attrs[k] != first.attrs[k] for u in units for k in same):
+        return False
+    return merged_padding(units) is not None
+
+
+def merged_padding(units: Sequence[Unit]) -> tuple[int, int] | None:
+    """The padding of the merged conv of these convs, or None where their kernels cannot be centred together."""
+    kernel = tuple(max(u.attrs["kernel"][d] for u in units) for d in (0, 1))
+    padding: set[tuple[int, int]] = set()
+    for unit in units:
+        extra = [kernel[d] - unit.attrs["kernel"][d] for d in (0, 1)]
+        if any(e % 2 for e in extra):
+            return None
+        padding.add(tuple(unit.attrs["padding"][d] + extra[d] // 2 for d in (0, 1)))
+    return padding.pop() if len(padding) == 1 else None
+
+
+class StageKeys:
+    """Computes canonical stage descriptions and keys for one graph, caching per-unit work."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self._unit_core: dict[str, dict[str, Any]] = {}
+
+    def describe(self, stage: Stage) -> dict[str, Any]:
+        """The canonical, name-free description of a stage (JSON-able); its hash is the stage key."""
+        groups = [self._describe_group(g) for g in stage.groups]
+        if stage.strategy == "concurrent":
+            groups.sort(key=lambda d: json.dumps(d, sort_keys=True))
+        return {"strategy": stage.strategy, "groups": groups}
+
+    def key(self, stage: Stage) -> str:
+        """The stage key: a content hash of :meth:`describe`."""
+        return content_hash(self.describe(stage))
+
+    def describe_json(self, stage: Stage) -> str:
+        """:meth:`describe` as compact JSON text, as stored beside each measurement."""
+        return json.dumps(self.describe(stage), sort_keys=True, separators=(",", ":"))
+
+    def _describe_group(self, group: Iterable[str]) -> list[dict[str, Any]]:
+        local = {unit_id: i for i, unit_id in enumerate(group)}
+        return [
+            {**self._core(unit_id), "inputs": [self._describe_value(v, local) for v in self.graph.unit(unit_id).inputs]}
+            for unit_id in local
+        ]
+
+    def _describe_value(self, value: Value, local: dict[str, int]) -> list[list[Any]]:
+        return [
+            [["local", local[s]] if s in local else ["ext", list(self.graph.shape_of(s))] for s in part]
+            for part in value.parts
+        ]
+
+    def _core(self, unit_id: str) -> dict[str, Any]:
+        core = self._unit_core.get(unit_id)
+        if core is None:
+            unit = self.graph.unit(unit_id)
+            core = {"kind": unit.kind, "attrs": dict(unit.attrs), "shape": list(unit.shape)}
+            self._unit_core[unit_id] = core
+        return core
