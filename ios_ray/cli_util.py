@@ -1,0 +1,49 @@
+"""Shared pieces of the command line: turning UserError into one sentence and an exit code, parsing lists."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, Callable, TypeVar
+
+import typer
+
+from ios_ray.errors import UserError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_errors(command: F) -> F:
+    """Decorate a CLI command: UserError prints one line on stderr and exits 1; Ctrl-C exits 130."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except UserError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            print("interrupted: everything measured so far is stored; rerun to resume.", file=sys.stderr)
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def parse_batches(text: str) -> list[int]:
+    """Parse ``1,32,128`` into positive batch sizes; anything else is a UserError."""
+    try:
+        batches = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UserError(f"--batches takes comma-separated positive integers, not {text!r}.") from None
+    if not batches or any(b <= 0 for b in batches):
+        raise UserError(f"batch sizes must be positive integers, got {text!r}.")
+    return batches
+
+
+def parse_list(text: str, what: str) -> list[str]:
+    """Parse a comma-separated list of names (devices, say); an empty list is a UserError."""
+    items = [part.strip() for part in text.split(",") if part.strip()]
+    if not items:
+        raise UserError(f"{what} must name at least one item.")
+    return items

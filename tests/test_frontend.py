@@ -1,0 +1,128 @@
+"""The foundation: fx import, the IR (JSON, fingerprint), block detection, sequential execution, CLI errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from functools import lru_cache
+
+import pytest
+import torch
+
+from ios_ray.blocks import cut_units, find_blocks, width
+from ios_ray.errors import UserError
+from ios_ray.frontend import Imported, import_module, import_model
+from ios_ray.ir import GRAPH_INPUT, Graph, Unit, Value
+from ios_ray.models import resolve_model
+from ios_ray.runtime.program import Program
+from ios_ray.tests.helpers import randomise_batchnorm, relative_error
+from ios_ray.tests.user_models import unknown_ops
+from ios_ray.zoo import ZOO
+
+
+@lru_cache(maxsize=None)
+def _zoo_import(name: str) -> tuple[torch.nn.Module, Imported]:
+    spec = resolve_model(name)
+    torch.manual_seed(1)
+    module = randomise_batchnorm(spec.build())
+    return module, import_module(module, torch.randn(1, *spec.input_shape), name)
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_ir_execution_equals_forward(name: str) -> None:
+    module, imported = _zoo_import(name)
+    program = Program.from_imported(imported)
+    for batch in (1, 4):
+        x = torch.randn(batch, *imported.graph.input_shape)
+        with torch.no_grad():
+            expected = module(x)
+        assert relative_error(program.run(x), expected) <= 1e-5
+
+
+def test_inception_blocks_found_from_wiring() -> None:
+    graph = _zoo_import("inception_v3")[1].graph
+    parallel = [b for b in graph.blocks if width([graph.unit(u) for u in b.units]) > 1]
+    assert len(parallel) == 11
+    assert [width([graph.unit(u) for u in b.units]) for b in parallel[-2:]] == [6, 6]
+    assert all(graph.unit(b.exit).kind in ("concat", "pool") for b in parallel)
+
+
+def test_every_unit_in_exactly_one_block() -> None:
+    for name in ZOO:
+        graph = _zoo_import(name)[1].graph
+        assert sorted(u for b in graph.blocks for u in b.units) == sorted(u.id for u in graph.units)
+
+
+def _unit(uid: str, *sources: str) -> Unit:
+    return Unit(uid, "opaque", tuple(Value.of(s) for s in sources), (4,), {"op": "x"})
+
+
+def test_block_detection_on_hand_made_dag() -> None:
+    # a -> (b, c) -> d -> e -> (f -> g, h) -> i: cuts are a, d, e, i
+    units = [_unit("a", GRAPH_INPUT), _unit("b", "a"), _unit("c", "a"), _unit("d", "b", "c"), _unit("e", "d"),
+             _unit("f", "e"), _unit("g", "f"), _unit("h", "e"), _unit("i", "g", "h")]
+    output = Value.of("i")
+    assert cut_units(units, output) == {"a", "d", "e", "i"}
+    blocks = [b.units for b in find_blocks(units, output)]
+    assert blocks == [("a",), ("b", "c", "d"), ("e",), ("f", "g", "h", "i")]
+    assert width(units) == 2
+
+
+def test_big_block_split_at_narrow_points() -> None:
+    graph = _zoo_import("nasnet_a")[1].graph
+    assert max(len(b.units) for b in graph.blocks) <= 40
+    normal_cells = [b for b in graph.blocks if len(b.units) == 16]
+    assert len(normal_cells) >= 12
+
+
+def test_json_round_trip_and_fingerprint() -> None:
+    graph = _zoo_import("inception_v3")[1].graph
+    text = json.dumps(graph.to_json())
+    again = Graph.from_json(json.loads(text))
+    assert again == graph
+    assert again.fingerprint == graph.fingerprint
+    reimported = import_model("inception_v3").graph
+    assert reimported.fingerprint == graph.fingerprint
+    data = graph.to_json()
+    data["units"][1]["attrs"]["stride"] = [3, 3]
+    assert Graph.from_json(data).fingerprint != graph.fingerprint
+
+
+def test_unknown_ops_become_opaque_units_that_compute() -> None:
+    torch.manual_seed(2)
+    module = unknown_ops()
+    x = torch.randn(2, 3, 16, 16)
+    imported = import_module(module, x)
+    kinds = [u.kind for u in imported.graph.units]
+    assert "opaque" in kinds and "conv" in kinds
+    with torch.no_grad():
+        assert relative_error(Program.from_imported(imported).run(x), module(x)) <= 1e-5
+
+
+def test_untraceable_module_names_the_submodule() -> None:
+    with pytest.raises(UserError, match="submodule 'gate'"):
+        import_model("ios_ray.tests.user_models:untraceable")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ios_ray", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("model, message", [
+    ("ios_ray.tests.user_models:untraceable", "torch.fx cannot trace submodule 'gate'"),
+    ("no_such_model", "unknown model 'no_such_model'"),
+])
+def test_cli_bad_model_is_one_sentence(model: str, message: str) -> None:
+    result = _cli("inspect", "--model", model)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_cli_inspect_inception() -> None:
+    result = _cli("inspect", "--model", "inception_v3", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    widths = [row["d"] for row in report["blocks"] if row["d"] > 1]
+    assert len(widths) == 11 and widths[-2:] == [6, 6]

@@ -1,0 +1,55 @@
+"""Small user models for the tests, loadable as ``ios_ray.tests.user_models:<factory>``."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Untraceable(nn.Module):
+    """A module whose inner block branches on tensor data, which torch.fx cannot trace."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.gate = _DataDependent()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gate(self.stem(x))
+
+
+class _DataDependent(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return x
+        return -x
+
+
+class UnknownOps(nn.Module):
+    """Two parallel branches using ops the importer has no unit kind for (opaque units)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3, padding=1)
+        self.b = nn.Conv2d(3, 8, 1)
+        self.scale = nn.Parameter(torch.randn(1, 8, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = torch.sigmoid(self.a(x)) * self.scale
+        b = F.pad(self.b(x), (1, 1, 1, 1))[:, :, 1:-1, 1:-1]
+        return torch.cat([a, b.tanh()], 1).mean(dim=(2, 3))
+
+
+def untraceable() -> nn.Module:
+    """Factory: a module torch.fx cannot trace."""
+    return Untraceable()
+
+
+def unknown_ops() -> nn.Module:
+    """Factory: a module with ops that become opaque units."""
+    return UnknownOps()
+
+
+unknown_ops.input_shape = (3, 16, 16)  # type: ignore[attr-defined]
+untraceable.input_shape = (3, 16, 16)  # type: ignore[attr-defined]
