@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from enum import Enum
+from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ios_ray.cli_util import user_errors
+from ios_ray.cli_util import parse_batches, parse_list, user_errors
 
 app = typer.Typer(
     help="ios-ray: find and deploy the fastest inter-operator schedule of a CNN per device and batch size.",
@@ -19,6 +22,22 @@ app = typer.Typer(
 console = Console()
 
 MODEL_HELP = "zoo name (see `ios-ray models`) or package.module:factory"
+STORE_HELP = "latency store file (DuckDB)"
+DEFAULT_STORE = Path("ios_store/latency.duckdb")
+DEFAULT_OUT = Path("schedules")
+
+
+class StrategyChoice(str, Enum):
+    """Which stage strategies the search may use."""
+
+    both = "both"
+    concurrent = "concurrent"
+    merge = "merge"
+
+    @property
+    def strategies(self) -> tuple[str, ...]:
+        """The strategy names for SearchParams."""
+        return ("concurrent", "merge") if self is StrategyChoice.both else (self.value,)
 
 
 @app.command()
@@ -56,6 +75,62 @@ def inspect(
     console.print(table)
     for key, value in report["totals"].items():
         console.print(f"{key}: {value}")
+
+
+@app.command()
+@user_errors
+def search(
+    model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
+    devices: str = typer.Option("cpu", "--devices", "-d", help="comma-separated device labels, e.g. v100,k80 or sim:v100"),
+    batches: str = typer.Option("1", "--batches", "-b", help="comma-separated batch sizes, e.g. 1,32,128"),
+    store: Path = typer.Option(DEFAULT_STORE, "--store", help=STORE_HELP),
+    out: Path = typer.Option(DEFAULT_OUT, "--out", help="folder for OUT/<model>/<device>/bs<batch>.json"),
+    r: int = typer.Option(3, "-r", help="pruning: max units per group"),
+    s: int = typer.Option(8, "-s", help="pruning: max groups per stage"),
+    strategy: StrategyChoice = typer.Option(StrategyChoice.both, "--strategy", help="stage strategies to consider"),
+    address: Optional[str] = typer.Option(None, "--address", help="join a Ray cluster (auto or ray://...); "
+                                          "default: start Ray locally in-process"),
+    sim_actors: int = typer.Option(2, "--sim-actors", help="actors per sim: device where no node offers its GPU"),
+) -> None:
+    """Find the fastest schedule of a model for every device and batch size, measuring only what is new."""
+    from ios_ray.cli_progress import RichSearchProgress
+    from ios_ray.search import SearchParams
+    from ios_ray.search_job import SearchRequest, run_search
+
+    request = SearchRequest(
+        model=model, devices=tuple(dict.fromkeys(parse_list(devices, "--devices"))),
+        batches=tuple(dict.fromkeys(parse_batches(batches))), store=store, out=out,
+        params=SearchParams(r=r, s=s, strategies=strategy.strategies), address=address, sim_actors=sim_actors,
+    )
+    with RichSearchProgress(console) as progress:
+        outcomes = run_search(request, progress)
+    table = Table("device", "batch", "IOS ms", "seq ms", "speedup", "measured", "cached", "wall s", "source",
+                  title=f"ios-ray search: {model}")
+    for o in outcomes:
+        table.add_row(o.device, str(o.batch), f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x",
+                      str(o.measured), str(o.cached), f"{o.wall_s:.1f}", o.source)
+    console.print(table)
+    console.print(f"schedules written under {out}/")
+
+
+@app.command()
+@user_errors
+def show(
+    schedule: Path = typer.Argument(..., help="a schedule file written by `ios-ray search`"),
+    svg: Optional[Path] = typer.Option(None, "--svg", help="also draw the stages and groups into this SVG file"),
+) -> None:
+    """Print a schedule's stages and groups, and optionally draw them as a picture."""
+    from ios_ray.frontend import import_model
+    from ios_ray.schedule import check_schedule, read_schedule
+    from ios_ray.show import schedule_svg, schedule_text
+
+    plan = read_schedule(schedule)
+    graph = import_model(plan.model).graph
+    check_schedule(plan, graph, where=str(schedule))
+    print(schedule_text(plan, graph))
+    if svg is not None:
+        svg.write_text(schedule_svg(plan, graph))
+        console.print(f"picture written to {svg}")
 
 
 def _mount_subcommands() -> None:

@@ -1,0 +1,48 @@
+"""Rich progress bars for ``ios-ray search``: one bar per device (stages measured of total, cached, rate, ETA)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+
+from ios_ray.ir import Graph
+from ios_ray.search import Plan
+
+
+class RichSearchProgress:
+    """Draws the search's progress on a console; use as a context manager around the search."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.bars = Progress(
+            TextColumn("[bold]{task.fields[device]:<12}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[cached]} cached"), TextColumn("[cyan]{task.fields[rate]}"),
+            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
+        )
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self) -> "RichSearchProgress":
+        self.bars.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bars.stop()
+
+    def planned(self, graph: Graph, plan: Plan) -> None:
+        """Report the model's size and its distinct candidate stages."""
+        self.console.print(
+            f"{graph.name}: {len(graph.units)} units in {len(graph.blocks)} blocks, "
+            f"{len(plan.stages)} distinct candidate stages (r={plan.params.r}, s={plan.params.s})"
+        )
+
+    def device_started(self, device: str, total: int, cached: int) -> None:
+        """Add a bar for a device."""
+        self.tasks[device] = self.bars.add_task(device, total=max(total, 0), device=device, cached=cached, rate="")
+
+    def advanced(self, device: str, done: int, total: int) -> None:
+        """Move a device's bar."""
+        task = self.tasks[device]
+        self.bars.update(task, completed=done, total=total)
+        speed = self.bars.tasks[task].speed
+        self.bars.update(task, rate=f"{speed:.1f} stages/s" if speed else "")

@@ -1,0 +1,194 @@
+"""The main job, ``ios-ray search``: plan, look up, measure what is missing, run the DP, write schedules.
+
+The steps follow DESIGN.md's data flow. All candidate stages of a model are known before anything is measured
+(:func:`~ios_ray.search.plan_graph`), so they are deduplicated by stage key, looked up in the latency store for
+every (device, batch), and only the missing ones go out to the device actors, all devices at once. The driver
+alone writes the store, batch by batch as results stream back, so an interrupted search keeps what it measured
+and a rerun resumes. The DP then reads latencies from the store and never waits on a device.
+
+This module is the one place that joins Ray, the store and the search; it is imported by the CLI command only.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Mapping, Protocol, Sequence
+
+from ios_ray.devices import parse_device
+from ios_ray.errors import UserError
+from ios_ray.frontend import import_model
+from ios_ray.ir import Graph
+from ios_ray.profiler import DevicePool, MeasureJob
+from ios_ray.profiler.jobs import DeviceIdentity
+from ios_ray.schedule import Schedule, save_schedule
+from ios_ray.search import Plan, SearchParams, TableLatency, optimize_graph, plan_graph, sequential
+from ios_ray.stage import StageKeys
+from ios_ray.store import LatencyStore, rows_to_table
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """What to search: a model, devices, batch sizes, where the store and schedules live, and the DP bounds."""
+
+    model: str
+    devices: tuple[str, ...]
+    batches: tuple[int, ...]
+    store: Path
+    out: Path
+    params: SearchParams = SearchParams()
+    address: str | None = None
+    sim_actors: int = 2
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """The result for one (device, batch): predicted and sequential latency, what was measured, where it went."""
+
+    device: str
+    batch: int
+    predicted_ms: float
+    sequential_ms: float
+    measured: int
+    cached: int
+    wall_s: float
+    path: Path
+    source: str
+
+    @property
+    def speedup(self) -> float:
+        """Predicted speedup of the IOS schedule over the sequential one."""
+        return self.sequential_ms / self.predicted_ms
+
+
+class SearchProgress(Protocol):
+    """Where the search reports progress (the CLI draws rich progress bars)."""
+
+    def planned(self, graph: Graph, plan: Plan) -> None:
+        """The model is imported and its candidate stages are known."""
+
+    def device_started(self, device: str, total: int, cached: int) -> None:
+        """A device has ``total`` stages to measure; ``cached`` more were found in the store."""
+
+    def advanced(self, device: str, done: int, total: int) -> None:
+        """``done`` of ``total`` stages of a device are measured."""
+
+
+def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchOutcome]:
+    """Run a whole search; returns one outcome per (device, batch) and writes one schedule file for each."""
+    for label in request.devices:
+        parse_device(label)
+    started = time.perf_counter()
+    graph = import_model(request.model).graph
+    keys = StageKeys(graph)
+    plan = plan_graph(graph, request.params, keys)
+    progress.planned(graph, plan)
+    store = LatencyStore(request.store)
+    with ray_session(request.address), _pool(request) as pool:
+        identities = pool.identities()
+        jobs, cached = _missing_jobs(store, plan, graph, request, identities)
+        for label in request.devices:
+            progress.device_started(label, sum(len(j) for j in jobs[label].values()), cached[label])
+        flat = {label: [job for batch_jobs in by_batch.values() for job in batch_jobs] for label, by_batch in jobs.items()}
+        report = pool.measure(flat, lambda rows: store.put(rows_to_table(rows)), progress.advanced)
+        if report.interrupted:
+            raise KeyboardInterrupt
+    return [
+        _schedule_one(store, graph, keys, plan, request, identities[label], batch, len(jobs[label][batch]),
+                      cached_by_batch, started)
+        for label in request.devices
+        for batch, cached_by_batch in _cached_per_batch(plan, jobs[label], request.batches).items()
+    ]
+
+
+@contextmanager
+def ray_session(address: str | None) -> Iterator[None]:
+    """Ray for the duration of a command: started locally in-process without an address, else joined."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    try:
+        if address is None:
+            ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        else:
+            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+        raise UserError(f"cannot reach a Ray cluster at {address!r}: {_first_line(exc)}") from None
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@contextmanager
+def _pool(request: SearchRequest) -> Iterator[DevicePool]:
+    pool = DevicePool.start(list(request.devices), sim_actors=request.sim_actors)
+    try:
+        yield pool
+    finally:
+        pool.shutdown()
+
+
+def _missing_jobs(
+    store: LatencyStore, plan: Plan, graph: Graph, request: SearchRequest, identities: Mapping[str, DeviceIdentity]
+) -> tuple[dict[str, dict[int, list[MeasureJob]]], dict[str, int]]:
+    """Per device and batch, the jobs of the planned stages the store does not hold; and per device the rest."""
+    keys = list(plan.stages)
+    jobs: dict[str, dict[int, list[MeasureJob]]] = {}
+    cached: dict[str, int] = {}
+    for label in request.devices:
+        jobs[label] = {}
+        for batch in request.batches:
+            missing = store.missing(keys, identities[label].fingerprint, batch)
+            jobs[label][batch] = [
+                MeasureJob(key, plan.stages[key].stage, plan.stages[key].description, graph, request.model, batch)
+                for key in missing
+            ]
+        cached[label] = len(keys) * len(request.batches) - sum(len(j) for j in jobs[label].values())
+    return jobs, cached
+
+
+def _cached_per_batch(plan: Plan, jobs: Mapping[int, list[MeasureJob]], batches: Sequence[int]) -> dict[int, int]:
+    return {batch: len(plan.stages) - len(jobs[batch]) for batch in batches}
+
+
+def _schedule_one(
+    store: LatencyStore, graph: Graph, keys: StageKeys, plan: Plan, request: SearchRequest,
+    identity: DeviceIdentity, batch: int, measured: int, cached: int, started: float,
+) -> SearchOutcome:
+    """Run the DP for one (device, batch) on latencies from the store and write the schedule file."""
+    table = store.lookup(list(plan.stages), identity.fingerprint, batch)
+    if len(table) < len(plan.stages):
+        raise UserError(
+            f"the store lacks {len(plan.stages) - len(table)} stage latencies for {identity.label} at batch {batch}; "
+            "rerun the search to measure them."
+        )
+    latency = TableLatency(keys, table)
+    result = optimize_graph(graph, latency, request.params)
+    sequential_ms = sum(sequential(graph, block, latency).latency or 0.0 for block in graph.blocks)
+    schedule = Schedule(
+        model=request.model, graph_fingerprint=graph.fingerprint, device=identity.label, batch=batch,
+        blocks=result.schedules, device_fingerprint=identity.fingerprint, device_info=dict(identity.info),
+        params=request.params.to_json(), source=identity.source,
+    )
+    path = schedule_path(request.out, request.model, identity.label, batch)
+    save_schedule(schedule, path)
+    wall = time.perf_counter() - started
+    return SearchOutcome(identity.label, batch, result.cost, sequential_ms, measured, cached, wall, path,
+                         identity.source)
+
+
+def schedule_path(out: Path, model: str, device: str, batch: int) -> Path:
+    """Where a schedule is written: ``OUT/<model>/<device>/bs<batch>.json`` (odd characters of a spec made safe)."""
+    safe_model = re.sub(r"[^A-Za-z0-9_.:-]", "_", model)
+    return Path(out) / safe_model / device / f"bs{batch}.json"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
