@@ -20,6 +20,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = Console()
+if not console.is_terminal:
+    console = Console(width=160)
 
 MODEL_HELP = "zoo name (see `ios-ray models`) or package.module:factory"
 STORE_HELP = "latency store file (DuckDB)"

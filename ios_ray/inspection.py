@@ -4,15 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from ios_ray.blocks import width
 from ios_ray.ir import Graph
+from ios_ray.search import SearchParams, count_block, plan_graph
 
 
 def inspect_graph(graph: Graph, r: int | None = 3, s: int | None = 8) -> dict[str, Any]:
-    """A JSON-able report: per block units n, width d, and the search size unpruned and with (r, s)."""
+    """A JSON-able report: per block units n, width d, and states, transitions, candidate stages unpruned and pruned.
+
+    ``stages`` counts candidate stages by position in the block; ``keys`` counts them by stage key, so identical
+    stages count once (within the block, and in the totals across the whole model).
+    """
+    params = SearchParams(r=r, s=s)
+    plan = plan_graph(graph, params)
     rows = []
-    for block in graph.blocks:
-        units = [graph.unit(u) for u in block.units]
-        rows.append({"block": block.index, "exit": block.exit, "n": len(units), "d": width(units)})
-    totals = {"parallel blocks (d > 1)": sum(1 for row in rows if row["d"] > 1)}
-    return {"model": graph.name, "units": len(graph.units), "blocks": rows, "totals": totals}
+    for block, block_plan in zip(graph.blocks, plan.blocks):
+        full = count_block(graph, block, params.unpruned)
+        pruned = block_plan.counts
+        rows.append({
+            "block": block.index, "exit": block.exit, "n": full.units, "d": full.width, "states": full.states,
+            "transitions": full.transitions, "stages": full.stages,
+            f"transitions r={r} s={s}": pruned.transitions, f"stages r={r} s={s}": pruned.stages,
+            f"keys r={r} s={s}": len(block_plan.keys),
+        })
+    totals = {
+        "parallel blocks (d > 1)": sum(1 for row in rows if row["d"] > 1),
+        f"distinct stages to measure (r={r}, s={s}), whole model": len(plan.stages),
+        f"distinct stages summed over blocks (r={r}, s={s})": plan.block_stage_sum,
+    }
+    return {"model": graph.name, "units": len(graph.units), "params": params.to_json(), "blocks": rows,
+            "totals": totals}

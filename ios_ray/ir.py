@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import abc
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Iterator, Mapping
@@ -235,7 +236,9 @@ def content_hash(data: Any) -> str:
 
 def _jsonable(data: Any) -> Any:
     """Tuples to lists, mappings to dicts, recursively."""
-    if isinstance(data, Mapping):
+    if isinstance(data, (str, int, float)) or data is None:
+        return data
+    if isinstance(data, abc.Mapping):
         return {str(k): _jsonable(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
         return [_jsonable(v) for v in data]
@@ -244,7 +247,7 @@ def _jsonable(data: Any) -> Any:
 
 def _tupled(data: Any) -> Any:
     """Lists back to tuples, recursively, so attributes compare equal after a JSON round trip."""
-    if isinstance(data, Mapping):
+    if isinstance(data, abc.Mapping):
         return {k: _tupled(v) for k, v in data.items()}
     if isinstance(data, list):
         return tuple(_tupled(v) for v in data)

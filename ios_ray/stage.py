@@ -12,11 +12,12 @@ same tensor or two equal-shaped tensors does not enter the key.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Sequence
 
-from ios_ray.ir import Graph, Unit, Value, content_hash
+from ios_ray.ir import Graph, Unit
 
 Strategy = Literal["concurrent", "merge"]
 STRATEGIES: tuple[Strategy, ...] = ("concurrent", "merge")
@@ -83,44 +84,52 @@ def merged_padding(units: Sequence[Unit]) -> tuple[int, int] | None:
 
 
 class StageKeys:
-    """Computes canonical stage descriptions and keys for one graph, caching per-unit work."""
+    """Computes canonical stage descriptions and keys for one graph, caching per-unit work.
+
+    The description is compact JSON text built directly from cached per-unit pieces (this runs once per distinct
+    candidate stage of a search, hundreds of thousands of times for a RandWire block), and the key is its hash.
+    """
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self._unit_core: dict[str, dict[str, Any]] = {}
-
-    def describe(self, stage: Stage) -> dict[str, Any]:
-        """The canonical, name-free description of a stage (JSON-able); its hash is the stage key."""
-        groups = [self._describe_group(g) for g in stage.groups]
-        if stage.strategy == "concurrent":
-            groups.sort(key=lambda d: json.dumps(d, sort_keys=True))
-        return {"strategy": stage.strategy, "groups": groups}
-
-    def key(self, stage: Stage) -> str:
-        """The stage key: a content hash of :meth:`describe`."""
-        return content_hash(self.describe(stage))
+        self._unit_core: dict[str, tuple[str, str]] = {}
 
     def describe_json(self, stage: Stage) -> str:
-        """:meth:`describe` as compact JSON text, as stored beside each measurement."""
-        return json.dumps(self.describe(stage), sort_keys=True, separators=(",", ":"))
+        """The canonical, name-free description of a stage as compact JSON text; its hash is the stage key."""
+        groups = [self._group_json(g) for g in stage.groups]
+        if stage.strategy == "concurrent":
+            groups.sort()
+        return f'{{"groups":[{",".join(groups)}],"strategy":"{stage.strategy}"}}'
 
-    def _describe_group(self, group: Iterable[str]) -> list[dict[str, Any]]:
+    def describe(self, stage: Stage) -> dict[str, Any]:
+        """:meth:`describe_json` parsed: strategy and, per group, each unit's kind, attrs, shape and inputs."""
+        return json.loads(self.describe_json(stage))
+
+    def key(self, stage: Stage) -> str:
+        """The stage key: a content hash of :meth:`describe_json`."""
+        return hashlib.sha256(self.describe_json(stage).encode()).hexdigest()[:24]
+
+    def _group_json(self, group: Iterable[str]) -> str:
         local = {unit_id: i for i, unit_id in enumerate(group)}
-        return [
-            {**self._core(unit_id), "inputs": [self._describe_value(v, local) for v in self.graph.unit(unit_id).inputs]}
-            for unit_id in local
-        ]
+        units = []
+        for unit_id in local:
+            attrs, rest = self._core(unit_id)
+            units.append(f'{{"attrs":{attrs},"inputs":{self._inputs_json(unit_id, local)},{rest}}}')
+        return f"[{','.join(units)}]"
 
-    def _describe_value(self, value: Value, local: dict[str, int]) -> list[list[Any]]:
-        return [
-            [["local", local[s]] if s in local else ["ext", list(self.graph.shape_of(s))] for s in part]
-            for part in value.parts
-        ]
+    def _inputs_json(self, unit_id: str, local: dict[str, int]) -> str:
+        graph = self.graph
+        return json.dumps([
+            [[["local", local[s]] if s in local else ["ext", list(graph.shape_of(s))] for s in part] for part in v.parts]
+            for v in graph.unit(unit_id).inputs
+        ], separators=(",", ":"))
 
-    def _core(self, unit_id: str) -> dict[str, Any]:
+    def _core(self, unit_id: str) -> tuple[str, str]:
+        """The unit's attrs as JSON text, and its kind and shape as JSON members (cached)."""
         core = self._unit_core.get(unit_id)
         if core is None:
             unit = self.graph.unit(unit_id)
-            core = {"kind": unit.kind, "attrs": dict(unit.attrs), "shape": list(unit.shape)}
-            self._unit_core[unit_id] = core
+            attrs = json.dumps(unit.attrs, sort_keys=True, separators=(",", ":"))
+            rest = f'"kind":{json.dumps(unit.kind)},"shape":{json.dumps(list(unit.shape), separators=(",", ":"))}'
+            core = self._unit_core[unit_id] = (attrs, rest)
         return core

@@ -1,0 +1,77 @@
+"""Cross-evaluation of schedules (the IOS paper's Table 3): the schedule optimised for X, run on Y.
+
+Every schedule of a folder is evaluated on every (device, batch) setting that some schedule of the folder was
+made for. A setting on a device this machine has (``cpu``, or ``cuda`` when torch sees a GPU) is *measured* end
+to end; any other is *predicted* as the sum of the schedule's stage latencies from the latency store for that
+device and batch, labelled ``simulated`` for ``sim:`` devices and ``predicted`` otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from ios_ray.errors import UserError
+from ios_ray.ir import Graph
+from ios_ray.schedule import Schedule
+from ios_ray.stage import StageKeys
+
+Setting = tuple[str, int]
+#: Measures a schedule end to end at a batch size on a local device; returns the median latency in ms.
+Measure = Callable[[Schedule, int], float]
+#: Looks up stage latencies: (stage keys, device fingerprint, batch) -> {key: ms}.
+Lookup = Callable[[Sequence[str], str, int], Mapping[str, float]]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """The latency of the schedule made for ``made_for`` when run on ``run_on``, and how it was obtained."""
+
+    made_for: Setting
+    run_on: Setting
+    latency_ms: float | None
+    how: str
+
+    @property
+    def own(self) -> bool:
+        """True on the diagonal: the schedule runs on the setting it was made for."""
+        return self.made_for == self.run_on
+
+
+def settings_of(schedules: Sequence[Schedule]) -> list[Setting]:
+    """The distinct (device, batch) settings of some schedules, sorted by device then batch."""
+    return sorted({(s.device, s.batch) for s in schedules})
+
+
+def cross_evaluate(
+    schedules: Sequence[Schedule], graph: Graph, lookup: Lookup, measure: Mapping[str, Measure]
+) -> list[Cell]:
+    """Every schedule on every setting; ``measure`` maps the device labels measurable here to a measuring function."""
+    if not schedules:
+        raise UserError("no schedules to evaluate; run `ios-ray search` first.")
+    fingerprints = {s.device: s.device_fingerprint for s in schedules}
+    keys = StageKeys(graph)
+    stage_keys = {id(s): [keys.key(stage) for stage in s.stages] for s in schedules}
+    cells = []
+    for device, batch in settings_of(schedules):
+        for schedule in sorted(schedules, key=lambda s: (s.device, s.batch)):
+            made_for = (schedule.device, schedule.batch)
+            if device in measure:
+                cells.append(Cell(made_for, (device, batch), measure[device](schedule, batch), "measured"))
+                continue
+            table = lookup(stage_keys[id(schedule)], fingerprints[device], batch)
+            wanted = stage_keys[id(schedule)]
+            total = sum(table[k] for k in wanted) if all(k in table for k in wanted) else None
+            how = "simulated" if device.startswith("sim:") else "predicted"
+            cells.append(Cell(made_for, (device, batch), total, how))
+    return cells
+
+
+def winners_hold(cells: Sequence[Cell]) -> dict[Setting, bool]:
+    """Per setting: whether the schedule made for it is at least as fast there as every other schedule."""
+    result: dict[Setting, bool] = {}
+    for setting in {c.run_on for c in cells}:
+        column = [c for c in cells if c.run_on == setting and c.latency_ms is not None]
+        own = [c.latency_ms for c in column if c.own]
+        result[setting] = bool(own) and all(own[0] <= c.latency_ms * (1 + 1e-9) for c in column)
+    return result

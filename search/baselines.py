@@ -1,0 +1,45 @@
+"""The two schedules IOS is compared against.
+
+* ``sequential``: one unit per stage, in topological order (what a framework does without streams).
+* ``greedy``: each stage runs every unit whose inputs are ready, each unit its own group (the paper's greedy).
+"""
+
+from __future__ import annotations
+
+from ios_ray.ir import Block, Graph
+from ios_ray.schedule import BlockSchedule
+from ios_ray.search.dag import BlockDag
+from ios_ray.search.latency import LatencyModel
+from ios_ray.stage import Stage
+
+
+def sequential_stages(graph: Graph, block: Block) -> tuple[Stage, ...]:
+    """One single-unit concurrent stage per unit of ``block``, in topological order."""
+    return tuple(Stage("concurrent", ((unit_id,),)) for unit_id in block.units)
+
+
+def greedy_stages(graph: Graph, block: Block) -> tuple[Stage, ...]:
+    """Stages of all units ready to run (their inputs in the block already done), each unit its own group."""
+    dag = BlockDag.of(graph, block)
+    stages = []
+    done = 0
+    while done != dag.full:
+        ready = sum(1 << i for i in range(dag.size) if not done >> i & 1 and dag.preds[i] & ~done == 0)
+        stages.append(Stage("concurrent", tuple((unit_id,) for unit_id in dag.ids(ready))))
+        done |= ready
+    return tuple(stages)
+
+
+def sequential(graph: Graph, block: Block, latency: LatencyModel) -> BlockSchedule:
+    """The sequential schedule of ``block``, with its stage latencies."""
+    return priced(block, sequential_stages(graph, block), latency)
+
+
+def greedy(graph: Graph, block: Block, latency: LatencyModel) -> BlockSchedule:
+    """The greedy schedule of ``block``, with its stage latencies."""
+    return priced(block, greedy_stages(graph, block), latency)
+
+
+def priced(block: Block, stages: tuple[Stage, ...], latency: LatencyModel) -> BlockSchedule:
+    """A block schedule of these stages, each with its latency from ``latency``."""
+    return BlockSchedule(block.index, stages, tuple(latency.latency(stage) for stage in stages))

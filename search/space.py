@@ -1,0 +1,111 @@
+"""The schedule space of one block: its states, their endings, and the candidate stages of each ending.
+
+The DP (:mod:`ios_ray.search.dp`) and the planner (:mod:`ios_ray.search.plan`) both walk a :class:`BlockSpace`,
+so the stages planned for measurement are exactly the stages the DP can ask for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from ios_ray.errors import UserError
+from ios_ray.ir import Block, Graph
+from ios_ray.search.dag import BlockDag
+from ios_ray.search.endings import endings
+from ios_ray.stage import STRATEGIES, Stage, Strategy, can_merge
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """What the search may consider.
+
+    ``r``: the most units per group of a stage; ``s``: the most groups per stage (None: no bound).
+    ``strategies``: the stage strategies to try. With ``("merge",)`` alone, an ending that cannot merge is
+    still allowed as a single-unit concurrent stage when it has one unit, or no schedule would exist.
+    """
+
+    r: int | None = 3
+    s: int | None = 8
+    strategies: tuple[Strategy, ...] = ("concurrent", "merge")
+
+    def __post_init__(self) -> None:
+        for name in ("r", "s"):
+            bound = getattr(self, name)
+            if bound is not None and (type(bound) is not int or bound < 1):
+                raise UserError(f"pruning bound {name} must be a positive integer or None, not {bound!r}.")
+        unknown = [x for x in self.strategies if x not in STRATEGIES]
+        if not self.strategies or unknown or len(set(self.strategies)) != len(self.strategies):
+            raise UserError(f"strategies must be distinct names from {STRATEGIES}, not {self.strategies!r}.")
+
+    @property
+    def unpruned(self) -> SearchParams:
+        """The same parameters without the bounds ``r`` and ``s``."""
+        return SearchParams(None, None, self.strategies)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON form, as recorded in a schedule file."""
+        return {"r": self.r, "s": self.s, "strategies": list(self.strategies)}
+
+
+class BlockSpace:
+    """The states, endings and candidate stages of one block under one set of :class:`SearchParams`.
+
+    A state is a mask of the units still to schedule (see :mod:`ios_ray.search.dag`); the first state is the
+    full block.
+    """
+
+    def __init__(self, graph: Graph, block: Block, params: SearchParams) -> None:
+        self.graph = graph
+        self.block = block
+        self.params = params
+        self.dag = BlockDag.of(graph, block)
+        self._allowed: dict[int, bool] = {}
+
+    @property
+    def full(self) -> int:
+        """The first state: every unit of the block."""
+        return self.dag.full
+
+    def endings(self, state: int) -> list[int]:
+        """The endings of ``state`` within the pruning bounds that have at least one candidate stage."""
+        found = endings(self.dag, state, self.params.r, self.params.s)
+        if "concurrent" in self.params.strategies:
+            return found
+        return [ending for ending in found if self._has_stage(ending)]
+
+    def stages(self, ending: int) -> tuple[Stage, ...]:
+        """The candidate stages for running ``ending`` as one stage, one per applicable strategy.
+
+        Concurrent: the groups are the components of ``ending``, each in topological order, ordered by their
+        first unit. Merge: every unit its own group, where all units are unconnected and :func:`can_merge`.
+        """
+        groups = tuple(self.dag.ids(g) for g in self.dag.components(ending))
+        singles = all(len(g) == 1 for g in groups)
+        found = []
+        if "concurrent" in self.params.strategies or (len(groups) == 1 and singles):
+            found.append(Stage("concurrent", groups))
+        if "merge" in self.params.strategies and singles and can_merge(self.graph, [g[0] for g in groups]):
+            found.append(Stage("merge", groups))
+        return tuple(found)
+
+    def states(self) -> Iterator[tuple[int, list[int]]]:
+        """Every non-empty state reachable from the full block, once each, with its endings."""
+        seen = {self.full}
+        todo = [self.full]
+        while todo:
+            state = todo.pop()
+            found = self.endings(state)
+            yield state, found
+            for ending in found:
+                rest = state & ~ending
+                if rest and rest not in seen:
+                    seen.add(rest)
+                    todo.append(rest)
+
+    def _has_stage(self, ending: int) -> bool:
+        """Whether ``ending`` has a candidate stage (cached: only asked when ``concurrent`` is not a strategy)."""
+        allowed = self._allowed.get(ending)
+        if allowed is None:
+            allowed = self._allowed[ending] = bool(self.stages(ending))
+        return allowed

@@ -1,0 +1,337 @@
+"""The latency store: one DuckDB file of stage latencies keyed by (stage_key, device_fingerprint, batch, dtype).
+
+Concurrency design. DuckDB lets one process open a file read-write, and a read-only open fails while
+another process has it read-write. So no process keeps the file open: every operation is short and runs
+under an advisory lock (`fcntl.flock`) on the sidecar file `<store>.lock`:
+
+- a write (`put`, `import_`) takes the lock exclusively, ATTACHes the file read-write to a private
+  in-memory DuckDB connection, writes the whole Arrow batch in one transaction, commits, DETACHes (which
+  checkpoints and releases DuckDB's own file lock) and releases the lock. `put` first tries a plain
+  INSERT (a search only writes keys it found missing); if a key already exists the primary key rejects
+  it, that transaction rolls back, and the batch is written again as `INSERT ... ON CONFLICT DO UPDATE`;
+- a read (`lookup`, `missing`, `query`, `stats`, `export`) takes the lock shared and ATTACHes the file
+  READ_ONLY, so readers run side by side and see the store as of the last committed batch.
+
+Several searches can therefore write to one store at once (their batches interleave) and `store query` or
+`store stats` answer while they do. The in-memory connection lives as long as the LatencyStore: ATTACH,
+format check and DETACH cost about 1 ms, a fresh `duckdb.connect` about 13 ms. A put of 1,000 rows costs
+about 10 ms in all, mostly the commit and the checkpoint (bench/store_speed.py), which is nothing next to
+measuring 1,000 stages. Checkpointing at every DETACH keeps the `.duckdb` file complete on its own
+between calls, so copying it never leaves measurements behind in a write-ahead log. A writer killed with
+SIGKILL loses at most the batch in flight: committed batches are in the file or in its write-ahead log,
+which the next open replays, and the kernel drops the dead process's flock. The lock needs a POSIX
+system and a local file system (flock is not reliable over NFS).
+
+A new store is built in a temporary file next to the target and renamed into place, so a half-created store
+never exists. An existing file is checked through a read-only ATTACH before anything writes to it, so a
+file that is corrupt, not a store, or of another format version is rejected byte-for-byte untouched.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import numbers
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+import duckdb
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from ios_ray.errors import UserError
+from ios_ray.store import DEFAULT_STORE_PATH
+from ios_ray.store.schema import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    KEY_COLUMNS,
+    STORE_SCHEMA,
+    conform,
+    create_statements,
+    quote,
+)
+
+_CATALOG = "store"
+_COLUMNS = ", ".join(quote(name) for name in STORE_SCHEMA.names)
+_UPDATES = ", ".join(f"{quote(n)} = excluded.{quote(n)}" for n in STORE_SCHEMA.names if n not in KEY_COLUMNS)
+_INSERT = f"INSERT INTO {_CATALOG}.latency AS old ({_COLUMNS}) SELECT {_COLUMNS} FROM incoming"
+_UPSERT = f"{_INSERT} ON CONFLICT ({', '.join(KEY_COLUMNS)}) DO UPDATE SET {_UPDATES}"
+_UPSERT_NEWER = f"{_UPSERT} WHERE excluded.measured_at > old.measured_at"
+_EXPORT_FIX = "pass a folder written by `ios-ray store export`"
+_T = TypeVar("_T")
+
+
+class LatencyStore:
+    """A latency store file; every method opens it briefly under a lock, so many processes can share it."""
+
+    def __init__(self, path: str | os.PathLike[str] = DEFAULT_STORE_PATH, create: bool = True) -> None:
+        """Open the store at `path`, creating it (and its folders) when missing and `create` is true."""
+        self.path = Path(path)
+        self._lock_path = self.path.with_name(self.path.name + ".lock")
+        self._mutex = threading.Lock()
+        self._con: duckdb.DuckDBPyConnection | None = None
+        if self.path.is_dir():
+            raise UserError(f"{self.path} is a folder, not a latency store file; pass a file path with --store.")
+        if create and not self.path.exists():
+            self._write(lambda con: None)
+        else:
+            self._read(lambda con: None)
+
+    def put(self, rows: pa.Table) -> int:
+        """Upsert a batch of rows (store schema) in one committed transaction; return the rows written."""
+        table = conform(rows)
+        if table.num_rows:
+            try:
+                self._write(lambda con: _sql(con, _INSERT), incoming=table)
+            except duckdb.ConstraintException:
+                self._write(lambda con: _sql(con, _UPSERT), incoming=table)
+        return table.num_rows
+
+    def lookup(
+        self, stage_keys: Sequence[str], device_fingerprint: str, batch: int, dtype: str = "float32"
+    ) -> dict[str, float]:
+        """Return stage_key -> median_ms for the keys measured on exactly this fingerprint, batch and dtype."""
+        found = self._rows_for(stage_keys, device_fingerprint, batch, dtype, "stage_key, median_ms")
+        return dict(zip(found["stage_key"].to_pylist(), found["median_ms"].to_pylist()))
+
+    def lookup_rows(
+        self, stage_keys: Sequence[str], device_fingerprint: str, batch: int, dtype: str = "float32"
+    ) -> pa.Table:
+        """Return the full rows of the keys measured on exactly this fingerprint, batch and dtype."""
+        return self._rows_for(stage_keys, device_fingerprint, batch, dtype, _COLUMNS)
+
+    def missing(
+        self, stage_keys: Sequence[str], device_fingerprint: str, batch: int, dtype: str = "float32"
+    ) -> list[str]:
+        """Return the keys (first-seen order, no repeats) not yet in the store for this fingerprint, batch, dtype."""
+        found = self.lookup(stage_keys, device_fingerprint, batch, dtype)
+        return [key for key in dict.fromkeys(stage_keys) if key not in found]
+
+    def query(self, device: str | None = None, batch: int | None = None, model: str | None = None) -> pa.Table:
+        """Return the rows matching every filter given (device label, batch, model), sorted."""
+        filters = {"device": device, "batch": _checked_batch(batch) if batch is not None else None, "model": model}
+        used = {name: value for name, value in filters.items() if value is not None}
+        where = " AND ".join(f"{name} = ?" for name in used) or "TRUE"
+        order = "device, batch, dtype, stage_key, device_fingerprint"
+        sql = f"SELECT {_COLUMNS} FROM {_CATALOG}.latency WHERE {where} ORDER BY {order}"
+        return self._read(lambda con: con.sql(sql, params=list(used.values())).to_arrow_table())
+
+    def stats(self) -> pa.Table:
+        """Return the row count per (device, batch, source)."""
+        sql = f"SELECT device, batch, source, count(*) AS rows FROM {_CATALOG}.latency GROUP BY ALL ORDER BY ALL"
+        return self._read(lambda con: con.sql(sql).to_arrow_table())
+
+    @property
+    def file_bytes(self) -> int:
+        """Size of the store file in bytes."""
+        return self.path.stat().st_size
+
+    def export(self, directory: str | os.PathLike[str]) -> int:
+        """Write every row as hive-partitioned Parquet: `directory`/device=<label>/batch=<n>/; return the row count."""
+        target = Path(directory)
+        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+            raise UserError(f"{target} already exists and is not an empty folder; export into a new or empty folder.")
+        copy = (
+            f"COPY (SELECT {_COLUMNS} FROM {_CATALOG}.latency ORDER BY device, batch, stage_key) "
+            f"TO {_sql_string(target)} (FORMAT parquet, PARTITION_BY (device, batch))"
+        )
+
+        def run(con: duckdb.DuckDBPyConnection) -> int:
+            rows = _sql(con, f"SELECT count(*) FROM {_CATALOG}.latency")[0][0]
+            if rows:
+                _sql(con, copy)
+            return rows
+
+        return self._read(run)
+
+    def import_(self, directory: str | os.PathLike[str]) -> int:
+        """Merge the rows of an exported folder (newer measured_at wins); return the rows added (0 when re-imported)."""
+        table = conform(_read_export(Path(directory)), f"the Parquet files under {directory}", _EXPORT_FIX)
+        count = f"SELECT count(*) FROM {_CATALOG}.latency"
+
+        def run(con: duckdb.DuckDBPyConnection) -> int:
+            before = _sql(con, count)[0][0]
+            _sql(con, _UPSERT_NEWER)
+            return _sql(con, count)[0][0] - before
+
+        return self._write(run, incoming=table)
+
+    def close(self) -> None:
+        """Release the in-memory DuckDB connection (the store file is never held open between calls)."""
+        with self._mutex:
+            self._drop_connection()
+
+    def _rows_for(self, stage_keys: Sequence[str], fingerprint: str, batch: int, dtype: str, columns: str) -> pa.Table:
+        wanted = pa.table({"stage_key": pa.array(list(dict.fromkeys(stage_keys)), pa.string())})
+        params = [fingerprint, _checked_batch(batch), dtype]
+        sql = (
+            f"SELECT {columns} FROM {_CATALOG}.latency WHERE device_fingerprint = ? AND batch = ? AND dtype = ? "
+            "AND stage_key IN (SELECT stage_key FROM wanted)"
+        )
+
+        def run(con: duckdb.DuckDBPyConnection) -> pa.Table:
+            with _registered(con, "wanted", wanted):
+                return con.sql(sql, params=params).to_arrow_table()
+
+        return self._read(run)
+
+    def _read(self, action: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
+        if not self.path.exists():
+            raise UserError(f"no latency store at {self.path}; run `ios-ray search` first or pass --store.")
+        with self._attached(write=False) as con:
+            return action(con)
+
+    def _write(self, action: Callable[[duckdb.DuckDBPyConnection], _T], incoming: pa.Table | None = None) -> _T:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UserError(
+                f"cannot create the folder {self.path.parent} ({err.strerror}); pass another --store."
+            ) from None
+        with self._attached(write=True) as con, _registered(con, "incoming", incoming):
+            con.begin()
+            try:
+                result = action(con)
+                con.commit()
+            except BaseException:
+                con.rollback()
+                raise
+            return result
+
+    @contextmanager
+    def _attached(self, write: bool) -> Iterator[duckdb.DuckDBPyConnection]:
+        with self._mutex, _flock(self._lock_path, exclusive=write):
+            con = self._connection()
+            if write and not self.path.exists():
+                self._create(con)
+            self._attach(con, self.path, read_only=not write)
+            try:
+                _check_format(con, self.path)
+                yield con
+            finally:
+                self._detach(con)
+
+    def _create(self, con: duckdb.DuckDBPyConnection) -> None:
+        for stale in self.path.parent.glob(f".{glob.escape(self.path.name)}.*.new*"):
+            stale.unlink()
+        staging = self.path.with_name(f".{self.path.name}.{os.getpid()}.new")
+        try:
+            self._attach(con, staging, read_only=False)
+            try:
+                for statement in create_statements(_CATALOG):
+                    _sql(con, statement)
+            finally:
+                self._detach(con)
+            os.replace(staging, self.path)
+        finally:
+            staging.unlink(missing_ok=True)
+
+    def _attach(self, con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> None:
+        mode = ", READ_ONLY" if read_only else ""
+        try:
+            _sql(con, f"ATTACH {_sql_string(path)} AS {_CATALOG} (TYPE duckdb{mode})")
+        except duckdb.Error as err:
+            raise UserError(_unopenable(path, err)) from None
+
+    def _detach(self, con: duckdb.DuckDBPyConnection) -> None:
+        try:
+            _sql(con, f"DETACH {_CATALOG}")
+        except duckdb.Error:
+            self._drop_connection()
+
+    def _connection(self) -> duckdb.DuckDBPyConnection:
+        if self._con is None:
+            self._con = duckdb.connect(
+                ":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+            )
+        return self._con
+
+    def _drop_connection(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+
+def open_store(path: str | os.PathLike[str] = DEFAULT_STORE_PATH, create: bool = True) -> LatencyStore:
+    """Open the latency store at `path`; when it is missing, create it if `create`, else raise UserError."""
+    return LatencyStore(path, create=create)
+
+
+@contextmanager
+def _flock(path: Path, exclusive: bool) -> Iterator[None]:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as err:
+        raise UserError(
+            f"cannot open the lock file {path} ({err.strerror}); make its folder writable or pass another --store."
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def _registered(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table | None) -> Iterator[None]:
+    if table is None:
+        yield
+        return
+    con.register(name, table)
+    try:
+        yield
+    finally:
+        con.unregister(name)
+
+
+def _check_format(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    try:
+        meta = dict(_sql(con, f"SELECT key, value FROM {_CATALOG}.meta"))
+    except duckdb.Error:
+        meta = {}
+    if meta.get("format") != FORMAT_NAME:
+        raise UserError(f"{path} is a DuckDB file but not an ios-ray latency store; pass another --store path.")
+    if meta.get("version") != str(FORMAT_VERSION):
+        raise UserError(
+            f"{path} is a latency store of format version {meta.get('version')}, but this ios-ray reads version "
+            f"{FORMAT_VERSION}; use a matching ios-ray or pass another --store path."
+        )
+
+
+def _unopenable(path: Path, err: duckdb.Error) -> str:
+    if "could not set lock" in str(err).lower():
+        return f"{path} is open in another program (not ios-ray); close that program and retry."
+    return (
+        f"{path} is not a readable latency store (not a DuckDB file, corrupt, or from a newer DuckDB); "
+        "move it away or pass another --store path."
+    )
+
+
+def _read_export(directory: Path) -> pa.Table:
+    if not directory.is_dir():
+        raise UserError(f"{directory} is not a folder; {_EXPORT_FIX}.")
+    if not any(directory.rglob("*.parquet")):
+        raise UserError(f"{directory} holds no Parquet files; {_EXPORT_FIX}.")
+    partitioning = ds.partitioning(STORE_SCHEMA.empty_table().select(["device", "batch"]).schema, flavor="hive")
+    try:
+        return ds.dataset(directory, format="parquet", partitioning=partitioning).to_table()
+    except (pa.ArrowInvalid, OSError) as err:
+        raise UserError(f"{directory} holds unreadable Parquet ({err}); {_EXPORT_FIX}.") from None
+
+
+def _sql(con: duckdb.DuckDBPyConnection, statement: str, params: Sequence[object] = ()) -> list[tuple]:
+    return con.execute(statement, list(params)).fetchall()
+
+
+def _sql_string(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def _checked_batch(batch: int) -> int:
+    if isinstance(batch, bool) or not isinstance(batch, numbers.Integral) or batch <= 0:
+        raise UserError(f"batch must be a positive integer, got {batch!r}.")
+    return int(batch)

@@ -1,0 +1,72 @@
+"""Test helper: fake latency rows, and a writer process that puts them in batches, one line per commit.
+
+Run: python -m ios_ray.tests.store_writer STORE PREFIX BATCHES BATCH_ROWS [--pause SECONDS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from ios_ray.store import open_store, rows_to_table
+
+FINGERPRINT = "0123456789abcdef"
+
+
+def fake_keys(prefix: str, count: int) -> list[str]:
+    """Stage keys `<prefix>-000000`, `<prefix>-000001`, ..."""
+    return [f"{prefix}-{i:06d}" for i in range(count)]
+
+
+def fake_rows(
+    keys: Sequence[str], median_ms: float = 1.0, fingerprint: str = FINGERPRINT, batch: int = 1, device: str = "cpu"
+) -> pa.Table:
+    """One fake measurement per key."""
+    return rows_to_table(
+        [
+            {
+                "stage_key": key,
+                "device": device,
+                "device_fingerprint": fingerprint,
+                "device_info": {"name": "test cpu", "threads": 2},
+                "batch": batch,
+                "dtype": "float32",
+                "strategy": "concurrent",
+                "source": "simulated" if device.startswith("sim:") else "measured",
+                "median_ms": median_ms,
+                "p10_ms": median_ms * 0.9,
+                "p90_ms": median_ms * 1.1,
+                "samples": 10,
+                "warmup": 2,
+                "repeat": 10,
+                "host": "test-host",
+                "stage": {"units": [key], "groups": [[0]]},
+                "model": "toy",
+            }
+            for key in keys
+        ]
+    )
+
+
+def main() -> None:
+    """Put BATCHES batches of BATCH_ROWS fake rows, printing `committed <n>` after each."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("store")
+    parser.add_argument("prefix")
+    parser.add_argument("batches", type=int)
+    parser.add_argument("batch_rows", type=int)
+    parser.add_argument("--pause", type=float, default=0.0)
+    args = parser.parse_args()
+    store = open_store(args.store)
+    keys = fake_keys(args.prefix, args.batches * args.batch_rows)
+    for number, start in enumerate(range(0, len(keys), args.batch_rows), start=1):
+        store.put(fake_rows(keys[start : start + args.batch_rows]))
+        print(f"committed {number}", flush=True)
+        time.sleep(args.pause)
+
+
+if __name__ == "__main__":
+    main()

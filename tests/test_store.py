@@ -1,0 +1,291 @@
+"""The latency store: upserts, exact lookups, crash safety, concurrent processes, export/import, bad files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from ios_ray.errors import UserError
+from ios_ray.store import LatencyStore, open_store, rows_to_table
+from ios_ray.store.cli import store_app
+from ios_ray.tests.store_writer import FINGERPRINT, fake_keys, fake_rows
+
+BAD_FILES = ("corrupt", "other_version", "not_a_store", "text")
+
+
+@pytest.fixture()
+def store_path(tmp_path: Path) -> Path:
+    """Where a test's store lives (not created)."""
+    return tmp_path / "ios_store" / "latency.duckdb"
+
+
+def start_writer(path: Path, prefix: str, batches: int, batch_rows: int, pause: float = 0.0) -> subprocess.Popen[str]:
+    """Start a writer process that prints `committed <n>` after each batch."""
+    arguments = [str(path), prefix, str(batches), str(batch_rows), "--pause", str(pause)]
+    command = [sys.executable, "-m", "ios_ray.tests.store_writer", *arguments]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen[str]) -> None:
+    """Wait for a writer process and check it succeeded."""
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+
+
+def stored_keys(store: LatencyStore) -> list[str]:
+    """Every stage key in the store, sorted, repeats kept."""
+    return sorted(store.query()["stage_key"].to_pylist())
+
+
+def sha256(path: Path) -> str:
+    """Hash of a file's bytes."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def make_bad_file(kind: str, path: Path) -> None:
+    """Write a file at `path` that the store must reject."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "corrupt":
+        path.write_bytes(random.Random(7).randbytes(64 * 1024))
+    elif kind == "text":
+        path.write_text("stage_key,median_ms\nabc,1.0\n")
+    elif kind == "not_a_store":
+        with duckdb.connect(str(path)) as con:
+            con.execute("CREATE TABLE results (run INTEGER, loss DOUBLE)")
+            con.execute("INSERT INTO results VALUES (1, 0.5)")
+    else:  # other_version
+        open_store(path).put(fake_rows(["k"]))
+        with duckdb.connect(str(path)) as con:
+            con.execute("UPDATE meta SET value = '2' WHERE key = 'version'")
+
+
+def test_put_upserts_one_row_per_key(store_path: Path) -> None:
+    store = open_store(store_path)
+    assert store.put(fake_rows(["a", "b"], median_ms=1.0)) == 2
+    assert store.put(fake_rows(["a"], median_ms=2.0)) == 1
+    rows = store.query()
+    assert rows.num_rows == 2
+    assert dict(zip(rows["stage_key"].to_pylist(), rows["median_ms"].to_pylist())) == {"a": 2.0, "b": 1.0}
+
+
+def test_put_keeps_the_last_row_of_a_key_repeated_in_one_batch(store_path: Path) -> None:
+    store = open_store(store_path)
+    repeated = pa.concat_tables([fake_rows(["a", "b"], median_ms=1.0), fake_rows(["a"], median_ms=3.0)])
+    assert store.put(repeated) == 2
+    assert store.lookup(["a", "b"], FINGERPRINT, 1) == {"a": 3.0, "b": 1.0}
+
+
+def test_lookup_matches_fingerprint_batch_and_dtype_exactly(store_path: Path) -> None:
+    store = open_store(store_path)
+    store.put(fake_rows(["a", "b"], median_ms=1.0))
+    store.put(fake_rows(["a"], median_ms=5.0, fingerprint="another"))
+    store.put(fake_rows(["b"], median_ms=7.0, batch=8))
+    assert store.lookup(["a", "b", "c"], FINGERPRINT, 1) == {"a": 1.0, "b": 1.0}
+    assert store.lookup(["a", "b"], "another", 1) == {"a": 5.0}
+    assert store.lookup(["a", "b"], FINGERPRINT, 8) == {"b": 7.0}
+    assert store.lookup(["a"], FINGERPRINT, 1, dtype="float16") == {}
+    assert store.missing(["c", "a", "c", "b"], "another", 1) == ["c", "b"]
+    assert store.lookup_rows(["b"], FINGERPRINT, 8)["median_ms"].to_pylist() == [7.0]
+
+
+def test_query_filters_by_device_batch_and_model(store_path: Path) -> None:
+    store = open_store(store_path)
+    store.put(fake_rows(["a", "b"]))
+    store.put(fake_rows(["a"], batch=8))
+    store.put(fake_rows(["s"], device="sim:v100", fingerprint="sim"))
+    assert store.query(device="cpu").num_rows == 3
+    assert store.query(device="cpu", batch=8)["stage_key"].to_pylist() == ["a"]
+    assert store.query(device="sim:v100", model="toy")["source"].to_pylist() == ["simulated"]
+    assert store.query(model="other").num_rows == 0
+    assert store.stats().to_pylist() == [
+        {"device": "cpu", "batch": 1, "source": "measured", "rows": 2},
+        {"device": "cpu", "batch": 8, "source": "measured", "rows": 1},
+        {"device": "sim:v100", "batch": 1, "source": "simulated", "rows": 1},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("source", "guessed"),
+        ("strategy", "parallel"),
+        ("batch", 0),
+        ("median_ms", float("nan")),
+        ("device", "sim:v100"),
+    ],
+)
+def test_put_rejects_bad_rows_and_writes_nothing(store_path: Path, column: str, value: object) -> None:
+    store = open_store(store_path)
+    rows = fake_rows(["a"])
+    rows = rows.set_column(
+        rows.schema.get_field_index(column), column, pc.cast([value], rows.schema.field(column).type)
+    )
+    with pytest.raises(UserError, match=column):
+        store.put(rows)
+    assert store.query().num_rows == 0
+
+
+def test_put_rejects_a_table_without_the_store_columns(store_path: Path) -> None:
+    with pytest.raises(UserError, match="missing: model"):
+        open_store(store_path).put(fake_rows(["a"]).drop_columns(["model"]))
+
+
+def test_a_killed_writer_loses_at_most_the_batch_in_flight_and_a_rerun_fills_the_rest(store_path: Path) -> None:
+    batches, batch_rows = 100, 200
+    writer = start_writer(store_path, "k", batches, batch_rows)
+    for _ in range(3):
+        assert writer.stdout.readline().startswith("committed")
+    writer.send_signal(signal.SIGKILL)
+    writer.communicate(timeout=30)
+    keys = fake_keys("k", batches * batch_rows)
+    store = open_store(store_path)
+    survived = stored_keys(store)
+    assert 3 * batch_rows <= len(survived) < len(keys)
+    assert survived == keys[: len(survived)] and len(survived) % batch_rows == 0
+    todo = store.missing(keys, FINGERPRINT, 1)
+    assert len(todo) == len(keys) - len(survived)
+    store.put(fake_rows(todo))
+    assert stored_keys(store) == keys
+
+
+def test_concurrent_writer_processes_all_complete_with_all_rows(store_path: Path) -> None:
+    # the second "a" writer rewrites the first one's keys while both run: upserts, never duplicates
+    writers = [start_writer(store_path, prefix, 30, 200) for prefix in ("a", "b", "a")]
+    for writer in writers:
+        finish(writer)
+    assert stored_keys(open_store(store_path)) == fake_keys("a", 6000) + fake_keys("b", 6000)
+
+
+def test_cli_reads_while_a_writer_process_is_writing(store_path: Path) -> None:
+    writer = start_writer(store_path, "w", 60, 200, pause=0.02)
+    assert writer.stdout.readline().startswith("committed")
+    runner, seen = CliRunner(), [0]
+    for _ in range(5):
+        stats = runner.invoke(store_app, ["stats", "--store", str(store_path)])
+        query = runner.invoke(store_app, ["query", "--device", "cpu", "--format", "csv", "--store", str(store_path)])
+        assert stats.exit_code == 0 and query.exit_code == 0, stats.output + query.output
+        seen.append(len(query.stdout.splitlines()) - 1)
+    assert writer.poll() is None, "the writer finished before the reads; make it write longer"
+    assert seen == sorted(seen) and seen[-1] >= 200
+    finish(writer)
+    assert len(stored_keys(open_store(store_path))) == 60 * 200
+
+
+def test_export_then_import_round_trips_and_a_second_import_adds_nothing(store_path: Path, tmp_path: Path) -> None:
+    store = open_store(store_path)
+    store.put(fake_rows(fake_keys("x", 50)))
+    store.put(fake_rows(fake_keys("x", 20), batch=8))
+    store.put(fake_rows(fake_keys("s", 30), device="sim:v100", fingerprint="sim"))
+    export = tmp_path / "export"
+    assert store.export(export) == 100
+    assert {path.name for path in export.iterdir()} == {"device=cpu", "device=sim%3Av100"}
+    copy = tmp_path / "copy.duckdb"
+    runner = CliRunner()
+    first = runner.invoke(store_app, ["import", str(export), "--store", str(copy)])
+    second = runner.invoke(store_app, ["import", str(export), "--store", str(copy)])
+    assert (first.exit_code, second.exit_code) == (0, 0)
+    assert "imported 100 new rows" in first.stdout and "imported 0 new rows" in second.stdout
+    assert open_store(copy).query().equals(store.query())
+
+
+def test_import_keeps_the_newer_measurement(store_path: Path, tmp_path: Path) -> None:
+    old = open_store(tmp_path / "old.duckdb")
+    old.put(fake_rows(["a"], median_ms=1.0))
+    old.export(tmp_path / "old_export")
+    store = open_store(store_path)
+    store.put(fake_rows(["a"], median_ms=2.0))
+    assert store.import_(tmp_path / "old_export") == 0
+    assert store.lookup(["a"], FINGERPRINT, 1) == {"a": 2.0}
+
+
+def test_import_rejects_a_folder_that_is_not_an_export(store_path: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "other" / "device=cpu" / "batch=1"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table({"stage_key": ["a"], "median_ms": [1.0]}), folder / "part.parquet")
+    store = open_store(store_path)
+    with pytest.raises(UserError, match="missing: device_fingerprint"):
+        store.import_(tmp_path / "other")
+    assert store.query().num_rows == 0
+
+
+def test_rows_to_table_names_a_missing_or_unknown_field() -> None:
+    row = fake_rows(["a"]).to_pylist()[0]
+    with pytest.raises(UserError, match="lacks the field 'host'"):
+        rows_to_table([{name: value for name, value in row.items() if name != "host"}])
+    with pytest.raises(UserError, match="unknown field"):
+        rows_to_table([{**row, "gpu": "v100"}])
+
+
+def test_export_refuses_a_folder_that_holds_files(store_path: Path, tmp_path: Path) -> None:
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("keep me")
+    with pytest.raises(UserError, match="not an empty folder"):
+        open_store(store_path).export(tmp_path / "full")
+
+
+@pytest.mark.parametrize("kind", BAD_FILES)
+def test_a_bad_store_file_is_rejected_and_left_untouched(store_path: Path, tmp_path: Path, kind: str) -> None:
+    make_bad_file(kind, store_path)
+    before = sha256(store_path)
+    with pytest.raises(UserError, match=re.escape(str(store_path))):
+        open_store(store_path, create=False)
+    with pytest.raises(UserError, match=re.escape(str(store_path))):
+        open_store(store_path, create=True)
+    open_store(tmp_path / "good.duckdb").export(tmp_path / "export")
+    runner = CliRunner()
+    for args in (
+        ["stats"],
+        ["query", "--device", "cpu"],
+        ["export", str(tmp_path / "out")],
+        ["import", str(tmp_path / "export")],
+    ):
+        result = runner.invoke(store_app, [*args, "--store", str(store_path)])
+        assert result.exit_code == 1
+        assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1
+        assert str(store_path) in result.stderr and "Traceback" not in result.stderr
+    assert sha256(store_path) == before
+    assert not store_path.with_name(store_path.name + ".wal").exists()
+
+
+def test_other_version_says_which_version(store_path: Path) -> None:
+    make_bad_file("other_version", store_path)
+    with pytest.raises(UserError, match="format version 2"):
+        open_store(store_path)
+
+
+def test_reading_a_missing_store_says_how_to_make_one(tmp_path: Path) -> None:
+    path = tmp_path / "nowhere" / "latency.duckdb"
+    with pytest.raises(UserError, match="no latency store at .*ios-ray search"):
+        open_store(path, create=False)
+    result = CliRunner().invoke(store_app, ["stats", "--store", str(path)])
+    assert result.exit_code == 1 and "no latency store at" in result.stderr
+    assert not path.parent.exists()
+
+
+def test_writing_creates_the_store_and_its_folders(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "latency.duckdb"
+    store = open_store(path)
+    assert store.put(fake_rows(["a"])) == 1
+    store.close()
+    assert store.lookup(["a"], FINGERPRINT, 1) == {"a": 1.0}
+    assert open_store(path, create=False).lookup(["a"], FINGERPRINT, 1) == {"a": 1.0}
+
+
+def test_query_json_has_every_column(store_path: Path) -> None:
+    open_store(store_path).put(fake_rows(["a"]))
+    result = CliRunner().invoke(store_app, ["query", "--device", "cpu", "--format", "json", "--store", str(store_path)])
+    (row,) = json.loads(result.stdout)
+    assert row["stage_key"] == "a" and row["source"] == "measured" and json.loads(row["stage"])["units"] == ["a"]
