@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ios_ray.cli_util import parse_batches, parse_list, user_errors
+from ios_ray.errors import UserError
 
 app = typer.Typer(
     help="ios-ray: find and deploy the fastest inter-operator schedule of a CNN per device and batch size.",
@@ -133,6 +134,187 @@ def show(
     if svg is not None:
         svg.write_text(schedule_svg(plan, graph))
         console.print(f"picture written to {svg}")
+
+
+@app.command()
+@user_errors
+def run(
+    model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
+    schedules: Path = typer.Option(DEFAULT_OUT, "--schedules", help="a schedule file or the --out folder of search"),
+    batch: int = typer.Option(1, "--batch", "-b", help="batch size of the random input"),
+    device: str = typer.Option("cpu", "--device", help="torch device to run on: cpu or cuda[:i]"),
+    repeat: int = typer.Option(20, "--repeat", help="timed runs"),
+) -> None:
+    """Run a model with its schedules (ScheduledModule), check the output against eager, print the latency."""
+    import torch
+
+    from ios_ray.benchmarking import relative_error
+    from ios_ray.models import resolve_model
+    from ios_ray.runtime import ScheduledModule, measure_latency
+
+    if batch <= 0:
+        raise UserError(f"--batch must be a positive integer, not {batch}.")
+    target = _torch_device(device)
+    spec = resolve_model(model)
+    torch.manual_seed(0)
+    module = spec.build().eval().to(target)
+    scheduled = ScheduledModule(module, schedules, input_shape=spec.input_shape).to(target)
+    x = torch.randn(batch, *spec.input_shape, device=target)
+    chosen = scheduled.schedule_for(x)
+    if chosen is None:
+        raise UserError(f"no schedule under {schedules} fits device {device!r}; run `ios-ray search` for it first.")
+    with torch.inference_mode():
+        error = relative_error(scheduled(x), module(x))
+    median, p10, p90 = measure_latency(scheduled, x, warmup=3, repeat=repeat, device=target)
+    eager, _, _ = measure_latency(module, x, warmup=3, repeat=repeat, device=target)
+    console.print(f"schedule: {chosen.device} batch {chosen.batch} ({len(chosen.stages)} stages, predicted "
+                  f"{chosen.predicted_latency or float('nan'):.3f} ms {chosen.source} at batch {chosen.batch})")
+    console.print(f"output vs eager: max relative error {error:.2e} ({'ok' if error <= 1e-5 else 'MISMATCH'})")
+    console.print(f"latency at batch {batch}: {median:.3f} ms (p10 {p10:.3f}, p90 {p90:.3f}); eager {eager:.3f} ms")
+    if error > 1e-5:
+        raise typer.Exit(1)
+
+
+@app.command()
+@user_errors
+def bench(
+    model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
+    device: str = typer.Option("cpu", "--device", help="the schedules' device label (cpu, cuda, h100...)"),
+    batches: str = typer.Option("1", "--batches", "-b", help="comma-separated batch sizes"),
+    schedules: Path = typer.Option(DEFAULT_OUT, "--schedules", help="the --out folder of ios-ray search"),
+    store: Path = typer.Option(DEFAULT_STORE, "--store", help=STORE_HELP),
+    rounds: int = typer.Option(10, "--rounds", help="timed rounds (each runs every variant once)"),
+    compile_: bool = typer.Option(True, "--compile/--no-compile", help="include torch.compile"),
+) -> None:
+    """Eager vs sequential, greedy and IOS schedules vs torch.compile, measured side by side."""
+    import torch
+
+    from ios_ray.benchmarking import (Variant, baseline_schedule, bench_rows, compiled_variant, find_schedule,
+                                      schedule_variants)
+    from ios_ray.frontend import import_module
+    from ios_ray.models import resolve_model
+    from ios_ray.runtime import Program
+    from ios_ray.stage import StageKeys
+
+    target = _torch_device("cuda" if device not in ("cpu",) and not device.startswith("cuda") else device)
+    spec = resolve_model(model)
+    torch.manual_seed(0)
+    module = spec.build().eval().to(target)
+    imported = import_module(module, torch.randn(1, *spec.input_shape, device=target), spec.name)
+    program = Program.from_imported(imported, target)
+    keys = StageKeys(imported.graph)
+    lookup = _store_lookup(store)
+    for batch in parse_batches(batches):
+        ios = find_schedule(schedules, imported.graph, device, batch)
+        named = {"sequential": baseline_schedule(imported.graph, ios, "sequential"),
+                 "greedy": baseline_schedule(imported.graph, ios, "greedy"), "IOS": ios}
+        x = torch.randn(batch, *spec.input_shape, device=target)
+        variants = [Variant("eager", module), *schedule_variants(program, named)]
+        compiled = compiled_variant(module, x) if compile_ else "torch.compile skipped (--no-compile)"
+        if isinstance(compiled, Variant):
+            variants.append(compiled)
+        rows = bench_rows(variants, x, keys, lookup, rounds=rounds)
+        table = Table("variant", "median ms", "p10 ms", "p90 ms", "speedup vs eager", "predicted ms", "max rel err",
+                      title=f"{spec.name} on {device}, batch {batch} (IOS schedule made for batch {ios.batch})")
+        for row in rows:
+            predicted = f"{row.predicted_ms:.3f}" if row.predicted_ms is not None else "-"
+            table.add_row(row.name, f"{row.median_ms:.3f}", f"{row.p10_ms:.3f}", f"{row.p90_ms:.3f}",
+                          f"{row.speedup:.2f}x", predicted, f"{row.error:.1e}")
+        console.print(table)
+        if isinstance(compiled, str):
+            console.print(compiled)
+
+
+@app.command()
+@user_errors
+def evaluate(
+    schedules: Path = typer.Option(DEFAULT_OUT, "--schedules", help="the --out folder of ios-ray search"),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="only this model's schedules"),
+    store: Path = typer.Option(DEFAULT_STORE, "--store", help=STORE_HELP),
+    rounds: int = typer.Option(10, "--rounds", help="timed runs per measured cell"),
+) -> None:
+    """Cross-evaluate schedules (the paper's Table 3): the schedule made for X run on Y, for every X and Y."""
+    from ios_ray.evaluation import cross_evaluate, settings_of, winners_hold
+    from ios_ray.frontend import import_model
+    from ios_ray.runtime import read_schedules
+
+    found = list(read_schedules(schedules).values())
+    models = sorted({s.model for s in found if model in (None, s.model)})
+    if not models:
+        raise UserError(f"no schedules of model {model!r} under {schedules}.")
+    lookup = _store_lookup(store)
+    for name in models:
+        graph = import_model(name).graph
+        mine = [s for s in found if s.model == name and s.graph_fingerprint == graph.fingerprint]
+        cells = cross_evaluate(mine, graph, lookup or _no_lookup, _local_measures(name, graph, rounds))
+        settings = settings_of(mine)
+        table = Table("made for \\ run on", *(f"{d} bs{b}" for d, b in settings),
+                      title=f"{name}: latency in ms of the schedule made for X, run on Y")
+        wins = winners_hold(cells)
+        for made_for in settings:
+            row = []
+            for setting in settings:
+                cell = next(c for c in cells if c.made_for == made_for and c.run_on == setting)
+                text = "-" if cell.latency_ms is None else f"{cell.latency_ms:.3f}"
+                row.append(f"[bold]{text}[/bold]" if cell.own else text)
+            table.add_row(f"{made_for[0]} bs{made_for[1]}", *row)
+        console.print(table)
+        hows = sorted({c.how for c in cells})
+        console.print(f"cells are {', '.join(hows)}; own-setting schedule fastest on: "
+                      + ", ".join(f"{d} bs{b} {'yes' if wins[(d, b)] else 'NO'}" for d, b in settings))
+
+
+def _torch_device(label: str) -> "torch.device":
+    """A torch device from --device, with a clear error where this machine lacks it."""
+    import torch
+
+    try:
+        device = torch.device(label)
+    except RuntimeError:
+        raise UserError(f"--device must be cpu or cuda[:i], not {label!r}.") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {label!r} needs a CUDA GPU, and torch sees none on this machine.")
+    if device.type not in ("cpu", "cuda"):
+        raise UserError(f"--device must be cpu or cuda[:i], not {label!r}.")
+    return device
+
+
+def _store_lookup(path: Path):  # type: ignore[no-untyped-def]
+    """The store's lookup as a plain function, or None where there is no store yet (predictions are skipped)."""
+    if not path.exists():
+        return None
+    from ios_ray.store import LatencyStore
+
+    store = LatencyStore(path, create=False)
+    return lambda keys, fingerprint, batch: store.lookup(list(keys), fingerprint, batch)
+
+
+def _no_lookup(keys, fingerprint, batch):  # type: ignore[no-untyped-def]
+    return {}
+
+
+def _local_measures(model: str, graph, rounds: int):  # type: ignore[no-untyped-def]
+    """Measuring functions for the device labels this machine can run: cpu always, cuda where torch sees one."""
+    import torch
+
+    from ios_ray.runtime import Program, ScheduleRunner, measure_latency
+    from ios_ray.frontend import import_model
+
+    programs: dict[str, Program] = {}
+
+    def measure_on(device: str):  # type: ignore[no-untyped-def]
+        def measure(schedule, batch):  # type: ignore[no-untyped-def]
+            if device not in programs:
+                programs[device] = Program.from_imported(import_model(model), device)
+            runner = ScheduleRunner(programs[device], schedule, device)
+            x = torch.randn(batch, *graph.input_shape, device=device)
+            return measure_latency(runner, x, warmup=2, repeat=rounds, device=device)[0]
+        return measure
+
+    labels = {"cpu": measure_on("cpu")}
+    if torch.cuda.is_available():
+        labels["cuda"] = measure_on("cuda")
+    return labels
 
 
 def _mount_subcommands() -> None:

@@ -79,29 +79,54 @@ class SearchProgress(Protocol):
 
 def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchOutcome]:
     """Run a whole search; returns one outcome per (device, batch) and writes one schedule file for each."""
-    for label in request.devices:
-        parse_device(label)
     started = time.perf_counter()
+    for label in request.devices:
+        parse_device(label)  # an unknown label fails before anything slow starts
     graph = import_model(request.model).graph
     keys = StageKeys(graph)
     plan = plan_graph(graph, request.params, keys)
     progress.planned(graph, plan)
     store = LatencyStore(request.store)
-    with ray_session(request.address), _pool(request) as pool:
-        identities = pool.identities()
+    identities = _simulated_identities(request.devices)
+    if identities is not None:
         jobs, cached = _missing_jobs(store, plan, graph, request, identities)
+    if identities is None or any(j for by_batch in jobs.values() for j in by_batch.values()):
+        with ray_session(request.address), _pool(request) as pool:
+            identities = pool.identities()
+            jobs, cached = _missing_jobs(store, plan, graph, request, identities)
+            _measure(pool, store, jobs, cached, request, progress)
+    else:
         for label in request.devices:
-            progress.device_started(label, sum(len(j) for j in jobs[label].values()), cached[label])
-        flat = {label: [job for batch_jobs in by_batch.values() for job in batch_jobs] for label, by_batch in jobs.items()}
-        report = pool.measure(flat, lambda rows: store.put(rows_to_table(rows)), progress.advanced)
-        if report.interrupted:
-            raise KeyboardInterrupt
+            progress.device_started(label, 0, cached[label])
     return [
         _schedule_one(store, graph, keys, plan, request, identities[label], batch, len(jobs[label][batch]),
                       cached_by_batch, started)
         for label in request.devices
         for batch, cached_by_batch in _cached_per_batch(plan, jobs[label], request.batches).items()
     ]
+
+
+def _measure(
+    pool: DevicePool, store: LatencyStore, jobs: Mapping[str, Mapping[int, list[MeasureJob]]],
+    cached: Mapping[str, int], request: SearchRequest, progress: SearchProgress,
+) -> None:
+    """Measure every missing stage on all devices at once, storing each batch of rows as it arrives."""
+    for label in request.devices:
+        progress.device_started(label, sum(len(j) for j in jobs[label].values()), cached[label])
+    flat = {label: [job for batch_jobs in by_batch.values() for job in batch_jobs] for label, by_batch in jobs.items()}
+    report = pool.measure(flat, lambda rows: store.put(rows_to_table(rows)), progress.advanced)
+    if report.interrupted:
+        raise KeyboardInterrupt
+
+
+def _simulated_identities(devices: Sequence[str]) -> dict[str, DeviceIdentity] | None:
+    """Where every device is simulated, their identities computed here (no Ray needed to look up the store)."""
+    specs = [parse_device(label) for label in devices]
+    if not all(spec.simulated for spec in specs):
+        return None
+    from ios_ray.profiler.simulated import SimBackend
+
+    return {spec.label: SimBackend(spec).start() for spec in specs}
 
 
 @contextmanager

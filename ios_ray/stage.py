@@ -72,15 +72,20 @@ def can_merge(graph: Graph, unit_ids: Sequence[str]) -> bool:
 
 
 def merged_padding(units: Sequence[Unit]) -> tuple[int, int] | None:
-    """The padding of the merged conv of these convs, or None where their kernels cannot be centred together."""
+    """The padding of the merged conv of these convs, or None where their kernels cannot be centred together.
+
+    A kernel of size k zero-padded to K (centred) with dilation d moves its taps by d * (K - k) / 2, so each conv's
+    padding plus that shift must be the same for all of them.
+    """
     kernel = tuple(max(u.attrs["kernel"][d] for u in units) for d in (0, 1))
-    padding: set[tuple[int, int]] = set()
+    padding: set[tuple[int, ...]] = set()
     for unit in units:
         extra = [kernel[d] - unit.attrs["kernel"][d] for d in (0, 1)]
         if any(e % 2 for e in extra):
             return None
-        padding.add(tuple(unit.attrs["padding"][d] + extra[d] // 2 for d in (0, 1)))
-    return padding.pop() if len(padding) == 1 else None
+        dilation = unit.attrs["dilation"]
+        padding.add(tuple(unit.attrs["padding"][d] + dilation[d] * extra[d] // 2 for d in (0, 1)))
+    return padding.pop() if len(padding) == 1 else None  # type: ignore[return-value]
 
 
 class StageKeys:

@@ -107,12 +107,12 @@ class Program:
         """Build and import a zoo model or ``package.module:factory``, then bind it to ``device``."""
         return Program.from_imported(import_model(spec), device)
 
-    def value(self, value: Value, env: Env) -> torch.Tensor:
+    def value(self, value: Value, env: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Evaluate a unit input: the channel concat of parts, each the sum of the named outputs."""
         parts = [_sum([env[s] for s in part]) for part in value.parts]
         return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
 
-    def run_unit(self, unit_id: str, env: Env) -> torch.Tensor:
+    def run_unit(self, unit_id: str, env: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Run one unit on the outputs in ``env`` and return its output."""
         unit = self.graph.unit(unit_id)
         return self.fns[unit_id]([self.value(v, env) for v in unit.inputs])

@@ -1,0 +1,58 @@
+"""The Ray actor that measures stages on one device unit, and how it is started."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.actor import ActorHandle
+
+from ios_ray.devices import parse_device
+from ios_ray.errors import UserError
+from ios_ray.profiler.backends import Backend, make_backend
+from ios_ray.profiler.cluster import Placement
+from ios_ray.profiler.jobs import DeviceIdentity, MeasureJob
+
+
+@dataclass(frozen=True)
+class Hello:
+    """What an actor reports on start: who measures, or the one sentence saying why it cannot."""
+
+    label: str
+    identity: DeviceIdentity | None
+    problem: str | None = None
+
+
+class ProfilerActor:
+    """Measures stages on one device unit (one GPU, a node's CPUs, or one simulated GPU)."""
+
+    def __init__(self, label: str, warmup: int | None, repeat: int | None) -> None:
+        self.label = label
+        self.backend: Backend = make_backend(parse_device(label), warmup, repeat)
+
+    def hello(self) -> Hello:
+        """Check the device and fingerprint it; a device this torch cannot run is reported, not raised."""
+        try:
+            return Hello(self.label, self.backend.start())
+        except UserError as error:
+            return Hello(self.label, None, str(error))
+
+    def pid(self) -> int:
+        """This actor's process id (tests kill it to exercise recovery)."""
+        return os.getpid()
+
+    def measure(self, jobs: list[MeasureJob]) -> list[dict[str, Any]]:
+        """Measure a batch of stages, one after the other; their rows in order."""
+        return [self.backend.measure(job) for job in jobs]
+
+
+RemoteProfilerActor = ray.remote(ProfilerActor)
+
+
+def start_actor(placement: Placement, warmup: int | None, repeat: int | None, max_restarts: int) -> ActorHandle:
+    """Start one actor for a placement; Ray restarts it (same node) up to ``max_restarts`` times if it dies."""
+    return RemoteProfilerActor.options(  # type: ignore[attr-defined]
+        **placement.options(), max_restarts=max_restarts, max_task_retries=0
+    ).remote(placement.label, warmup, repeat)

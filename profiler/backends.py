@@ -1,0 +1,29 @@
+"""The one interface every measurement backend offers, and the factory that picks one for a device label."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ios_ray.devices import DeviceSpec
+from ios_ray.profiler.jobs import DeviceIdentity, MeasureJob
+
+
+class Backend(Protocol):
+    """Measures stages on one device unit; ``start`` raises UserError when the device is unusable here."""
+
+    def start(self) -> DeviceIdentity:
+        """Check the device, fingerprint it, and say who measures."""
+
+    def measure(self, job: MeasureJob) -> dict[str, Any]:
+        """Time one stage and return its latency row (the store's columns)."""
+
+
+def make_backend(spec: DeviceSpec, warmup: int | None = None, repeat: int | None = None) -> Backend:
+    """The backend for a device: the sim model for ``sim:`` labels, else real execution through the runtime."""
+    if spec.simulated:
+        from ios_ray.profiler.simulated import SimBackend
+
+        return SimBackend(spec, warmup, repeat)
+    from ios_ray.profiler.real import RealBackend
+
+    return RealBackend(spec, warmup, repeat)

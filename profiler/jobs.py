@@ -1,0 +1,83 @@
+"""Measurement jobs (what the driver sends out) and latency rows (what comes back, in the store's columns)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Literal, Mapping
+
+from ios_ray.ir import Graph
+from ios_ray.profiler.protocol import Timing
+from ios_ray.stage import Stage
+
+Source = Literal["measured", "simulated"]
+
+#: The columns of a latency row, exactly as the store holds them.
+ROW_COLUMNS: tuple[str, ...] = (
+    "stage_key", "device", "device_fingerprint", "device_info", "batch", "dtype", "strategy", "source",
+    "median_ms", "p10_ms", "p90_ms", "samples", "warmup", "repeat", "host", "measured_at", "stage", "model",
+)
+
+
+@dataclass(frozen=True)
+class MeasureJob:
+    """One stage to measure: its key and canonical description, the graph it comes from, batch and dtype.
+
+    ``model`` is the model spec the runtime builds the stage's callables from on the actor (a zoo name or
+    ``package.module:factory``); it is also stored with the row.
+    """
+
+    key: str
+    stage: Stage
+    description: str
+    graph: Graph
+    model: str
+    batch: int
+    dtype: str = "float32"
+
+    @property
+    def measurement(self) -> tuple[str, int, str]:
+        """What makes two jobs the same measurement on one device: stage key, batch and dtype."""
+        return (self.key, self.batch, self.dtype)
+
+
+@dataclass(frozen=True)
+class DeviceIdentity:
+    """Who measured: the device label, its fingerprint and info, the host, and whether it is simulated."""
+
+    label: str
+    fingerprint: str
+    info: Mapping[str, Any]
+    host: str
+    source: Source
+
+
+def local_identity(label: str, fingerprint: str, info: Mapping[str, Any], source: Source) -> DeviceIdentity:
+    """The identity of a device measured by this process, on this host."""
+    return DeviceIdentity(label, fingerprint, info, socket.gethostname(), source)
+
+
+def make_row(job: MeasureJob, timing: Timing, device: DeviceIdentity) -> dict[str, Any]:
+    """One latency row with exactly :data:`ROW_COLUMNS`."""
+    return {
+        "stage_key": job.key,
+        "device": device.label,
+        "device_fingerprint": device.fingerprint,
+        "device_info": json.dumps(dict(device.info), sort_keys=True),
+        "batch": job.batch,
+        "dtype": job.dtype,
+        "strategy": job.stage.strategy,
+        "source": device.source,
+        "median_ms": timing.median_ms,
+        "p10_ms": timing.p10_ms,
+        "p90_ms": timing.p90_ms,
+        "samples": timing.samples,
+        "warmup": timing.warmup,
+        "repeat": timing.repeat,
+        "host": device.host,
+        "measured_at": datetime.now(timezone.utc),
+        "stage": job.description,
+        "model": job.model,
+    }

@@ -1,0 +1,164 @@
+"""A pool of profiler actors for a set of device labels: start, fingerprint, measure, shut down.
+
+Two phases, so that the driver can skip what the store already holds::
+
+    pool = DevicePool.start(["v100", "sim:k80"])       # fails within seconds if no node offers a label
+    fingerprints = pool.fingerprints()                   # {label: fingerprint}, to look up in the store
+    report = pool.measure({label: missing_jobs}, on_rows, on_progress)
+    pool.shutdown()
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from typing import Any, Mapping, Sequence
+
+import ray
+from ray.actor import ActorHandle
+from ray.exceptions import RayActorError
+
+from ios_ray.devices import DeviceSpec, parse_device
+from ios_ray.errors import UserError
+from ios_ray.profiler.actors import Hello, start_actor
+from ios_ray.profiler.cluster import check_offered, live_nodes, plan_all
+from ios_ray.profiler.dispatch import Dispatcher, MeasureReport, ProgressCallback, RowsCallback, first_line
+from ios_ray.profiler.jobs import DeviceIdentity, MeasureJob
+
+#: Seconds to wait for a device's actors to start and fingerprint their device.
+START_TIMEOUT_S = 60.0
+
+
+class DevicePool:
+    """The started, fingerprinted actors of each device label (use :meth:`start`)."""
+
+    def __init__(self, actors: Mapping[str, list[tuple[ActorHandle, DeviceIdentity]]], max_restarts: int) -> None:
+        self._actors = {label: [actor for actor, _ in pairs] for label, pairs in actors.items()}
+        self._identities = {label: pairs[0][1] for label, pairs in actors.items()}
+        self._max_restarts = max_restarts
+
+    @classmethod
+    def start(
+        cls,
+        devices: Sequence[str],
+        *,
+        sim_actors: int = 2,
+        warmup: int | None = None,
+        repeat: int | None = None,
+        start_timeout: float = START_TIMEOUT_S,
+        max_restarts: int = 3,
+    ) -> "DevicePool":
+        """Start one actor per device unit of every label and wait for their fingerprints (Ray must be running)."""
+        if not ray.is_initialized():
+            raise UserError("Ray is not running; connect with ray.init(...) before starting a device pool.")
+        specs = list({spec.label: spec for spec in map(parse_device, devices)}.values())
+        if not specs:
+            raise UserError("no devices were given; pass at least one device label, e.g. cpu or sim:v100.")
+        nodes = live_nodes()
+        check_offered(specs, nodes)
+        actors = [(p.label, start_actor(p, warmup, repeat, max_restarts)) for p in plan_all(specs, nodes, sim_actors)]
+        try:
+            hellos = _greet(actors, specs, start_timeout)
+        except BaseException:
+            _kill([actor for _, actor in actors])
+            raise
+        return cls(hellos, max_restarts)
+
+    @property
+    def labels(self) -> list[str]:
+        """The device labels of the pool."""
+        return list(self._actors)
+
+    def fingerprints(self) -> dict[str, str]:
+        """The device fingerprint of every label (all actors of a label share it)."""
+        return {label: identity.fingerprint for label, identity in self._identities.items()}
+
+    def identities(self) -> dict[str, DeviceIdentity]:
+        """Fingerprint, device info, host and source of every label."""
+        return dict(self._identities)
+
+    def actors(self, label: str) -> list[ActorHandle]:
+        """The actors measuring one label."""
+        return list(self._actors[label])
+
+    def measure(
+        self,
+        jobs: Mapping[str, Sequence[MeasureJob]],
+        on_rows: RowsCallback,
+        on_progress: ProgressCallback | None = None,
+        batch_size: int | None = None,
+    ) -> MeasureReport:
+        """Measure each label's jobs on its actors, all labels in parallel; Ctrl-C shuts the pool down."""
+        dispatcher = Dispatcher(self._actors, on_rows, on_progress, self._max_restarts)
+        report = dispatcher.run(jobs, batch_size)
+        if report.interrupted:
+            self.shutdown()
+        return report
+
+    def shutdown(self) -> None:
+        """Kill every actor of the pool."""
+        _kill([actor for actors in self._actors.values() for actor in actors])
+        self._actors = {label: [] for label in self._actors}
+
+    def __enter__(self) -> "DevicePool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+
+def _greet(
+    actors: list[tuple[str, ActorHandle]], specs: Sequence[DeviceSpec], timeout: float
+) -> dict[str, list[tuple[ActorHandle, DeviceIdentity]]]:
+    """Wait for every actor's hello; fail on a reported problem or a label with no actor up in time."""
+    refs = {actor.hello.remote(): (label, actor) for label, actor in actors}
+    ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+    _kill([refs[ref][1] for ref in pending])
+    greeted: dict[str, list[tuple[ActorHandle, DeviceIdentity]]] = {spec.label: [] for spec in specs}
+    for ref in ready:
+        label, actor = refs[ref]
+        hello = _hello(ref, label)
+        if hello.identity is None:
+            raise UserError(hello.problem or f"an actor for device {label!r} could not identify its device.")
+        greeted[label].append((actor, hello.identity))
+    for label, pairs in greeted.items():
+        if not pairs:
+            raise UserError(
+                f"no actor for device {label!r} started within {timeout:.0f} s; the nodes that offer it are busy "
+                "or cannot place it: check `ray status` and try again."
+            )
+        greeted[label] = _same_fingerprint(label, pairs)
+    return greeted
+
+
+def _hello(ref: ray.ObjectRef, label: str) -> Hello:
+    """An actor's hello, or a Hello carrying the problem if the actor died while starting."""
+    try:
+        return ray.get(ref)
+    except RayActorError as error:
+        return Hello(label, None, f"an actor for device {label!r} died while starting: {first_line(error)}.")
+
+
+def _same_fingerprint(
+    label: str, pairs: list[tuple[ActorHandle, DeviceIdentity]]
+) -> list[tuple[ActorHandle, DeviceIdentity]]:
+    """Keep the actors of the most common fingerprint; kill the rest, with a warning."""
+    counts = Counter(identity.fingerprint for _, identity in pairs)
+    keep = min(counts, key=lambda fp: (-counts[fp], fp))
+    odd = [(actor, identity) for actor, identity in pairs if identity.fingerprint != keep]
+    if odd:
+        hosts = ", ".join(sorted({identity.host for _, identity in odd}))
+        warnings.warn(
+            f"{len(odd)} of {len(pairs)} actors of device {label!r} (on {hosts}) run a different device or "
+            "software than the others; measuring on the others only.",
+            stacklevel=3,
+        )
+        _kill([actor for actor, _ in odd])
+    return [(actor, identity) for actor, identity in pairs if identity.fingerprint == keep]
+
+
+def _kill(actors: Sequence[ActorHandle]) -> None:
+    """Kill actors for good (no restart)."""
+    for actor in actors:
+        ray.kill(actor, no_restart=True)
+

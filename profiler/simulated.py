@@ -1,0 +1,40 @@
+"""The sim backend: predicts a stage's latency with the sim model and takes as long as measuring it would."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ios_ray.devices import DeviceSpec, device_fingerprint
+from ios_ray.profiler.jobs import DeviceIdentity, MeasureJob, local_identity, make_row
+from ios_ray.profiler.protocol import Timing, resolve_protocol
+from ios_ray.profiler.sim import sim_parameters, stage_latency_ms
+
+#: Fixed host-side cost of measuring one stage (building inputs, compiling the stage), slept per stage.
+STAGE_OVERHEAD_S = 0.002
+
+
+class SimBackend:
+    """Simulated measurement on ``sim:<gpu>``: deterministic latencies, rows marked ``source='simulated'``."""
+
+    def __init__(self, spec: DeviceSpec, warmup: int | None = None, repeat: int | None = None) -> None:
+        if not spec.simulated or spec.gpu is None:
+            raise ValueError(f"{spec.label} is not a sim device")
+        self.spec = spec
+        self.gpu = spec.gpu
+        self.warmup, self.repeat = resolve_protocol(True, warmup, repeat)
+        self.identity: DeviceIdentity | None = None
+
+    def start(self) -> DeviceIdentity:
+        """Fingerprint the sim model for this GPU."""
+        fingerprint, info = device_fingerprint(self.spec, sim_params=sim_parameters(self.gpu))
+        self.identity = local_identity(self.spec.label, fingerprint, info, "simulated")
+        return self.identity
+
+    def measure(self, job: MeasureJob) -> dict[str, Any]:
+        """Predict the stage's latency, sleep as long as warmup and repeat runs would take, return the row."""
+        identity = self.identity or self.start()
+        latency = stage_latency_ms(job.graph, job.stage, job.batch, self.gpu, job.dtype)
+        time.sleep((self.warmup + self.repeat) * latency / 1e3 + STAGE_OVERHEAD_S)
+        timing = Timing(latency, latency, latency, self.repeat, self.warmup, self.repeat)
+        return make_row(job, timing, identity)

@@ -1,0 +1,82 @@
+"""Executing a whole schedule: stages in order, groups at once, merged convs, optionally as one CUDA graph.
+
+:class:`ScheduleRunner` compiles every stage once (:func:`~ios_ray.runtime.stages.compile_stage`) with lanes
+it owns (persistent worker threads on CPU, side streams on CUDA) and runs them in order. On CUDA consecutive
+stages chain through stream events only (no synchronisation in between), and by default the whole forward is
+captured into a CUDA graph per input shape (:class:`~ios_ray.runtime.cuda_graph.CapturedForward`).
+
+Memory stays close to sequential execution: the last stage that reads each output is found once, at compile
+time, and the output is dropped right after that stage (outputs the graph returns are kept to the end).
+
+A runner is inference-only (it runs without gradients) and serialises its calls with a lock, so it may be
+shared between threads; a call's input must live on the runner's device.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Sequence
+
+import torch
+
+from ios_ray.ir import GRAPH_INPUT, Graph
+from ios_ray.runtime.cuda_graph import CapturedForward
+from ios_ray.runtime.program import Program
+from ios_ray.runtime.stages import CompiledStage, compile_stage, make_lanes, resolve_device
+from ios_ray.schedule import Schedule, check_schedule
+from ios_ray.stage import Stage
+
+
+def release_plan(graph: Graph, stages: Sequence[Stage]) -> tuple[tuple[str, ...], ...]:
+    """For each stage, the outputs (and graph input) to drop once it has run: those no later stage reads."""
+    last: dict[str, int] = {}
+    for index, stage in enumerate(stages):
+        for unit_id in stage.units:
+            last.setdefault(unit_id, index)
+            for source in graph.unit(unit_id).sources:
+                last[source] = max(last.get(source, index), index)
+    kept = set(graph.output.sources)
+    plan: list[list[str]] = [[] for _ in stages]
+    for source, index in last.items():
+        if source not in kept:
+            plan[index].append(source)
+    return tuple(tuple(p) for p in plan)
+
+
+class ScheduleRunner:
+    """A schedule compiled for one program and device; calling it runs a forward pass on a batch."""
+
+    def __init__(
+        self, program: Program, schedule: Schedule, device: torch.device | str | None = None,
+        cuda_graph: bool | None = None,
+    ) -> None:
+        self.device = resolve_device(device if device is not None else program.device)
+        check_schedule(schedule, program.graph)
+        use_graph = self.device.type == "cuda" if cuda_graph is None else cuda_graph
+        if use_graph and self.device.type != "cuda":
+            raise ValueError(f"CUDA graphs need a CUDA device, not {self.device}; pass cuda_graph=False")
+        self.program = program
+        self.schedule = schedule
+        self.lanes = make_lanes(self.device)
+        self.stages: tuple[CompiledStage, ...] = tuple(
+            compile_stage(program, stage, self.device, self.lanes) for stage in schedule.stages
+        )
+        self._releases = release_plan(program.graph, schedule.stages)
+        self.captured = CapturedForward(self.run_stages, self.device) if use_graph else None
+        self._lock = threading.Lock()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """Run the forward pass on ``x`` (a batch on the runner's device)."""
+        if resolve_device(x.device) != self.device:
+            raise ValueError(f"the input is on {x.device} but this runner runs on {self.device}; move it there first")
+        with self._lock, torch.no_grad():
+            return self.captured(x) if self.captured is not None else self.run_stages(x)
+
+    def run_stages(self, x: torch.Tensor) -> torch.Tensor:
+        """Run the stages in order, dropping each output after its last reader (without a CUDA graph)."""
+        env = {GRAPH_INPUT: x}
+        for stage, release in zip(self.stages, self._releases):
+            env.update(stage(env))
+            for source in release:
+                del env[source]
+        return self.program.value(self.program.graph.output, env)

@@ -1,0 +1,71 @@
+"""The schedules a deployed model carries: reading them from files, and choosing one per device and batch size.
+
+Device rule: a ``cpu`` schedule runs on CPU tensors; on CUDA tensors every GPU label is accepted (``cuda``,
+``cuda:<i>``, a GPU name such as ``v100`` or ``h100``, and ``sim:<gpu>``, which is meant for that GPU), best
+first: the GPU's own name, then ``cuda``/``cuda:<i>``, then ``sim:`` of the GPU, then other GPU names, then
+other ``sim:`` GPUs. Batch rule, among the schedules of the best device rank: the input's batch size if
+scheduled, else the smallest scheduled batch above it, else the largest.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from ios_ray.devices import DeviceSpec, parse_device
+from ios_ray.errors import UserError
+from ios_ray.schedule import Schedule, read_schedule
+
+#: Ranks of labels on a CUDA tensor by (label kind, whether the label names this very GPU).
+_CUDA_RANKS = {("gpu", True): 0, ("cuda", False): 1, ("sim", True): 2, ("gpu", False): 3, ("sim", False): 4}
+
+
+def read_schedules(path: Path | str) -> dict[str, Schedule]:
+    """A schedule file, or every ``*.json`` under a folder (e.g. ``DIR/<model>/<device>/bs<batch>.json``), by file."""
+    path = Path(path)
+    if path.is_file():
+        return {str(path): read_schedule(path)}
+    if not path.is_dir():
+        raise UserError(f"no schedule file or folder at {path}; give the --out folder of ios-ray search.")
+    files = sorted(path.rglob("*.json"))
+    if not files:
+        raise UserError(f"no schedule files (*.json) under {path}; write some with ios-ray search --out {path}.")
+    return {str(f): read_schedule(f) for f in files}
+
+
+def device_rank(label: str, device_type: str, gpu_name: str | None = None) -> int | None:
+    """How well a schedule's device label fits a torch device type (lower is better), or None if it does not."""
+    spec = parse_device(label)
+    if device_type == "cpu":
+        return 0 if spec.kind == "cpu" else None
+    if device_type != "cuda" or spec.kind == "cpu":
+        return None
+    return _CUDA_RANKS[(spec.kind, _same_gpu(spec, gpu_name))]
+
+
+def pick_batch(batches: Iterable[int], batch: int) -> int:
+    """``batch`` if scheduled, else the smallest scheduled batch above it, else the largest scheduled batch."""
+    scheduled = sorted(set(batches))
+    if not scheduled:
+        raise ValueError("no scheduled batch sizes to pick from")
+    return next((b for b in scheduled if b >= batch), scheduled[-1])
+
+
+def select_schedule(
+    schedules: Sequence[Schedule], device_type: str, batch: int, gpu_name: str | None = None
+) -> Schedule | None:
+    """The schedule to run a batch on a device by the rules above, or None where no schedule fits the device."""
+    ranked = [(device_rank(s.device, device_type, gpu_name), s) for s in schedules]
+    fitting = [(rank, s) for rank, s in ranked if rank is not None]
+    if not fitting:
+        return None
+    best = min(rank for rank, _ in fitting)
+    candidates = [s for rank, s in fitting if rank == best]
+    chosen = pick_batch((s.batch for s in candidates), batch)
+    return next(s for s in candidates if s.batch == chosen)
+
+
+def _same_gpu(spec: DeviceSpec, gpu_name: str | None) -> bool:
+    """Whether a GPU or sim label names the GPU called ``gpu_name`` (False for ``cuda`` labels)."""
+    model = spec.gpu_model
+    return model is not None and gpu_name is not None and model.matches(gpu_name)

@@ -1,0 +1,202 @@
+"""ScheduledModule: an ``nn.Module`` that runs a model with the IOS schedule fitting each input's device and batch.
+
+It imports the wrapped module once (``ios_ray.frontend.import_module`` on a batch-1 random input of
+``input_shape``), checks every schedule against the imported graph, and in ``forward`` picks a schedule by the
+rules of :mod:`~ios_ray.runtime.schedule_set`. The chosen schedule runs through a
+:class:`~ios_ray.runtime.executor.ScheduleRunner`, built on first use per (schedule, device); where no schedule
+fits (another device, another per-sample shape) the original module runs eagerly, with a one-time warning per
+reason. In training mode the original module always runs: schedules are for inference. Schedules given as a
+list must all fit the graph; from a folder (such as the ``--out`` folder of ``ios-ray search``, which may hold
+other models too) those made for other graphs are left out, and finding none is an error.
+
+Runners snapshot the weights (batch-norm folded) when they are built. ``load_state_dict`` and moving the module
+(``.to()``, ``.cuda()``...) drop them; after changing weights in place, call :meth:`ScheduledModule.reset`.
+
+Saving: :meth:`ScheduledModule.save` writes a folder with the module's ``state_dict`` (``module.pt``), every
+schedule (``schedules/<i>.json``) and the input shape (``scheduled_module.json``); :meth:`ScheduledModule.load`
+rebuilds it around a fresh instance of the same architecture. ``state_dict()`` works as for any module (the
+wrapped module's entries under ``module.``), for those who keep schedules and weights apart.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from ios_ray.devices import parse_device
+from ios_ray.errors import UserError
+from ios_ray.frontend import import_module
+from ios_ray.ir import Graph
+from ios_ray.runtime.executor import ScheduleRunner
+from ios_ray.runtime.program import Program
+from ios_ray.runtime.schedule_set import read_schedules, select_schedule
+from ios_ray.runtime.stages import resolve_device
+from ios_ray.schedule import Schedule, check_schedule, save_schedule
+from ios_ray.zoo import ZOO
+
+SAVE_FORMAT = "ios-ray-scheduled-module"
+SAVE_VERSION = 1
+
+
+class ScheduledModule(nn.Module):
+    """``module`` run with the schedule that fits each input (eagerly where none does)."""
+
+    def __init__(
+        self, module: nn.Module, schedules: Sequence[Schedule] | str | Path,
+        input_shape: Sequence[int] | None = None, cuda_graph: bool | None = None,
+    ) -> None:
+        super().__init__()
+        self.module = module
+        folder = schedules if isinstance(schedules, (str, Path)) else None
+        found = _gather(schedules)
+        self.input_shape = tuple(input_shape) if input_shape is not None else _zoo_shape(found.values())
+        self._imported = import_module(module, _example(module, self.input_shape), type(module).__name__)
+        self.schedules = _checked(found, self.graph, folder)
+        self.cuda_graph = cuda_graph
+        self._programs: dict[torch.device, Program] = {}
+        self._runners: dict[tuple[int, torch.device], ScheduleRunner] = {}
+        self._warned: set[str] = set()
+        self.eval()
+
+    @property
+    def graph(self) -> Graph:
+        """The graph the module was imported into (the one every schedule was checked against)."""
+        return self._imported.graph
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Run the schedule chosen for ``x``'s device and batch size, or the original module where none fits."""
+        if self.training:
+            return self.module(x)
+        schedule = self.schedule_for(x)
+        if schedule is None:
+            return self.module(x)
+        return self._runner(schedule, x.device)(x)
+
+    def schedule_for(self, x: torch.Tensor) -> Schedule | None:
+        """The schedule ``forward`` runs for ``x``, or None (warning once per reason) where none fits."""
+        if tuple(x.shape[1:]) != self.input_shape:
+            self._warn_once(f"no schedule for inputs of shape {tuple(x.shape[1:])} (the schedules are for "
+                            f"{self.input_shape}); running the original module.")
+            return None
+        gpu_name = torch.cuda.get_device_name(x.device) if x.device.type == "cuda" else None
+        schedule = select_schedule(self.schedules, x.device.type, x.shape[0], gpu_name)
+        if schedule is None:
+            labels = sorted({s.device for s in self.schedules})
+            self._warn_once(f"no schedule fits device {x.device.type} (schedules are for {', '.join(labels)}); "
+                            "running the original module.")
+        return schedule
+
+    def reset(self) -> None:
+        """Drop the compiled runners, so the next forward rebuilds them from the module's current weights."""
+        self._programs.clear()
+        self._runners.clear()
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
+        """Load weights as ``nn.Module.load_state_dict`` does, then drop the runners built from the old ones."""
+        result = super().load_state_dict(state_dict, strict=strict, assign=assign)
+        self.reset()
+        return result
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "ScheduledModule":
+        self.reset()
+        return super()._apply(fn, recurse)
+
+    def save(self, path: str | Path) -> None:
+        """Write the module's weights, the schedules and the input shape into the folder ``path``."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        torch.save(self.module.state_dict(), path / "module.pt")
+        files = [path / "schedules" / f"{index}.json" for index in range(len(self.schedules))]
+        for stale in set((path / "schedules").glob("*.json")) - set(files):
+            stale.unlink()
+        for schedule, file in zip(self.schedules, files):
+            save_schedule(schedule, file)
+        meta = {"format": SAVE_FORMAT, "version": SAVE_VERSION, "input_shape": list(self.input_shape)}
+        (path / "scheduled_module.json").write_text(json.dumps(meta, indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path, module: nn.Module, cuda_graph: bool | None = None) -> "ScheduledModule":
+        """Rebuild a saved ScheduledModule around ``module``, a fresh instance of the saved architecture."""
+        path = Path(path)
+        meta = _read_meta(path)
+        try:
+            module.load_state_dict(torch.load(path / "module.pt", map_location="cpu", weights_only=True))
+        except (OSError, RuntimeError) as exc:
+            reason = str(exc).strip().splitlines()[0]
+            raise UserError(f"cannot load the weights in {path / 'module.pt'} into {type(module).__name__}: "
+                            f"{reason}; pass a module of the saved architecture.") from None
+        return cls(module, path / "schedules", tuple(meta["input_shape"]), cuda_graph)
+
+    def _runner(self, schedule: Schedule, device: torch.device) -> ScheduleRunner:
+        device = resolve_device(device)
+        key = (id(schedule), device)
+        runner = self._runners.get(key)
+        if runner is None:
+            program = self._programs.get(device)
+            if program is None:
+                program = self._programs[device] = Program.from_imported(self._imported, device)
+            runner = self._runners[key] = ScheduleRunner(program, schedule, device, self.cuda_graph)
+        return runner
+
+    def _warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            warnings.warn(message, stacklevel=3)
+
+
+def _gather(schedules: Sequence[Schedule] | str | Path) -> dict[str, Schedule]:
+    """The given schedules by a name for messages: their file, or their place in the list."""
+    if isinstance(schedules, (str, Path)):
+        return read_schedules(schedules)
+    found = {f"schedule {i} ({s.model}, {s.device}, batch {s.batch})": s for i, s in enumerate(schedules)}
+    if not found:
+        raise UserError("ScheduledModule needs at least one schedule; make them with ios-ray search.")
+    return found
+
+
+def _zoo_shape(schedules: Any) -> tuple[int, ...]:
+    """The zoo input shape of the schedules' model; UserError where they are not for one zoo model."""
+    models = sorted({s.model for s in schedules})
+    if len(models) == 1 and models[0] in ZOO:
+        return tuple(ZOO[models[0]].input_shape)
+    raise UserError(f"pass input_shape=(C, H, W): the schedules are for {', '.join(models)}, not one zoo model.")
+
+
+def _example(module: nn.Module, shape: tuple[int, ...]) -> torch.Tensor:
+    """A seeded batch-1 random input on the module's device (the global random state is left alone)."""
+    parameter = next(module.parameters(), None)
+    device = parameter.device if parameter is not None else torch.device("cpu")
+    return torch.randn(1, *shape, generator=torch.Generator().manual_seed(0)).to(device)
+
+
+def _checked(found: dict[str, Schedule], graph: Graph, folder: str | Path | None) -> tuple[Schedule, ...]:
+    """The schedules checked against the graph; from a folder, those made for other graphs are left out."""
+    if folder is not None:
+        found = {where: s for where, s in found.items() if s.graph_fingerprint == graph.fingerprint}
+        if not found:
+            raise UserError(f"no schedule under {folder} was made for this {graph.name} (graph fingerprint "
+                            f"{graph.fingerprint}); run ios-ray search for this model.")
+    for where, schedule in found.items():
+        check_schedule(schedule, graph, where)
+        parse_device(schedule.device)
+    return tuple(found.values())
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    """The saved ScheduledModule's metadata; UserError where the folder is not one."""
+    meta_file = path / "scheduled_module.json"
+    try:
+        meta = json.loads(meta_file.read_text())
+        if meta["format"] != SAVE_FORMAT or meta["version"] != SAVE_VERSION:
+            raise ValueError(f"format {meta['format']!r} version {meta['version']}")
+        return meta
+    except FileNotFoundError:
+        raise UserError(f"{path} is not a saved ScheduledModule (no {meta_file.name}); "
+                        "write one with ScheduledModule.save.") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{meta_file} is not valid ScheduledModule metadata ({exc}); save the module again.") from None

@@ -1,0 +1,158 @@
+"""Compiling one stage into the callable that the runtime executes and the profiler times.
+
+``compile_stage(program, stage, device)`` returns a :class:`CompiledStage`: called on an env (source id, i.e.
+unit id or ``"@input"``, to tensor) it returns the outputs of the stage's units. Variants:
+
+* a ``concurrent`` stage of one group runs inline, on the caller's thread and CUDA stream;
+* a ``concurrent`` stage of several groups runs each group at once: on CUDA on its own side stream
+  (:mod:`~ios_ray.runtime.streams`), on CPU on a persistent worker thread (:mod:`~ios_ray.runtime.workers`);
+* a ``merge`` stage runs its convs as one merged conv (:mod:`~ios_ray.runtime.merge`), inline.
+
+Units inside a group run one after another through ``program.run_unit``, so outputs equal sequential execution.
+Where the threads or streams come from is a *lanes* object (a :class:`WorkerPool` or a :class:`StreamPool`)
+that the caller owns and shares between the stages it compiles; without one, a stage gets lanes of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Protocol
+
+import torch
+
+from ios_ray.errors import UserError
+from ios_ray.ir import Value
+from ios_ray.runtime.merge import MergedConv, merge_convs
+from ios_ray.runtime.program import Env, Program
+from ios_ray.runtime.streams import StreamPool
+from ios_ray.runtime.workers import WorkerPool
+from ios_ray.stage import Stage
+
+Lanes = WorkerPool | StreamPool
+
+
+class CompiledStage(Protocol):
+    """A stage ready to run: calling it on an env returns the outputs of its units."""
+
+    @property
+    def stage(self) -> Stage:
+        """The stage this was compiled from."""
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The sources (unit ids or ``"@input"``) the stage reads from outside itself."""
+
+    def __call__(self, env: Mapping[str, torch.Tensor]) -> Env:
+        """Run the stage on the outputs in ``env`` (every id in :attr:`inputs` must be there)."""
+
+
+class _Launcher(Protocol):
+    def run(self, groups: tuple["GroupRun", ...], env: Mapping[str, torch.Tensor]) -> Env: ...
+
+
+@dataclass(frozen=True)
+class GroupRun:
+    """The units of one group, run one after another; ``inputs`` are the sources it reads from outside itself."""
+
+    program: Program
+    units: tuple[str, ...]
+    inputs: tuple[str, ...]
+
+    def __call__(self, env: Mapping[str, torch.Tensor]) -> Env:
+        """Run the group's units in order and return all their outputs."""
+        scope = {source: env[source] for source in self.inputs}
+        for unit_id in self.units:
+            scope[unit_id] = self.program.run_unit(unit_id, scope)
+        return {unit_id: scope[unit_id] for unit_id in self.units}
+
+    @staticmethod
+    def of(program: Program, units: tuple[str, ...]) -> "GroupRun":
+        """The group of these units (in execution order)."""
+        inside = set(units)
+        sources = (s for u in units for s in program.graph.unit(u).sources if s not in inside)
+        return GroupRun(program, units, tuple(dict.fromkeys(sources)))
+
+
+@dataclass(frozen=True)
+class InlineStage:
+    """A one-group concurrent stage: runs on the caller's thread and stream."""
+
+    stage: Stage
+    group: GroupRun
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The sources the stage reads."""
+        return self.group.inputs
+
+    def __call__(self, env: Mapping[str, torch.Tensor]) -> Env:
+        """Run the stage's only group."""
+        return self.group(env)
+
+
+@dataclass(frozen=True)
+class ParallelStage:
+    """A concurrent stage of several groups, each on its own worker thread (CPU) or side stream (CUDA)."""
+
+    stage: Stage
+    groups: tuple[GroupRun, ...]
+    launcher: _Launcher
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The sources the stage reads."""
+        return tuple(dict.fromkeys(s for g in self.groups for s in g.inputs))
+
+    def __call__(self, env: Mapping[str, torch.Tensor]) -> Env:
+        """Run every group at once and return all their outputs."""
+        return self.launcher.run(self.groups, env)
+
+
+@dataclass(frozen=True)
+class MergeStage:
+    """A merge stage: its convs run as one merged conv on their shared input."""
+
+    stage: Stage
+    program: Program
+    input: Value
+    merged: MergedConv
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The sources the stage reads."""
+        return self.input.sources
+
+    def __call__(self, env: Mapping[str, torch.Tensor]) -> Env:
+        """Run the merged conv on the shared input; one output slice per unit."""
+        return self.merged(self.program.value(self.input, env))
+
+
+def resolve_device(device: torch.device | str) -> torch.device:
+    """The device with its index filled in for CUDA (``cuda`` is the current GPU), so devices compare reliably."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def make_lanes(device: torch.device) -> Lanes:
+    """Fresh lanes for a device: side streams on CUDA, worker threads elsewhere."""
+    return StreamPool(device) if device.type == "cuda" else WorkerPool()
+
+
+def compile_stage(program: Program, stage: Stage, device: torch.device, lanes: Lanes | None = None) -> CompiledStage:
+    """Compile a stage of ``program`` (bound to ``device``) into its callable; ``lanes`` are shared if given."""
+    device = resolve_device(device)
+    if device != resolve_device(program.device):
+        raise ValueError(f"the program is bound to {program.device}, not {device}; build it for {device}")
+    if stage.strategy == "merge":
+        if any(len(g) != 1 for g in stage.groups):
+            raise UserError(f"merge stage {[list(g) for g in stage.groups]} must have one conv per group.")
+        units = stage.units
+        return MergeStage(stage, program, program.graph.unit(units[0]).inputs[0], merge_convs(program, units))
+    groups = tuple(GroupRun.of(program, tuple(g)) for g in stage.groups)
+    if len(groups) == 1:
+        return InlineStage(stage, groups[0])
+    lanes = lanes if lanes is not None else make_lanes(device)
+    launcher = lanes.fork(len(groups)) if isinstance(lanes, StreamPool) else lanes.team(len(groups))
+    return ParallelStage(stage, groups, launcher)

@@ -1,0 +1,87 @@
+"""Timing on a device: one sample, a run of samples after a warm-up, and their median, p10 and p90 in ms.
+
+This is the one timing protocol of ios-ray: the profiler times stages with it and ``ios-ray run``/``bench`` time
+whole models with it (it lives in the runtime because the runtime may not import the profiler).
+
+* On a GPU a sample is the time between two CUDA events on the current stream, synchronised on the end event
+  only, so nothing inside the timed call is forced to wait for the device.
+* On a CPU a sample is a ``time.perf_counter_ns`` interval. With ``flush_cache`` each sample starts after a
+  64 MiB buffer has been written: inside a forward pass a stage finds its weights and inputs evicted by the
+  stages before it, and timing it with a warm cache predicts the pass about 10-25% too fast on these CPUs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+_FLUSH_BYTES = 64 * 1024 * 1024
+_flush_buffer: torch.Tensor | None = None
+
+
+def sample_ms(fn: Callable[[], object], device: torch.device) -> float:
+    """Time one call of ``fn`` on ``device`` in ms."""
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
+    begin = time.perf_counter_ns()
+    fn()
+    return (time.perf_counter_ns() - begin) / 1e6
+
+
+def samples_ms(
+    fn: Callable[[], object], device: torch.device | str, warmup: int, repeat: int, flush_cache: bool = False
+) -> list[float]:
+    """``warmup`` untimed calls, then ``repeat`` timed ones (each after a CPU cache flush if asked); ms each."""
+    if repeat < 1 or warmup < 0:
+        raise ValueError(f"need repeat >= 1 and warmup >= 0, got repeat={repeat}, warmup={warmup}")
+    device = torch.device(device)
+    flush = flush_cache and device.type == "cpu"
+    with torch.inference_mode():
+        for _ in range(warmup):
+            fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        samples = []
+        for _ in range(repeat):
+            if flush:
+                flush_cpu_cache()
+            samples.append(sample_ms(fn, device))
+    return samples
+
+
+def flush_cpu_cache() -> None:
+    """Write a buffer larger than the last-level cache, evicting whatever the next call will read."""
+    global _flush_buffer
+    if _flush_buffer is None:
+        _flush_buffer = torch.zeros(_FLUSH_BYTES // 4)
+    _flush_buffer.add_(1.0)
+
+
+def summary_ms(samples: list[float]) -> tuple[float, float, float]:
+    """(median, p10, p90) of samples, interpolating linearly between neighbours."""
+    ordered = sorted(samples)
+    return statistics.median(ordered), percentile(ordered, 0.1), percentile(ordered, 0.9)
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """The q-quantile (0..1) of sorted values, interpolating linearly between neighbours."""
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def measure_latency(
+    fn: Callable[[torch.Tensor], object], x: torch.Tensor, warmup: int, repeat: int, device: torch.device | str
+) -> tuple[float, float, float]:
+    """Call ``fn(x)`` ``warmup`` times untimed, then ``repeat`` times timed; returns (median, p10, p90) in ms."""
+    return summary_ms(samples_ms(lambda: fn(x), device, warmup, repeat))

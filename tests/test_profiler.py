@@ -1,0 +1,175 @@
+"""The timing protocol, latency rows, the real backend, and dispatch to actors on the local Ray."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+from typing import Any
+
+import pytest
+import ray
+import torch
+
+from ios_ray.devices import parse_device
+from ios_ray.errors import UserError
+from ios_ray.frontend import import_model
+from ios_ray.ir import Graph
+from ios_ray.profiler import ROW_COLUMNS, DevicePool, MeasureJob
+from ios_ray.profiler.protocol import DEFAULT_PROTOCOL, Timing
+from ios_ray.profiler.real import RealBackend, random_inputs
+from ios_ray.profiler.timing import time_callable
+from ios_ray.stage import Stage, StageKeys
+from ios_ray.store.schema import STORE_SCHEMA, conform, rows_to_table
+
+def jobs_for(graph: Graph, batches: tuple[int, ...] = (1, 8), model: str = "test") -> list[MeasureJob]:
+    """Every single-unit stage, the heads as one concurrent stage, and a chain, at each batch size."""
+    keys = StageKeys(graph)
+    stages = [Stage("concurrent", ((u.id,),)) for u in graph.units]
+    stages += [Stage("concurrent", (("b1",), ("b7a",), ("bda",), ("bp",))), Stage("concurrent", (("b7a", "b7b"),))]
+    return [MeasureJob(keys.key(s), s, keys.describe_json(s), graph, model, b) for s in stages for b in batches]
+
+
+def test_timing_protocol_orders_and_counts() -> None:
+    calls = []
+    x = torch.randn(32, 32)
+    timing = time_callable(lambda: calls.append(x @ x), "cpu", warmup=2, repeat=7)
+    assert len(calls) == 9
+    assert timing.samples == timing.repeat == 7 and timing.warmup == 2
+    assert 0 < timing.p10_ms <= timing.median_ms <= timing.p90_ms
+
+
+def test_timing_defaults_and_bad_counts() -> None:
+    timing = time_callable(lambda: None, torch.device("cpu"))
+    assert (timing.warmup, timing.repeat) == DEFAULT_PROTOCOL["cpu"]
+    assert DEFAULT_PROTOCOL["gpu"][1] > DEFAULT_PROTOCOL["cpu"][1]
+    with pytest.raises(ValueError):
+        time_callable(lambda: None, "cpu", repeat=0)
+
+
+def test_timing_summary() -> None:
+    timing = Timing.of_samples([5.0, 1.0, 3.0, 2.0, 4.0], warmup=1)
+    assert (timing.median_ms, timing.p10_ms, timing.p90_ms, timing.samples) == (3.0, 1.4, 4.6, 5)
+
+
+def test_random_inputs_cover_external_sources(small_graph: Graph) -> None:
+    stage = Stage("concurrent", (("b7b", "b7c"), ("b1",)))
+    env = random_inputs(small_graph, stage, 4, torch.float32, torch.device("cpu"))
+    assert set(env) == {"b7a", "@input"}
+    assert env["b7a"].shape == (4, 128, 17, 17) and env["@input"].shape == (4, 768, 17, 17)
+    assert all(t.count_nonzero() == t.numel() for t in env.values())
+    assert 0.9 < float(env["@input"].std()) < 1.1
+
+
+def test_real_backend_measures_a_cpu_stage() -> None:
+    graph = import_model("squeezenet").graph
+    block = graph.blocks[1]
+    stage = Stage("concurrent", ((block.units[0],),))
+    keys = StageKeys(graph)
+    backend = RealBackend(parse_device("cpu"), warmup=1, repeat=3)
+    identity = backend.start()
+    row = backend.measure(MeasureJob(keys.key(stage), stage, keys.describe_json(stage), graph, "squeezenet", 2))
+    assert tuple(row) == ROW_COLUMNS
+    assert row["source"] == "measured" and row["device_fingerprint"] == identity.fingerprint
+    assert 0 < row["p10_ms"] <= row["median_ms"] <= row["p90_ms"] and row["samples"] == 3
+
+
+def test_pool_measures_every_job_once(ray_local: None, small_graph: Graph) -> None:
+    jobs = jobs_for(small_graph)
+    rows: list[dict[str, Any]] = []
+    progress: dict[str, list[tuple[int, int]]] = {}
+    with DevicePool.start(["sim:v100", "sim:a100"], warmup=1, repeat=2) as pool:
+        fingerprints = pool.fingerprints()
+        assert len(pool.actors("sim:v100")) == 2
+        report = pool.measure(
+            {"sim:v100": jobs, "sim:a100": jobs + jobs[:5]}, rows.extend,
+            lambda device, done, total: progress.setdefault(device, []).append((done, total)),
+        )
+    unique = {job.measurement for job in jobs}
+    assert report.complete and report.done == report.total == {"sim:v100": len(unique), "sim:a100": len(unique)}
+    for device in ("sim:v100", "sim:a100"):
+        measured = [(r["stage_key"], r["batch"], r["dtype"]) for r in rows if r["device"] == device]
+        assert sorted(measured) == sorted(unique)
+        steps = progress[device]
+        assert steps[0] == (0, len(unique)) and steps[-1] == (len(unique), len(unique))
+        assert [done for done, _ in steps] == sorted(done for done, _ in steps)
+    assert all(tuple(r) == ROW_COLUMNS and r["source"] == "simulated" for r in rows)
+    assert all(r["device_fingerprint"] == fingerprints[r["device"]] for r in rows)
+
+
+def test_rows_fit_the_store_schema(ray_local: None, small_graph: Graph) -> None:
+    assert ROW_COLUMNS == tuple(STORE_SCHEMA.names)
+    rows: list[dict[str, Any]] = []
+    with DevicePool.start(["sim:2080ti"], warmup=0, repeat=1) as pool:
+        pool.measure({"sim:2080ti": jobs_for(small_graph)[:6]}, rows.extend)
+    assert conform(rows_to_table(rows)).num_rows == 6
+
+
+def test_cpu_pool_measures_for_real(ray_local: None) -> None:
+    graph = import_model("squeezenet").graph
+    keys = StageKeys(graph)
+    stages = [Stage("concurrent", ((u,),)) for u in graph.blocks[1].units]
+    jobs = [MeasureJob(keys.key(s), s, keys.describe_json(s), graph, "squeezenet", 1) for s in stages]
+    rows: list[dict[str, Any]] = []
+    with DevicePool.start(["cpu"], warmup=1, repeat=2) as pool:
+        assert pool.identities()["cpu"].info["threads"] == ray.cluster_resources()["CPU"]
+        report = pool.measure({"cpu": jobs}, rows.extend)
+    assert report.complete and {r["source"] for r in rows} == {"measured"} and len(rows) == len(jobs)
+
+
+def test_ctrl_c_returns_what_was_finished(ray_local: None, small_graph: Graph) -> None:
+    rows: list[dict[str, Any]] = []
+
+    def interrupt_after_four(device: str, done: int, total: int) -> None:
+        if done >= 4:
+            raise KeyboardInterrupt
+
+    pool = DevicePool.start(["sim:h100"], warmup=1, repeat=2)
+    actors = pool.actors("sim:h100")
+    jobs = jobs_for(small_graph, (1, 8, 32, 128))
+    report = pool.measure({"sim:h100": jobs}, rows.extend, interrupt_after_four, batch_size=2)
+    assert report.interrupted and not report.complete
+    assert report.done["sim:h100"] == len(rows) == 4 < report.total["sim:h100"]
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(actors[0].pid.remote(), timeout=30)
+
+
+def test_unknown_and_unoffered_devices_fail_fast(ray_local: None) -> None:
+    start = time.monotonic()
+    with pytest.raises(UserError, match="known devices"):
+        DevicePool.start(["cpu", "p100"])
+    with pytest.raises(UserError) as error:
+        DevicePool.start(["sim:v100", "k80"])
+    assert str(error.value) == "no node offers device 'k80'; this cluster offers: cpu, sim:*."
+    with pytest.raises(UserError, match="cuda"):
+        DevicePool.start(["cuda:0"])
+    assert time.monotonic() - start < 10
+
+
+def test_jobs_for_devices_without_actors_are_refused(ray_local: None, small_graph: Graph) -> None:
+    with DevicePool.start(["sim:v100"], sim_actors=1) as pool:
+        with pytest.raises(UserError, match="sim:k80"):
+            pool.measure({"sim:k80": jobs_for(small_graph)}, lambda rows: None)
+
+
+def test_a_stage_error_in_an_actor_is_one_sentence(ray_local: None, small_graph: Graph) -> None:
+    jobs = [dataclasses.replace(job, dtype="float16") for job in jobs_for(small_graph)[:2]]
+    with DevicePool.start(["sim:v100"], sim_actors=1) as pool:
+        with pytest.raises(UserError, match="float32 only"):
+            pool.measure({"sim:v100": jobs}, lambda rows: None)
+
+
+def test_a_device_whose_actors_all_die_is_reported(ray_local: None, small_graph: Graph) -> None:
+    rows: list[dict[str, Any]] = []
+    with DevicePool.start(["sim:v100"], sim_actors=1, max_restarts=0) as pool:
+        pid = ray.get(pool.actors("sim:v100")[0].pid.remote())
+
+        def kill_after_first(batch: list[dict[str, Any]]) -> None:
+            if not rows:
+                os.kill(pid, signal.SIGKILL)
+            rows.extend(batch)
+
+        with pytest.raises(UserError, match="every actor of 'sim:v100' died") as error:
+            pool.measure({"sim:v100": jobs_for(small_graph, (1, 8, 32))}, kill_after_first, batch_size=2)
+    assert len(rows) >= 2 and "run the search again" in str(error.value)

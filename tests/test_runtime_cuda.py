@@ -1,0 +1,102 @@
+"""The runtime on a GPU: groups on side streams, stages chained by events, whole forwards as CUDA graphs.
+
+Skipped without CUDA. TF32 is turned off so that fp32 results can be compared at a relative error of 1e-5.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+import torch
+
+from ios_ray.frontend import import_module
+from ios_ray.ir import GRAPH_INPUT
+from ios_ray.runtime import Program, ScheduledModule, ScheduleRunner, compile_stage, make_lanes, measure_latency
+from ios_ray.runtime.stages import ParallelStage
+from ios_ray.runtime.streams import StreamFork
+from ios_ray.tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, randomise_batch_norms, tiny
+from ios_ray.zoo import ZOO
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+SHAPE = Tiny.input_shape
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((actual - expected).abs().max() / expected.abs().max()).item()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def exact_fp32() -> Iterator[None]:
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+@pytest.fixture(scope="module")
+def program() -> Program:
+    return Program.from_imported(import_module(tiny(), torch.randn(1, *SHAPE)), "cuda")
+
+
+def test_parallel_groups_run_on_side_streams_and_equal_sequential(program: Program) -> None:
+    x = torch.randn(4, *SHAPE, device="cuda")
+    expected = program.run(x)
+    lanes = make_lanes(torch.device("cuda"))
+    env = {GRAPH_INPUT: x}
+    stages = [compile_stage(program, s, torch.device("cuda"), lanes) for s in make_schedule(
+        program.graph, BUILDERS["ios_like"], 4).stages]
+    parallel = [s for s in stages if isinstance(s, ParallelStage)]
+    assert parallel and all(isinstance(s.launcher, StreamFork) for s in parallel)
+    caller = torch.cuda.current_stream()
+    assert all(caller != stream for s in parallel for stream in s.launcher.streams)
+    for stage in stages:
+        env.update(stage(env))
+    actual = program.value(program.graph.output, env)
+    assert relative_error(actual, expected) <= 1e-5
+
+
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_runner_equals_sequential_on_the_callers_stream(program: Program, cuda_graph: bool) -> None:
+    runner = ScheduleRunner(program, make_schedule(program.graph, BUILDERS["ios_like"], 4), "cuda", cuda_graph)
+    stream = torch.cuda.Stream()
+    for batch in (4, 4, 1):
+        x = torch.randn(batch, *SHAPE, device="cuda")
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            actual = runner(x)
+            expected = program.run(x)
+        torch.cuda.current_stream().wait_stream(stream)
+        assert relative_error(actual, expected) <= 1e-5
+
+
+def test_cuda_graphs_are_captured_per_input_shape(program: Program) -> None:
+    runner = ScheduleRunner(program, make_schedule(program.graph, BUILDERS["greedy"], 2), "cuda")
+    assert runner.captured is not None
+    first = torch.randn(2, *SHAPE, device="cuda")
+    kept = runner(first)
+    runner(torch.randn(2, *SHAPE, device="cuda"))
+    assert len(runner.captured.captured_shapes) == 1
+    assert relative_error(kept, program.run(first)) <= 1e-5
+    runner(torch.randn(3, *SHAPE, device="cuda"))
+    assert len(runner.captured.captured_shapes) == 2
+
+
+@pytest.mark.parametrize("label", ["cuda", "sim:v100"])
+def test_scheduled_inception_equals_eager_on_cuda(label: str) -> None:
+    torch.manual_seed(0)
+    model = randomise_batch_norms(ZOO["inception_v3"].build()).cuda()
+    graph = import_module(model, torch.randn(1, 3, 299, 299, device="cuda")).graph
+    schedules = [make_schedule(graph, BUILDERS["ios_like"], b, device=label, model="inception_v3") for b in (1, 4)]
+    scheduled = ScheduledModule(model, schedules)
+    for batch in (1, 4):
+        x = torch.randn(batch, 3, 299, 299, device="cuda")
+        with torch.no_grad():
+            assert relative_error(scheduled(x), model(x)) <= 1e-5
+
+
+def test_measure_latency_on_cuda(program: Program) -> None:
+    runner = ScheduleRunner(program, make_schedule(program.graph, BUILDERS["sequential"], 1), "cuda")
+    median, p10, p90 = measure_latency(runner, torch.randn(1, *SHAPE, device="cuda"), 2, 5, "cuda")
+    assert 0 < p10 <= median <= p90

@@ -1,0 +1,34 @@
+"""The runtime imports torch and ios_ray core only: deploying a schedule never loads ray, duckdb or pyarrow."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import torch
+    from ios_ray.frontend import import_module
+    from ios_ray.runtime import ScheduledModule, measure_latency
+    from ios_ray.schedule import BlockSchedule, Schedule
+    from ios_ray.stage import Stage
+    from ios_ray.zoo import ZOO
+
+    model = ZOO["squeezenet"].build()
+    graph = import_module(model, torch.randn(1, 3, 224, 224)).graph
+    blocks = tuple(
+        BlockSchedule(b.index, tuple(Stage("concurrent", ((u,),)) for u in b.units)) for b in graph.blocks
+    )
+    scheduled = ScheduledModule(model, [Schedule("squeezenet", graph.fingerprint, "cpu", 1, blocks)])
+    measure_latency(scheduled, torch.randn(1, 3, 224, 224), 1, 1, "cpu")
+    print(sorted(m for m in ("ray", "duckdb", "pyarrow") if m in sys.modules))
+    """
+)
+
+
+def test_runtime_leaves_ray_duckdb_and_pyarrow_unloaded() -> None:
+    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"

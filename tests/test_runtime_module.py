@@ -1,0 +1,157 @@
+"""ScheduledModule: checking schedules, choosing one per device and batch, eager fallback, saving and loading."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from ios_ray.errors import UserError
+from ios_ray.frontend import import_module
+from ios_ray.ir import Graph
+from ios_ray.runtime import ScheduledModule, device_rank, pick_batch, read_schedules, select_schedule
+from ios_ray.schedule import Schedule, save_schedule
+from ios_ray.tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
+from ios_ray.zoo import ZOO
+
+SHAPE = Tiny.input_shape
+
+
+@pytest.fixture(scope="module")
+def graph() -> Graph:
+    return import_module(tiny(), torch.randn(1, *SHAPE)).graph
+
+
+def schedules_for(graph: Graph, device: str, batches: tuple[int, ...], strategy: str = "ios_like") -> list[Schedule]:
+    return [make_schedule(graph, BUILDERS[strategy], b, device=device) for b in batches]
+
+
+def eager(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return module(x)
+
+
+def test_pick_batch_takes_the_batch_else_the_next_larger_else_the_largest() -> None:
+    assert [pick_batch([1, 8, 32], b) for b in (1, 2, 8, 9, 33)] == [1, 8, 8, 32, 32]
+    assert pick_batch([16], 1) == 16
+
+
+def test_device_rank_accepts_gpu_labels_on_cuda_only() -> None:
+    assert device_rank("cpu", "cpu") == 0 and device_rank("v100", "cpu") is None
+    assert device_rank("cpu", "cuda") is None and device_rank("cuda", "mps") is None
+    name = "NVIDIA H100 80GB HBM3"
+    ranks = [device_rank(label, "cuda", name) for label in ("h100", "cuda", "cuda:1", "sim:h100", "v100", "sim:v100")]
+    assert ranks == [0, 1, 1, 2, 3, 4]
+
+
+def test_select_schedule_prefers_the_device_then_picks_the_batch(graph: Graph) -> None:
+    pool = schedules_for(graph, "cpu", (1, 8)) + schedules_for(graph, "sim:v100", (4,)) + \
+        schedules_for(graph, "cuda", (2,))
+    assert select_schedule(pool, "cpu", 4).batch == 8 and select_schedule(pool, "cpu", 64).batch == 8
+    assert select_schedule(pool, "cuda", 1, "Tesla V100-SXM2-16GB").device == "cuda"
+    assert select_schedule(pool[:3], "cuda", 1, "Tesla V100-SXM2-16GB").device == "sim:v100"
+    assert select_schedule(pool[:2], "cuda", 1) is None
+
+
+def test_forward_runs_the_schedule_for_the_batch_and_equals_eager(graph: Graph) -> None:
+    model = tiny()
+    scheduled = ScheduledModule(model, schedules_for(graph, "cpu", (1, 4, 8)), input_shape=SHAPE)
+    for batch, chosen in ((1, 1), (3, 4), (8, 8), (9, 8)):
+        x = torch.randn(batch, *SHAPE)
+        assert scheduled.schedule_for(x).batch == chosen
+        torch.testing.assert_close(scheduled(x), eager(model, x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_schedule_for_another_graph_is_a_user_error(graph: Graph) -> None:
+    foreign = schedules_for(import_module(ZOO["squeezenet"].build(), torch.randn(1, 3, 224, 224)).graph, "cpu", (1,))
+    with pytest.raises(UserError, match=r"^schedule 0 \(test, cpu, batch 1\) was made for another graph"):
+        ScheduledModule(tiny(), foreign, input_shape=SHAPE)
+
+
+def test_a_folder_keeps_the_schedules_of_this_graph_only(graph: Graph, tmp_path: Path) -> None:
+    other = Schedule("other", "0" * 24, "cpu", 1, ())
+    save_schedule(other, tmp_path / "other" / "cpu" / "bs1.json")
+    with pytest.raises(UserError, match="no schedule under .* was made for this Tiny"):
+        ScheduledModule(tiny(), tmp_path, input_shape=SHAPE)
+    for schedule in schedules_for(graph, "cpu", (1, 4)):
+        save_schedule(schedule, tmp_path / "tiny" / "cpu" / f"bs{schedule.batch}.json")
+    scheduled = ScheduledModule(tiny(), tmp_path, input_shape=SHAPE)
+    assert sorted(s.batch for s in scheduled.schedules) == [1, 4]
+
+
+def test_a_corrupt_schedule_file_is_a_user_error_naming_it(graph: Graph, tmp_path: Path) -> None:
+    save_schedule(schedules_for(graph, "cpu", (1,))[0], tmp_path / "good.json")
+    bad = tmp_path / "tiny" / "cpu" / "bs4.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"format": "ios-ray-schedule", "version": 1, "model": ')
+    with pytest.raises(UserError, match=f"^{bad} is not a valid ios-ray schedule"):
+        ScheduledModule(tiny(), tmp_path, input_shape=SHAPE)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="no schedule files"):
+        read_schedules(tmp_path / "empty")
+    with pytest.raises(UserError, match="no schedule file or folder"):
+        read_schedules(tmp_path / "missing")
+
+
+def test_an_unknown_device_label_is_a_user_error(graph: Graph) -> None:
+    with pytest.raises(UserError, match="unknown device 'tpu'"):
+        ScheduledModule(tiny(), schedules_for(graph, "tpu", (1,)), input_shape=SHAPE)
+
+
+def test_the_input_shape_comes_from_the_zoo_or_must_be_given(graph: Graph) -> None:
+    with pytest.raises(UserError, match=r"pass input_shape=\(C, H, W\)"):
+        ScheduledModule(tiny(), schedules_for(graph, "cpu", (1,)))
+    with pytest.raises(UserError, match="at least one schedule"):
+        ScheduledModule(tiny(), [], input_shape=SHAPE)
+
+
+def test_no_fitting_schedule_runs_eager_and_warns_once(graph: Graph) -> None:
+    model = tiny()
+    scheduled = ScheduledModule(model, schedules_for(graph, "v100", (1,)), input_shape=SHAPE)
+    x = torch.randn(2, *SHAPE)
+    with pytest.warns(UserWarning, match="no schedule fits device cpu"):
+        torch.testing.assert_close(scheduled(x), eager(model, x), rtol=0, atol=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scheduled(x)
+    with pytest.warns(UserWarning, match=r"no schedule for inputs of shape \(3, 8, 8\)"):
+        scheduled(torch.randn(1, 3, 8, 8))
+
+
+def test_training_mode_runs_the_original_module(graph: Graph) -> None:
+    scheduled = ScheduledModule(tiny(), schedules_for(graph, "cpu", (1,)), input_shape=SHAPE)
+    assert not scheduled.training and not scheduled.module.training
+    scheduled.train()
+    x = torch.randn(4, *SHAPE)
+    torch.testing.assert_close(scheduled(x), scheduled.module(x), rtol=0, atol=0)
+
+
+def test_new_weights_rebuild_the_runners(graph: Graph) -> None:
+    scheduled = ScheduledModule(tiny(), schedules_for(graph, "cpu", (1,)), input_shape=SHAPE)
+    x = torch.randn(1, *SHAPE)
+    before = scheduled(x)
+    torch.manual_seed(5)
+    scheduled.load_state_dict({f"module.{k}": v for k, v in Tiny().state_dict().items()})
+    after = scheduled(x)
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, eager(scheduled.module, x), rtol=1e-5, atol=1e-6)
+
+
+def test_save_and_load_round_trip(graph: Graph, tmp_path: Path) -> None:
+    scheduled = ScheduledModule(tiny(), schedules_for(graph, "cpu", (1, 4)), input_shape=SHAPE)
+    ScheduledModule(tiny(), schedules_for(graph, "cpu", (1, 2, 4)), input_shape=SHAPE).save(tmp_path / "saved")
+    scheduled.save(tmp_path / "saved")
+    torch.manual_seed(9)
+    loaded = ScheduledModule.load(tmp_path / "saved", Tiny())
+    assert [s.to_json() for s in loaded.schedules] == [s.to_json() for s in scheduled.schedules]
+    assert loaded.input_shape == SHAPE
+    x = torch.randn(4, *SHAPE)
+    torch.testing.assert_close(loaded(x), scheduled(x), rtol=0, atol=0)
+    (tmp_path / "saved" / "scheduled_module.json").write_text(json.dumps({"format": "other"}))
+    with pytest.raises(UserError, match="not valid ScheduledModule metadata"):
+        ScheduledModule.load(tmp_path / "saved", Tiny())
+    with pytest.raises(UserError, match="is not a saved ScheduledModule"):
+        ScheduledModule.load(tmp_path, Tiny())
