@@ -94,6 +94,8 @@ def search(
     address: Optional[str] = typer.Option(None, "--address", help="join a Ray cluster (auto or ray://...); "
                                           "default: start Ray locally in-process"),
     sim_actors: int = typer.Option(2, "--sim-actors", help="actors per sim: device where no node offers its GPU"),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help="untimed runs per stage (default: cpu 3, gpu 10)"),
+    repeat: Optional[int] = typer.Option(None, "--repeat", help="timed runs per stage (default: cpu 10, gpu 30)"),
 ) -> None:
     """Find the fastest schedule of a model for every device and batch size, measuring only what is new."""
     from ios_ray.cli_progress import RichSearchProgress
@@ -104,7 +106,10 @@ def search(
         model=model, devices=tuple(dict.fromkeys(parse_list(devices, "--devices"))),
         batches=tuple(dict.fromkeys(parse_batches(batches))), store=store, out=out,
         params=SearchParams(r=r, s=s, strategies=strategy.strategies), address=address, sim_actors=sim_actors,
+        warmup=warmup, repeat=repeat,
     )
+    if sim_actors < 1 or (repeat is not None and repeat < 1) or (warmup is not None and warmup < 0):
+        raise UserError("--sim-actors and --repeat must be at least 1, and --warmup at least 0.")
     with RichSearchProgress(console) as progress:
         outcomes = run_search(request, progress)
     table = Table("device", "batch", "IOS ms", "seq ms", "speedup", "measured", "cached", "wall s", "source",

@@ -12,6 +12,7 @@ This module is the one place that joins Ray, the store and the search; it is imp
 from __future__ import annotations
 
 import re
+import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ class SearchRequest:
     params: SearchParams = SearchParams()
     address: str | None = None
     sim_actors: int = 2
+    warmup: int | None = None
+    repeat: int | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,8 @@ def ray_session(address: str | None) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
+    if address not in (None, "auto"):
+        _check_reachable(address)
     try:
         if address is None:
             ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level="ERROR")
@@ -152,7 +157,8 @@ def ray_session(address: str | None) -> Iterator[None]:
 
 @contextmanager
 def _pool(request: SearchRequest) -> Iterator[DevicePool]:
-    pool = DevicePool.start(list(request.devices), sim_actors=request.sim_actors)
+    pool = DevicePool.start(list(request.devices), sim_actors=request.sim_actors, warmup=request.warmup,
+                            repeat=request.repeat)
     try:
         yield pool
     finally:
@@ -206,6 +212,18 @@ def _schedule_one(
     wall = time.perf_counter() - started
     return SearchOutcome(identity.label, batch, result.cost, sequential_ms, measured, cached, wall, path,
                          identity.source)
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail within seconds where nothing listens at a ``host:port`` or ``ray://host:port`` address."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"--address must be auto, host:port or ray://host:port, not {address!r}.")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise UserError(f"cannot reach a Ray cluster at {address!r} ({exc.strerror or exc}); check the address, "
+                        "or leave out --address to start Ray locally.") from None
 
 
 def schedule_path(out: Path, model: str, device: str, batch: int) -> Path:
