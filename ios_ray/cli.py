@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from ios_ray.cli_util import parse_batches, parse_list, user_errors
+from ios_ray.cli_util import make_console, parse_batches, parse_list, store_lookup, user_errors
 from ios_ray.errors import UserError
 
 app = typer.Typer(
@@ -20,9 +19,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-if not console.is_terminal:
-    console = Console(width=160)
+console = make_console()
 
 MODEL_HELP = "zoo name (see `ios-ray models`) or package.module:factory"
 STORE_HELP = "latency store file (DuckDB)"
@@ -208,7 +205,7 @@ def bench(
     imported = import_module(module, torch.randn(1, *spec.input_shape, device=target), spec.name)
     program = Program.from_imported(imported, target)
     keys = StageKeys(imported.graph)
-    lookup = _store_lookup(store)
+    lookup = store_lookup(store)
     for batch in parse_batches(batches):
         ios = find_schedule(schedules, imported.graph, device, batch)
         named = {"sequential": baseline_schedule(imported.graph, ios, "sequential"),
@@ -239,7 +236,7 @@ def evaluate(
     rounds: int = typer.Option(10, "--rounds", help="timed runs per measured cell"),
 ) -> None:
     """Cross-evaluate schedules (the paper's Table 3): the schedule made for X run on Y, for every X and Y."""
-    from ios_ray.evaluation import cross_evaluate, settings_of, winners_hold
+    from ios_ray.evaluation import cross_evaluate, local_measures, settings_of, winners_hold
     from ios_ray.frontend import import_model
     from ios_ray.runtime import read_schedules
 
@@ -247,11 +244,11 @@ def evaluate(
     models = sorted({s.model for s in found if model in (None, s.model)})
     if not models:
         raise UserError(f"no schedules of model {model!r} under {schedules}.")
-    lookup = _store_lookup(store)
+    lookup = store_lookup(store) or (lambda keys, fingerprint, batch: {})
     for name in models:
         graph = import_model(name).graph
         mine = [s for s in found if s.model == name and s.graph_fingerprint == graph.fingerprint]
-        cells = cross_evaluate(mine, graph, lookup or _no_lookup, _local_measures(name, graph, rounds))
+        cells = cross_evaluate(mine, graph, lookup, local_measures(name, rounds))
         settings = settings_of(mine)
         table = Table("made for \\ run on", *(f"{d} bs{b}" for d, b in settings),
                       title=f"{name}: latency in ms of the schedule made for X, run on Y")
@@ -282,44 +279,6 @@ def _torch_device(label: str) -> "torch.device":
     if device.type not in ("cpu", "cuda"):
         raise UserError(f"--device must be cpu or cuda[:i], not {label!r}.")
     return device
-
-
-def _store_lookup(path: Path):  # type: ignore[no-untyped-def]
-    """The store's lookup as a plain function, or None where there is no store yet (predictions are skipped)."""
-    if not path.exists():
-        return None
-    from ios_ray.store import LatencyStore
-
-    store = LatencyStore(path, create=False)
-    return lambda keys, fingerprint, batch: store.lookup(list(keys), fingerprint, batch)
-
-
-def _no_lookup(keys, fingerprint, batch):  # type: ignore[no-untyped-def]
-    return {}
-
-
-def _local_measures(model: str, graph, rounds: int):  # type: ignore[no-untyped-def]
-    """Measuring functions for the device labels this machine can run: cpu always, cuda where torch sees one."""
-    import torch
-
-    from ios_ray.runtime import Program, ScheduleRunner, measure_latency
-    from ios_ray.frontend import import_model
-
-    programs: dict[str, Program] = {}
-
-    def measure_on(device: str):  # type: ignore[no-untyped-def]
-        def measure(schedule, batch):  # type: ignore[no-untyped-def]
-            if device not in programs:
-                programs[device] = Program.from_imported(import_model(model), device)
-            runner = ScheduleRunner(programs[device], schedule, device)
-            x = torch.randn(batch, *graph.input_shape, device=device)
-            return measure_latency(runner, x, warmup=2, repeat=rounds, device=device)[0]
-        return measure
-
-    labels = {"cpu": measure_on("cpu")}
-    if torch.cuda.is_available():
-        labels["cuda"] = measure_on("cuda")
-    return labels
 
 
 def _mount_subcommands() -> None:

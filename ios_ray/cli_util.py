@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any, Callable, TypeVar
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import typer
+from rich.console import Console
 
 from ios_ray.errors import UserError
 
@@ -47,3 +49,19 @@ def parse_list(text: str, what: str) -> list[str]:
     if not items:
         raise UserError(f"{what} must name at least one item.")
     return items
+
+
+def store_lookup(path: Path) -> Callable[[Sequence[str], str, int], Mapping[str, float]] | None:
+    """The latency store's lookup as a plain function, or None where there is no store yet."""
+    if not Path(path).exists():
+        return None
+    from ios_ray.store import LatencyStore
+
+    store = LatencyStore(path, create=False)
+    return lambda keys, fingerprint, batch: store.lookup(list(keys), fingerprint, batch)
+
+
+def make_console() -> Console:
+    """A rich console; 160 columns wide where output goes to a file or pipe, so tables keep their columns."""
+    console = Console()
+    return console if console.is_terminal else Console(width=160)

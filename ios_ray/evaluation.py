@@ -75,3 +75,25 @@ def winners_hold(cells: Sequence[Cell]) -> dict[Setting, bool]:
         own = [c.latency_ms for c in column if c.own]
         result[setting] = bool(own) and all(own[0] <= c.latency_ms * (1 + 1e-9) for c in column)
     return result
+
+
+def local_measures(model: str, rounds: int) -> dict[str, Measure]:
+    """Measuring functions for the device labels this machine runs: ``cpu``, and ``cuda`` where torch sees a GPU."""
+    import torch
+
+    from ios_ray.frontend import import_model
+    from ios_ray.runtime import Program, ScheduleRunner, measure_latency
+
+    programs: dict[str, Program] = {}
+
+    def on(device: str) -> Measure:
+        def measure(schedule: Schedule, batch: int) -> float:
+            if device not in programs:
+                programs[device] = Program.from_imported(import_model(model), device)
+            program = programs[device]
+            runner = ScheduleRunner(program, schedule, device)
+            x = torch.randn(batch, *program.graph.input_shape, device=device)
+            return measure_latency(runner, x, warmup=2, repeat=rounds, device=device)[0]
+        return measure
+
+    return {"cpu": on("cpu"), **({"cuda": on("cuda")} if torch.cuda.is_available() else {})}

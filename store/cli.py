@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from ios_ray.cli_util import user_errors
+from ios_ray.cli_util import make_console, user_errors
 from ios_ray.store import DEFAULT_STORE_PATH
 
 if TYPE_CHECKING:
@@ -65,7 +64,7 @@ def stats(store: StorePath = DEFAULT_STORE_PATH) -> None:
     for row in counts:
         table.add_row(row["device"], str(row["batch"]), row["source"], f"{row['rows']:,}")
     table.caption = f"{sum(row['rows'] for row in counts):,} rows, {_size(latency_store.file_bytes)}"
-    Console().print(table)
+    make_console().print(table)
 
 
 @store_app.command()
@@ -88,7 +87,7 @@ def query(
         pyarrow.csv.write_csv(rows, buffer)
         typer.echo(buffer.getvalue().decode(), nl=False)
     else:
-        Console().print(_rich_rows(rows, title=f"{rows.num_rows:,} measurements for device {device}"))
+        make_console().print(_rich_rows(rows, title=f"{rows.num_rows:,} measurements for device {device}"))
 
 
 @store_app.command("export")
