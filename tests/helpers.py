@@ -5,6 +5,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ios_ray.benchmarking import relative_error
+
+__all__ = ["randomise_batchnorm", "relative_error"]
+
 
 def randomise_batchnorm(module: nn.Module, seed: int = 0) -> nn.Module:
     """Give every BatchNorm random running statistics and affine parameters, so that folding is exercised."""
@@ -19,8 +23,3 @@ def randomise_batchnorm(module: nn.Module, seed: int = 0) -> nn.Module:
                     bn.weight.copy_(torch.rand(size, generator=generator) + 0.5)
                     bn.bias.copy_(torch.rand(size, generator=generator) - 0.5)
     return module.eval()
-
-
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    """max |actual - expected| / max |expected| (a norm-wise relative error)."""
-    return float((actual - expected).abs().max() / expected.abs().max())

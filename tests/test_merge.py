@@ -11,6 +11,7 @@ from ios_ray.frontend import import_module
 from ios_ray.ir import GRAPH_INPUT
 from ios_ray.runtime import Program, compile_stage, merge_convs
 from ios_ray.stage import Stage, can_merge
+from ios_ray.tests.helpers import relative_error
 
 # (kernel, padding) of each conv of a merge; all keep the 16x16 input size at stride 1.
 KERNEL_SETS = {
@@ -41,10 +42,6 @@ class Branches(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         outs = [torch.relu(bn(conv(torch.relu(x) if self.pre_act else x))) for conv, bn in zip(self.convs, self.bns)]
         return torch.cat(outs, 1)
-
-
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    return ((actual - expected).abs().max() / expected.abs().max()).item()
 
 
 def program_of(module: nn.Module) -> Program:

@@ -15,16 +15,13 @@ from ios_ray.ir import GRAPH_INPUT
 from ios_ray.runtime import Program, ScheduledModule, ScheduleRunner, compile_stage, make_lanes, measure_latency
 from ios_ray.runtime.stages import ParallelStage
 from ios_ray.runtime.streams import StreamFork
-from ios_ray.tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, randomise_batch_norms, tiny
+from ios_ray.tests.helpers import randomise_batchnorm, relative_error
+from ios_ray.tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
 from ios_ray.zoo import ZOO
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 SHAPE = Tiny.input_shape
-
-
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    return ((actual - expected).abs().max() / expected.abs().max()).item()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -86,7 +83,7 @@ def test_cuda_graphs_are_captured_per_input_shape(program: Program) -> None:
 @pytest.mark.parametrize("label", ["cuda", "sim:v100"])
 def test_scheduled_inception_equals_eager_on_cuda(label: str) -> None:
     torch.manual_seed(0)
-    model = randomise_batch_norms(ZOO["inception_v3"].build()).cuda()
+    model = randomise_batchnorm(ZOO["inception_v3"].build()).cuda()
     graph = import_module(model, torch.randn(1, 3, 299, 299, device="cuda")).graph
     schedules = [make_schedule(graph, BUILDERS["ios_like"], b, device=label, model="inception_v3") for b in (1, 4)]
     scheduled = ScheduledModule(model, schedules)

@@ -15,7 +15,8 @@ from torch import nn
 
 from ios_ray.frontend import import_module
 from ios_ray.runtime import ScheduledModule
-from ios_ray.tests.test_runtime_schedules import BUILDERS, make_schedule, randomise_batch_norms
+from ios_ray.tests.helpers import randomise_batchnorm, relative_error
+from ios_ray.tests.test_runtime_schedules import BUILDERS, make_schedule
 from ios_ray.zoo import ZOO
 from ios_ray.zoo.nasnet_a import nasnet_a
 
@@ -29,18 +30,13 @@ MODELS: dict[str, Callable[[], nn.Module]] = {
 DP_MODELS = ("inception_v3", "squeezenet")  # the DP takes seconds on the wide blocks of the other two
 
 
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    """max |actual - expected| / max |expected|."""
-    return ((actual - expected).abs().max() / expected.abs().max()).item()
-
-
 class Case:
     """One model with randomised batch-norms, its random inputs and eager outputs, per batch size."""
 
     def __init__(self, name: str) -> None:
         torch.manual_seed(0)
         self.name = name
-        self.model = randomise_batch_norms(MODELS[name]())
+        self.model = randomise_batchnorm(MODELS[name]())
         generator = torch.Generator().manual_seed(1)
         shape = ZOO[name].input_shape
         self.inputs = {b: torch.randn(b, *shape, generator=generator) for b in BATCHES}

@@ -18,6 +18,7 @@ from ios_ray.ir import Block, Graph
 from ios_ray.schedule import BlockSchedule, Schedule, check_schedule
 from ios_ray.search import SyntheticCost, greedy_stages, optimize_graph, sequential_stages
 from ios_ray.stage import Stage, can_merge
+from ios_ray.tests.helpers import randomise_batchnorm
 from ios_ray.zoo import ZOO
 
 StageBuilder = Callable[[Graph, Block], tuple[Stage, ...]]
@@ -89,20 +90,6 @@ BUILDERS: dict[str, StageBuilder | None] = {
 }
 
 
-def randomise_batch_norms(model: nn.Module, seed: int = 0) -> nn.Module:
-    """Random running statistics and affine parameters in every BatchNorm, so that folding is exercised."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for bn in (m for m in model.modules() if isinstance(m, nn.BatchNorm2d)):
-            size = bn.num_features
-            bn.running_mean.copy_(0.1 * torch.randn(size, generator=generator))
-            bn.running_var.copy_(0.5 + torch.rand(size, generator=generator))
-            if bn.affine:
-                bn.weight.copy_(0.5 + torch.rand(size, generator=generator))
-                bn.bias.copy_(0.1 * torch.randn(size, generator=generator))
-    return model.eval()
-
-
 class Tiny(nn.Module):
     """A small Inception-like model: a stem, four branches (two chains, a pool), a concat, a head."""
 
@@ -125,7 +112,7 @@ class Tiny(nn.Module):
 def tiny() -> nn.Module:
     """A Tiny model with randomised batch-norms."""
     torch.manual_seed(0)
-    return randomise_batch_norms(Tiny())
+    return randomise_batchnorm(Tiny())
 
 
 @pytest.fixture(scope="module")
