@@ -16,7 +16,7 @@ from torch import nn
 from ios_ray.frontend import import_module
 from ios_ray.ir import Block, Graph
 from ios_ray.schedule import BlockSchedule, Schedule, check_schedule
-from ios_ray.search import SyntheticCost, greedy_stages, optimize_graph, sequential_stages
+from ios_ray.search import SearchParams, SyntheticCost, greedy_stages, optimize_graph, sequential_stages
 from ios_ray.stage import Stage, can_merge
 from ios_ray.tests.helpers import randomise_batchnorm
 from ios_ray.zoo import ZOO
@@ -71,8 +71,8 @@ def _chain(graph: Graph, first: str, inside: set[str], done: set[str], claimed: 
 
 
 def dp_blocks(graph: Graph) -> tuple[BlockSchedule, ...]:
-    """The IOS DP's block schedules under the search's synthetic latency model."""
-    return optimize_graph(graph, SyntheticCost(graph)).schedules
+    """The IOS DP's block schedules under the search's synthetic latency model (pruned r=2, s=2 to stay quick)."""
+    return optimize_graph(graph, SyntheticCost(graph), SearchParams(r=2, s=2)).schedules
 
 
 def make_schedule(graph: Graph, builder: StageBuilder | None, batch: int, device: str = "cpu",
