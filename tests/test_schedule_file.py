@@ -1,0 +1,82 @@
+"""The schedule file: versioned JSON that round-trips and is checked against the graph it is loaded for."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ios_ray.errors import UserError
+from ios_ray.frontend import import_model
+from ios_ray.schedule import BlockSchedule, Schedule, check_schedule, load_schedule, read_schedule, save_schedule
+from ios_ray.search import SearchParams, SyntheticCost, optimize_graph
+from ios_ray.stage import Stage
+
+
+@pytest.fixture(scope="module")
+def squeezenet_schedule() -> Schedule:
+    graph = import_model("squeezenet").graph
+    result = optimize_graph(graph, SyntheticCost(graph), SearchParams())
+    return Schedule("squeezenet", graph.fingerprint, "sim:v100", 8, result.schedules, device_fingerprint="abc",
+                    device_info={"gpu": "v100"}, params=SearchParams().to_json(), source="simulated")
+
+
+def test_round_trip_keeps_everything(tmp_path: Path, squeezenet_schedule: Schedule) -> None:
+    path = tmp_path / "bs8.json"
+    save_schedule(squeezenet_schedule, path)
+    again = load_schedule(path, import_model("squeezenet").graph, device="sim:v100")
+    assert again == squeezenet_schedule
+    data = json.loads(path.read_text())
+    assert data["version"] == 1 and data["params"] == {"r": 3, "s": 8, "strategies": ["concurrent", "merge"]}
+    assert data["predicted_latency_ms"] == pytest.approx(squeezenet_schedule.predicted_latency)
+    assert {s["strategy"] for b in data["blocks"] for s in b["stages"]} <= {"concurrent", "merge"}
+
+
+def test_mismatches_are_rejected(tmp_path: Path, squeezenet_schedule: Schedule) -> None:
+    path = tmp_path / "bs8.json"
+    save_schedule(squeezenet_schedule, path)
+    with pytest.raises(UserError, match="made for another graph"):
+        load_schedule(path, import_model("inception_v3").graph)
+    with pytest.raises(UserError, match="not 'cpu'"):
+        load_schedule(path, import_model("squeezenet").graph, device="cpu")
+    data = json.loads(path.read_text())
+    data["version"] = 99
+    path.write_text(json.dumps(data))
+    with pytest.raises(UserError, match="format version 99"):
+        read_schedule(path)
+    path.write_text("{not json")
+    with pytest.raises(UserError, match="not a valid ios-ray schedule"):
+        read_schedule(path)
+
+
+def test_a_schedule_missing_a_unit_or_out_of_order_is_rejected(squeezenet_schedule: Schedule) -> None:
+    graph = import_model("squeezenet").graph
+    first, *rest = squeezenet_schedule.blocks
+    dropped = Schedule("squeezenet", graph.fingerprint, "cpu", 1, tuple(rest))
+    with pytest.raises(UserError, match="exactly once"):
+        check_schedule(dropped, graph)
+    units = [u for stage in first.stages for u in stage.units]
+    backwards = BlockSchedule(first.block, tuple(Stage("concurrent", ((u,),)) for u in reversed(units)))
+    with pytest.raises(UserError, match="before or beside one of its inputs"):
+        check_schedule(Schedule("squeezenet", graph.fingerprint, "cpu", 1, (backwards, *rest)), graph)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{broken", "is not a valid ios-ray schedule"),
+    (None, "was made for this InceptionV3"),
+])
+def test_cli_rejects_corrupt_or_foreign_schedules(tmp_path: Path, squeezenet_schedule: Schedule,
+                                                  content: str | None, message: str) -> None:
+    path = tmp_path / "schedules" / "x" / "cpu" / "bs1.json"
+    save_schedule(squeezenet_schedule, path)
+    if content is not None:
+        path.write_text(content)
+    command = ["show", str(path)] if content is not None else ["run", "--model", "inception_v3", "--schedules",
+                                                                 str(path)]
+    result = subprocess.run([sys.executable, "-m", "ios_ray", *command], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
