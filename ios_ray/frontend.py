@@ -132,6 +132,7 @@ class _Importer:
         self.constants: dict[str, torch.Tensor] = {}
 
     def run(self) -> Imported:
+        """Turn the fx nodes, in order, into units; returns the graph with its blocks."""
         matches = _match_patterns(self.gm)
         absorbed = {n for m in matches.values() for n in m.nodes if n is not m.tail}
         output: Value | None = None
@@ -143,7 +144,7 @@ class _Importer:
                     raise UserError(f"{self.name} takes more than one input; ios-ray imports single-input models.")
                 self.values[node] = Value.of(GRAPH_INPUT)
             elif node.op == "output":
-                output = self._plain(node.args[0]) if isinstance(node.args[0], fx.Node) else None
+                output = self.values.get(node.args[0]) if isinstance(node.args[0], fx.Node) else None
             elif self._is_constant(node):
                 continue
             elif node in matches:
@@ -204,9 +205,6 @@ class _Importer:
         elements = _numel(_shape(node))
         self._append(Unit(node.name, kind, (value,), _shape(node), flops=elements * (len(value.sources) - 1),
                           bytes=_F32 * elements * (len(value.sources) + 1)), node)
-
-    def _plain(self, node: fx.Node) -> Value:
-        return self.values[node]
 
     def _inputs(self, nodes: list[fx.Node]) -> tuple[Value, ...]:
         return tuple(self.values[n] for n in nodes if n.name not in self.constants)
