@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from ios_ray.cli_util import make_console, parse_batches, parse_list, store_lookup, user_errors
+from ios_ray.cli_util import at_least_one, make_console, parse_batches, parse_list, store_lookup, user_errors
 from ios_ray.errors import UserError
 
 app = typer.Typer(
@@ -105,8 +105,9 @@ def search(
         params=SearchParams(r=r, s=s, strategies=strategy.strategies), address=address, sim_actors=sim_actors,
         warmup=warmup, repeat=repeat,
     )
-    if sim_actors < 1 or (repeat is not None and repeat < 1) or (warmup is not None and warmup < 0):
-        raise UserError("--sim-actors and --repeat must be at least 1, and --warmup at least 0.")
+    at_least_one(**{"sim-actors": sim_actors, "repeat": 1 if repeat is None else repeat})
+    if warmup is not None and warmup < 0:
+        raise UserError(f"--warmup must be at least 0, not {warmup}.")
     with RichSearchProgress(console) as progress:
         outcomes = run_search(request, progress)
     table = Table("device", "batch", "IOS ms", "seq ms", "speedup", "measured", "cached", "wall s", "source",
@@ -134,7 +135,11 @@ def show(
     check_schedule(plan, graph, where=str(schedule))
     print(schedule_text(plan, graph))
     if svg is not None:
-        svg.write_text(schedule_svg(plan, graph))
+        try:
+            svg.parent.mkdir(parents=True, exist_ok=True)
+            svg.write_text(schedule_svg(plan, graph))
+        except OSError as exc:
+            raise UserError(f"cannot write the picture {svg} ({exc.strerror or exc}); pass another --svg.") from None
         console.print(f"picture written to {svg}")
 
 
@@ -154,8 +159,8 @@ def run(
     from ios_ray.models import resolve_model
     from ios_ray.runtime import ScheduledModule, measure_latency
 
-    if batch <= 0:
-        raise UserError(f"--batch must be a positive integer, not {batch}.")
+    parse_batches(str(batch))
+    at_least_one(repeat=repeat)
     target = _torch_device(device)
     spec = resolve_model(model)
     torch.manual_seed(0)
@@ -190,6 +195,8 @@ def bench(
 ) -> None:
     """Eager vs sequential, greedy and IOS schedules vs torch.compile, measured side by side."""
     import torch
+
+    at_least_one(rounds=rounds)
 
     from ios_ray.benchmarking import (Variant, baseline_schedule, bench_rows, compiled_variant, find_schedule,
                                       schedule_variants)
@@ -236,6 +243,7 @@ def evaluate(
     rounds: int = typer.Option(10, "--rounds", help="timed runs per measured cell"),
 ) -> None:
     """Cross-evaluate schedules (the paper's Table 3): the schedule made for X run on Y, for every X and Y."""
+    at_least_one(rounds=rounds)
     from ios_ray.evaluation import cross_evaluate, local_measures, settings_of, winners_hold
     from ios_ray.frontend import import_model
     from ios_ray.runtime import read_schedules

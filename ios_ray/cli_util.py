@@ -14,6 +14,9 @@ from ios_ray.errors import UserError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: The largest batch size a measurement can be stored under (the store's batch column is a 32-bit integer).
+MAX_BATCH = 2**31 - 1
+
 
 def user_errors(command: F) -> F:
     """Decorate a CLI command: UserError prints one line on stderr and exits 1; Ctrl-C exits 130."""
@@ -40,7 +43,16 @@ def parse_batches(text: str) -> list[int]:
         raise UserError(f"--batches takes comma-separated positive integers, not {text!r}.") from None
     if not batches or any(b <= 0 for b in batches):
         raise UserError(f"batch sizes must be positive integers, got {text!r}.")
+    if any(b > MAX_BATCH for b in batches):
+        raise UserError(f"batch sizes must be at most {MAX_BATCH:,}, got {text!r}.")
     return batches
+
+
+def at_least_one(**counts: int) -> None:
+    """UserError unless every named count (``--repeat``, ``--rounds``...) is at least 1."""
+    for name, value in counts.items():
+        if value < 1:
+            raise UserError(f"--{name} must be at least 1, not {value}.")
 
 
 def parse_list(text: str, what: str) -> list[str]:

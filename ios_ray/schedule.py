@@ -125,10 +125,13 @@ def schedule_from_json(data: Mapping[str, Any]) -> Schedule:
 
 def save_schedule(schedule: Schedule, path: Path) -> None:
     """Write a schedule as JSON (parent folders are created; the write is atomic)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(schedule.to_json(), indent=1))
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(schedule.to_json(), indent=1))
+        tmp.replace(path)
+    except OSError as exc:
+        raise UserError(f"cannot write the schedule {path} ({exc.strerror or exc}); pass another --out.") from None
 
 
 def read_schedule(path: Path) -> Schedule:

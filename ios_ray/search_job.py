@@ -11,6 +11,7 @@ This module is the one place that joins Ray, the store and the search; it is imp
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import socket
 import time
@@ -83,8 +84,7 @@ class SearchProgress(Protocol):
 def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchOutcome]:
     """Run a whole search; returns one outcome per (device, batch) and writes one schedule file for each."""
     started = time.perf_counter()
-    for label in request.devices:
-        parse_device(label)  # an unknown label fails before anything slow starts
+    request = _checked(request)
     graph = import_model(request.model).graph
     keys = StageKeys(graph)
     plan = plan_graph(graph, request.params, keys)
@@ -132,6 +132,19 @@ def _simulated_identities(devices: Sequence[str]) -> dict[str, DeviceIdentity] |
     return {spec.label: SimBackend(spec).start() for spec in specs}
 
 
+def _checked(request: SearchRequest) -> SearchRequest:
+    """Fail on bad devices, an unwritable --out or an unreachable --address before anything slow starts.
+
+    Device labels come back in their canonical spelling (``SIM:V100`` is ``sim:v100``), without repeats.
+    """
+    devices = tuple(dict.fromkeys(parse_device(label).label for label in request.devices))
+    if request.out.exists() and not request.out.is_dir():
+        raise UserError(f"--out {request.out} is a file; pass a folder for the schedules.")
+    if request.address not in (None, "auto"):
+        _check_reachable(request.address)
+    return dataclasses.replace(request, devices=devices)
+
+
 @contextmanager
 def ray_session(address: str | None) -> Iterator[None]:
     """Ray for the duration of a command: started locally in-process without an address, else joined."""
@@ -140,8 +153,6 @@ def ray_session(address: str | None) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
-    if address not in (None, "auto"):
-        _check_reachable(address)
     try:
         if address is None:
             ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level="ERROR")

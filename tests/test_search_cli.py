@@ -1,0 +1,257 @@
+"""The ``ios-ray search`` command as a user runs it: bad input, Ctrl-C and resuming, and search -> run -> show on CPU.
+
+Every command runs in a subprocess (``python -m ios_ray``) inside a temporary folder, with its own store; the
+ones that need Ray start it locally in-process, as the CLI does without ``--address``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ios_ray.store import LatencyStore
+
+#: Seconds a bad command may take to fail (importing torch alone takes about two on this machine).
+FAIL_FAST_S = 20.0
+
+
+def ios_ray(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m ios_ray ARGS`` in ``cwd`` and capture its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "ios_ray", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def store_rows(path: Path) -> list[dict[str, object]]:
+    """The store's row counts per (device, batch, source)."""
+    return LatencyStore(path, create=False).stats().to_pylist()
+
+
+def file_hash(path: Path) -> str:
+    """SHA-256 of a file's bytes."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """One row of the table ``ios-ray search`` prints at the end."""
+
+    device: str
+    batch: int
+    measured: int
+    cached: int
+    source: str
+
+
+def search_table(stdout: str) -> list[TableRow]:
+    """The rows of the search's final table (cells separated by the box character)."""
+    rows = []
+    for line in stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("│").split("│")]
+        if len(cells) == 9 and cells[1].isdigit():
+            rows.append(TableRow(cells[0], int(cells[1]), int(cells[5]), int(cells[6]), cells[8]))
+    return rows
+
+
+def planned_stages(stdout: str) -> int:
+    """The number of distinct candidate stages the search reported planning."""
+    found = re.search(r"(\d+) distinct candidate stages", stdout)
+    assert found, stdout
+    return int(found.group(1))
+
+
+# ---------------------------------------------------------------------------------------------------- bad input
+
+
+@dataclass(frozen=True)
+class FilledStore:
+    """A store that already holds rows, and its bytes' hash and row counts when it was made."""
+
+    path: Path
+    digest: str
+    rows: list[dict[str, object]]
+
+
+@pytest.fixture(scope="module")
+def filled_store(tmp_path_factory: pytest.TempPathFactory) -> FilledStore:
+    """A store with the rows of a quick simulated search (squeezenet on sim:v100 at batch 1)."""
+    folder = tmp_path_factory.mktemp("filled")
+    path = folder / "store.duckdb"
+    made = ios_ray("search", "--model", "squeezenet", "--devices", "sim:v100", "--batches", "1", "--warmup", "0",
+                   "--repeat", "1", "--store", str(path), "--out", str(folder / "out"), cwd=folder)
+    assert made.returncode == 0, made.stderr
+    rows = store_rows(path)
+    assert rows and rows[0]["rows"] > 0
+    return FilledStore(path, file_hash(path), rows)
+
+
+BAD_SEARCHES = {
+    "unknown model": ["--model", "no_such_net", "--devices", "sim:v100"],
+    "unknown model factory": ["--model", "no_such_package.nets:build", "--devices", "sim:v100"],
+    "unknown device": ["--model", "squeezenet", "--devices", "sim:v100,tpu9"],
+    "batch 0": ["--model", "squeezenet", "--devices", "sim:v100", "--batches", "0"],
+    "negative batch": ["--model", "squeezenet", "--devices", "sim:v100", "--batches", "-3"],
+    "batch not a number": ["--model", "squeezenet", "--devices", "sim:v100", "--batches", "x"],
+    "r 0": ["--model", "squeezenet", "--devices", "sim:v100", "-r", "0"],
+    "s 0": ["--model", "squeezenet", "--devices", "sim:v100", "-s", "0"],
+    "repeat 0": ["--model", "squeezenet", "--devices", "sim:v100", "--repeat", "0"],
+    "unreachable address": ["--model", "squeezenet", "--devices", "cpu", "--address", "127.0.0.1:1"],
+    "unreachable address, sim device": [
+        "--model", "squeezenet", "--devices", "sim:k80", "--address", "127.0.0.1:1",
+    ],
+}
+
+EDGE_CASES = [
+    pytest.param(
+        ["--model", "squeezenet", "--devices", "sim:v100", "--address", "127.0.0.1:1"],
+        id="unreachable address, all cached",
+    ),
+    pytest.param(
+        ["--model", "squeezenet", "--devices", "sim:v100", "--out", "{file}"],
+        id="out is a file",
+    ),
+    pytest.param(
+        ["--model", "squeezenet", "--devices", "cpu", "--batches", "2000000000"],
+        id="batch too large for memory",
+    ),
+]
+
+
+def check_fails_cleanly(args: list[str], store: FilledStore, cwd: Path) -> None:
+    """The search exits non-zero within seconds, with one ``error:`` line, and leaves the store as it was."""
+    a_file = cwd / "a_file"
+    a_file.write_text("not a folder\n")
+    args = [arg.replace("{file}", str(a_file)) for arg in args]
+    out = [] if "--out" in args else ["--out", str(cwd / "out")]
+    started = time.monotonic()
+    done = ios_ray("search", *args, "--store", str(store.path), *out, cwd=cwd, timeout=60)
+    elapsed = time.monotonic() - started
+    assert done.returncode != 0, done.stdout
+    assert elapsed < FAIL_FAST_S
+    assert "Traceback" not in done.stderr and "Traceback" not in done.stdout
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert file_hash(store.path) == store.digest
+    assert store_rows(store.path) == store.rows
+    assert not list(cwd.rglob("*.json"))
+    assert a_file.read_text() == "not a folder\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(BAD_SEARCHES))
+def test_bad_search_fails_in_one_line_and_keeps_the_store(case: str, filled_store: FilledStore,
+                                                          tmp_path: Path) -> None:
+    check_fails_cleanly(BAD_SEARCHES[case], filled_store, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", EDGE_CASES)
+def test_bad_search_edge_cases(args: list[str], filled_store: FilledStore, tmp_path: Path) -> None:
+    """Bad input found by these tests once (an address checked only when measuring, --out a file, a stage failing
+    inside an actor): one clear line, the store untouched."""
+    check_fails_cleanly(args, filled_store, tmp_path)
+
+
+@pytest.mark.slow
+def test_device_labels_are_case_insensitive(filled_store: FilledStore, tmp_path: Path) -> None:
+    store = tmp_path / "store.duckdb"
+    store.write_bytes(filled_store.path.read_bytes())
+    done = ios_ray("search", "--model", "squeezenet", "--devices", "SIM:V100", "--batches", "1", "--store", str(store),
+                   "--out", str(tmp_path / "out"), cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    total = planned_stages(done.stdout)
+    assert search_table(done.stdout) == [TableRow("sim:v100", 1, 0, total, "simulated")]
+    assert (tmp_path / "out" / "squeezenet" / "sim:v100" / "bs1.json").is_file()
+
+
+@pytest.mark.slow
+def test_show_svg_into_a_folder_fails_in_one_line(filled_store: FilledStore, tmp_path: Path) -> None:
+    [schedule] = filled_store.path.parent.glob("out/squeezenet/sim:v100/bs1.json")
+    done = ios_ray("show", str(schedule), "--svg", str(tmp_path), cwd=tmp_path, timeout=60)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+
+
+# --------------------------------------------------------------------------------------------- Ctrl-C and resume
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(tmp_path: Path) -> None:
+    store, out = tmp_path / "store.duckdb", tmp_path / "out"
+    search = ["search", "--model", "inception_v3", "--devices", "sim:k80", "--batches", "32",
+              "--store", str(store), "--out", str(out)]
+    # A new session, as a terminal's foreground job: Ctrl-C reaches the CLI and the Ray processes it started.
+    child = subprocess.Popen([sys.executable, "-m", "ios_ray", *search, "--sim-actors", "1"], cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not (store.exists() and store_rows(store)):
+            assert child.poll() is None, child.communicate()[1]
+            assert time.monotonic() < deadline, "no rows were stored within 90 s"
+            time.sleep(0.3)
+        os.killpg(child.pid, signal.SIGINT)
+        stdout, stderr = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+    assert child.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and "interrupted" in lines[0] and "stored" in lines[0], stderr
+    total = planned_stages(stdout)
+    [kept] = store_rows(store)
+    assert (kept["device"], kept["batch"], kept["source"]) == ("sim:k80", 32, "simulated")
+    assert 0 < kept["rows"] < total
+    assert not list(out.rglob("*.json"))
+
+    # warmup and repeat are not part of the store key: the rerun finds the stored stages and measures the rest.
+    rerun = ios_ray(*search, "--warmup", "0", "--repeat", "1", cwd=tmp_path, timeout=150)
+    assert rerun.returncode == 0, rerun.stderr
+    assert planned_stages(rerun.stdout) == total
+    assert search_table(rerun.stdout) == [TableRow("sim:k80", 32, total - kept["rows"], kept["rows"], "simulated")]
+    [after] = store_rows(store)
+    assert after["rows"] == total
+    assert (out / "inception_v3" / "sim:k80" / "bs32.json").is_file()
+
+
+# ----------------------------------------------------------------------------------- real CPU: search, run, show
+
+
+@pytest.mark.slow
+def test_cpu_search_then_run_and_show(tmp_path: Path) -> None:
+    store, out = tmp_path / "S.duckdb", tmp_path / "O"
+    searched = ios_ray("search", "--model", "squeezenet", "--devices", "cpu", "--batches", "1", "--store", str(store),
+                       "--out", str(out), cwd=tmp_path)
+    assert searched.returncode == 0, searched.stderr
+    total = planned_stages(searched.stdout)
+    assert search_table(searched.stdout) == [TableRow("cpu", 1, total, 0, "measured")]
+    assert store_rows(store) == [{"device": "cpu", "batch": 1, "source": "measured", "rows": total}]
+    schedule = out / "squeezenet" / "cpu" / "bs1.json"
+    assert schedule.is_file()
+
+    ran = ios_ray("run", "--model", "squeezenet", "--schedules", str(out), "--batch", "1", "--repeat", "5",
+                  cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert "schedule: cpu batch 1" in ran.stdout
+    assert re.search(r"output vs eager: max relative error \S+ \(ok\)", ran.stdout), ran.stdout
+
+    picture = tmp_path / "pic.svg"
+    shown = ios_ray("show", str(schedule), "--svg", str(picture), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "block 0" in shown.stdout
+    root = ElementTree.parse(picture).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    assert root.findall(".//{http://www.w3.org/2000/svg}rect")
