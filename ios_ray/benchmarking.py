@@ -15,6 +15,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from ios_ray.errors import UserError
+from ios_ray.evaluation import Lookup, predicted_ms
 from ios_ray.ir import Graph
 from ios_ray.runtime import Program, ScheduleRunner, read_schedules
 from ios_ray.runtime.timing import sample_ms, summary_ms
@@ -22,8 +23,6 @@ from ios_ray.schedule import BlockSchedule, Schedule
 from ios_ray.search import greedy_stages, sequential_stages
 from ios_ray.stage import StageKeys
 
-#: Looks up stage latencies: (stage keys, device fingerprint, batch) -> {key: ms}.
-Lookup = Callable[[Sequence[str], str, int], Mapping[str, float]]
 Forward = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -67,13 +66,6 @@ def baseline_schedule(graph: Graph, like: Schedule, name: str) -> Schedule:
     blocks = tuple(BlockSchedule(b.index, make(graph, b)) for b in graph.blocks)
     return Schedule(like.model, graph.fingerprint, like.device, like.batch, blocks, like.dtype,
                     like.device_fingerprint, like.device_info, {"baseline": name}, like.source)
-
-
-def predicted_ms(schedule: Schedule, keys: StageKeys, lookup: Lookup, batch: int) -> float | None:
-    """The sum of the schedule's stage latencies in the store at this batch, or None if any is missing."""
-    stage_keys = [keys.key(stage) for stage in schedule.stages]
-    table = lookup(stage_keys, schedule.device_fingerprint, batch)
-    return sum(table[k] for k in stage_keys) if all(k in table for k in stage_keys) else None
 
 
 def side_by_side(

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.table import Table
 
 from ios_ray.cli_util import at_least_one, make_console, parse_batches, parse_list, store_lookup, user_errors
 from ios_ray.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 app = typer.Typer(
     help="ios-ray: find and deploy the fastest inter-operator schedule of a CNN per device and batch size.",

@@ -5,12 +5,15 @@ from __future__ import annotations
 import functools
 import sys
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import typer
 from rich.console import Console
 
 from ios_ray.errors import UserError
+
+if TYPE_CHECKING:
+    from ios_ray.evaluation import Lookup
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -63,7 +66,7 @@ def parse_list(text: str, what: str) -> list[str]:
     return items
 
 
-def store_lookup(path: Path) -> Callable[[Sequence[str], str, int], Mapping[str, float]] | None:
+def store_lookup(path: Path) -> "Lookup | None":
     """The latency store's lookup as a plain function, or None where there is no store yet."""
     if not Path(path).exists():
         return None

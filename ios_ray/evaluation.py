@@ -51,7 +51,6 @@ def cross_evaluate(
         raise UserError("no schedules to evaluate; run `ios-ray search` first.")
     fingerprints = {s.device: s.device_fingerprint for s in schedules}
     keys = StageKeys(graph)
-    stage_keys = {id(s): [keys.key(stage) for stage in s.stages] for s in schedules}
     cells = []
     for device, batch in settings_of(schedules):
         for schedule in sorted(schedules, key=lambda s: (s.device, s.batch)):
@@ -59,12 +58,19 @@ def cross_evaluate(
             if device in measure:
                 cells.append(Cell(made_for, (device, batch), measure[device](schedule, batch), "measured"))
                 continue
-            table = lookup(stage_keys[id(schedule)], fingerprints[device], batch)
-            wanted = stage_keys[id(schedule)]
-            total = sum(table[k] for k in wanted) if all(k in table for k in wanted) else None
-            how = "simulated" if device.startswith("sim:") else "predicted"
-            cells.append(Cell(made_for, (device, batch), total, how))
+            total = predicted_ms(schedule, keys, lookup, batch, fingerprints[device])
+            cells.append(Cell(made_for, (device, batch), total, "simulated" if device.startswith("sim:") else "predicted"))
     return cells
+
+
+def predicted_ms(
+    schedule: Schedule, keys: StageKeys, lookup: Lookup, batch: int, fingerprint: str | None = None
+) -> float | None:
+    """The sum of the schedule's stage latencies in the store for a device fingerprint (default: the schedule's
+    own) and batch, or None where any is missing."""
+    stage_keys = [keys.key(stage) for stage in schedule.stages]
+    table = lookup(stage_keys, fingerprint or schedule.device_fingerprint, batch)
+    return sum(table[k] for k in stage_keys) if all(k in table for k in stage_keys) else None
 
 
 def winners_hold(cells: Sequence[Cell]) -> dict[Setting, bool]:
