@@ -1,8 +1,7 @@
 """The profiler's timing of a stage: the runtime's timing protocol with the device's default counts.
 
-Samples come from :func:`ios_ray.runtime.timing.samples_ms` (CUDA events on a GPU; a monotonic clock on a CPU,
-each CPU sample after a cache flush so that a stage is timed as it runs inside a forward pass). The protocol
-used (warmup and repeat counts) is recorded with every row.
+Samples come from :func:`ios_ray.runtime.timing.samples_ms` (CUDA events on a GPU; a monotonic clock on a CPU).
+The protocol used (warmup and repeat counts) is recorded with every row.
 """
 
 from __future__ import annotations
@@ -16,9 +15,11 @@ from ios_ray.runtime.timing import samples_ms
 
 
 def time_callable(
-    fn: Callable[[], object], device: torch.device | str, warmup: int | None = None, repeat: int | None = None
+    fn: Callable[[], object], device: torch.device | str, warmup: int | None = None, repeat: int | None = None,
+    prepare: Callable[[], object] | None = None,
 ) -> Timing:
-    """Run ``fn`` ``warmup`` times untimed, then ``repeat`` times timed one by one (None: the device's default)."""
+    """Run ``fn`` ``warmup`` times untimed, then ``repeat`` times timed one by one (None: the device's default),
+    each after an untimed ``prepare()`` if given."""
     device = torch.device(device)
     warmup, repeat = resolve_protocol(device.type == "cuda", warmup, repeat)
-    return Timing.of_samples(samples_ms(fn, device, warmup, repeat, flush_cache=True), warmup)
+    return Timing.of_samples(samples_ms(fn, device, warmup, repeat, prepare), warmup)

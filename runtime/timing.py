@@ -5,9 +5,9 @@ whole models with it (it lives in the runtime because the runtime may not import
 
 * On a GPU a sample is the time between two CUDA events on the current stream, synchronised on the end event
   only, so nothing inside the timed call is forced to wait for the device.
-* On a CPU a sample is a ``time.perf_counter_ns`` interval. With ``flush_cache`` each sample starts after a
-  64 MiB buffer has been written: inside a forward pass a stage finds its weights and inputs evicted by the
-  stages before it, and timing it with a warm cache predicts the pass about 10-25% too fast on these CPUs.
+* On a CPU a sample is a ``time.perf_counter_ns`` interval. A ``prepare`` callable, if given, runs untimed
+  before each sample: the profiler uses it to put the cache in the state a stage meets inside a forward pass
+  (:func:`flush_cpu_cache`, then a read of the stage's inputs, which the stage before has just written).
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ def sample_ms(fn: Callable[[], object], device: torch.device) -> float:
 
 
 def samples_ms(
-    fn: Callable[[], object], device: torch.device | str, warmup: int, repeat: int, flush_cache: bool = False
+    fn: Callable[[], object], device: torch.device | str, warmup: int, repeat: int,
+    prepare: Callable[[], object] | None = None,
 ) -> list[float]:
-    """``warmup`` untimed calls, then ``repeat`` timed ones (each after a CPU cache flush if asked); ms each."""
+    """``warmup`` untimed calls, then ``repeat`` timed ones, each after an untimed ``prepare()``; ms each."""
     if repeat < 1 or warmup < 0:
         raise ValueError(f"need repeat >= 1 and warmup >= 0, got repeat={repeat}, warmup={warmup}")
     device = torch.device(device)
-    flush = flush_cache and device.type == "cpu"
     with torch.inference_mode():
         for _ in range(warmup):
             fn()
@@ -52,8 +52,8 @@ def samples_ms(
             torch.cuda.synchronize(device)
         samples = []
         for _ in range(repeat):
-            if flush:
-                flush_cpu_cache()
+            if prepare is not None:
+                prepare()
             samples.append(sample_ms(fn, device))
     return samples
 
