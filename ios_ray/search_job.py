@@ -91,8 +91,7 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
     progress.planned(graph, plan)
     store = LatencyStore(request.store)
     identities = _simulated_identities(request.devices)
-    if identities is not None:
-        jobs, cached = _missing_jobs(store, plan, graph, request, identities)
+    jobs, cached = _missing_jobs(store, plan, graph, request, identities) if identities else ({}, {})
     if identities is None or any(j for by_batch in jobs.values() for j in by_batch.values()):
         with ray_session(request.address), _pool(request) as pool:
             identities = pool.identities()
@@ -103,9 +102,9 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
             progress.device_started(label, 0, cached[label])
     return [
         _schedule_one(store, graph, keys, plan, request, identities[label], batch, len(jobs[label][batch]),
-                      cached_by_batch, started)
+                      len(plan.stages) - len(jobs[label][batch]), started)
         for label in request.devices
-        for batch, cached_by_batch in _cached_per_batch(plan, jobs[label], request.batches).items()
+        for batch in request.batches
     ]
 
 
@@ -193,10 +192,6 @@ def _missing_jobs(
             ]
         cached[label] = len(keys) * len(request.batches) - sum(len(j) for j in jobs[label].values())
     return jobs, cached
-
-
-def _cached_per_batch(plan: Plan, jobs: Mapping[int, list[MeasureJob]], batches: Sequence[int]) -> dict[int, int]:
-    return {batch: len(plan.stages) - len(jobs[batch]) for batch in batches}
 
 
 def _schedule_one(
