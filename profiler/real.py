@@ -18,7 +18,6 @@ from ios_ray.profiler.jobs import DeviceIdentity, MeasureJob, local_identity, ma
 from ios_ray.profiler.timing import time_callable
 from ios_ray.runtime.program import Program
 from ios_ray.runtime.stages import Lanes, compile_stage, make_lanes
-from ios_ray.runtime.timing import flush_cpu_cache
 from ios_ray.stage import Stage
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32}
@@ -56,8 +55,7 @@ class RealBackend:
         run = compile_stage(self._program(job, identity.host), job.stage, self.device, self._lanes)
         env = random_inputs(job.graph, job.stage, job.batch, _dtype(job.dtype), self.device)
         try:
-            prepare = (lambda: as_in_a_forward_pass(env)) if self.device.type == "cpu" else None
-            timing = time_callable(lambda: run(env), self.device, self.warmup, self.repeat, prepare)
+            timing = time_callable(lambda: run(env), self.device, self.warmup, self.repeat)
         except torch.cuda.OutOfMemoryError:
             raise UserError(
                 f"a stage of {job.model} at batch {job.batch} does not fit in the memory of {self.spec.label}; "
@@ -76,16 +74,6 @@ class RealBackend:
                 "ios-ray, torch and model code on every node."
             )
         return program
-
-
-def as_in_a_forward_pass(env: dict[str, torch.Tensor]) -> None:
-    """Put the CPU cache in the state a stage meets inside a forward pass: the weights evicted by the stages before
-    it, its inputs just written by them. Timed warm instead, stages sum to 13-26% less than the measured pass on a
-    2-core EPYC; timed fully cold, a schedule of many small stages pays for cold inputs once per stage and looks
-    worse than one of few long stages, which biases the DP."""
-    flush_cpu_cache()
-    for tensor in env.values():
-        tensor.add_(0.0)
 
 
 def random_inputs(

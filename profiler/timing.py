@@ -15,11 +15,9 @@ from ios_ray.runtime.timing import samples_ms
 
 
 def time_callable(
-    fn: Callable[[], object], device: torch.device | str, warmup: int | None = None, repeat: int | None = None,
-    prepare: Callable[[], object] | None = None,
+    fn: Callable[[], object], device: torch.device | str, warmup: int | None = None, repeat: int | None = None
 ) -> Timing:
-    """Run ``fn`` ``warmup`` times untimed, then ``repeat`` times timed one by one (None: the device's default),
-    each after an untimed ``prepare()`` if given."""
+    """Run ``fn`` ``warmup`` times untimed, then ``repeat`` times timed one by one (None: the device's default)."""
     device = torch.device(device)
     warmup, repeat = resolve_protocol(device.type == "cuda", warmup, repeat)
-    return Timing.of_samples(samples_ms(fn, device, warmup, repeat, prepare), warmup)
+    return Timing.of_samples(samples_ms(fn, device, warmup, repeat), warmup)

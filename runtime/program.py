@@ -3,7 +3,8 @@
 :class:`Program` is the executable form of an :class:`~ios_ray.frontend.Imported` graph on one device. Convs
 carry their batch-norm folded into weight and bias (eval mode), separable convs likewise; pools, flattens and
 opaque units call the original fx node's code; ``add`` and ``concat`` units only evaluate their input value.
-Stage execution (``ios_ray.runtime.stages``) and the profiler call the very same unit callables.
+Stage execution (``ios_ray.runtime.stages``) and the profiler call the very same unit callables. Binding to the
+CPU keeps freed memory in the process (:mod:`~ios_ray.runtime.allocator`), for measurement and deployment alike.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from torch import nn
 
 from ios_ray.frontend import Imported, import_model
 from ios_ray.ir import GRAPH_INPUT, Graph, Unit, Value
+from ios_ray.runtime.allocator import keep_freed_memory
 
 UnitFn = Callable[[list[torch.Tensor]], torch.Tensor]
 Env = dict[str, torch.Tensor]
@@ -96,6 +98,8 @@ class Program:
     def from_imported(imported: Imported, device: torch.device | str = "cpu") -> "Program":
         """Bind an imported graph to its module's weights, copied onto ``device``."""
         device = torch.device(device)
+        if device.type == "cpu":
+            keep_freed_memory()
         module = copy.deepcopy(imported.module).to(device).eval()
         constants = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in imported.constants.items()}
         nodes = {n.name: n for n in module.graph.nodes}

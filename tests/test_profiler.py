@@ -58,7 +58,7 @@ def test_random_inputs_cover_external_sources(small_graph: Graph) -> None:
     env = random_inputs(small_graph, stage, 4, torch.float32, torch.device("cpu"))
     assert set(env) == {"b7a", "@input"}
     assert env["b7a"].shape == (4, 128, 17, 17) and env["@input"].shape == (4, 768, 17, 17)
-    assert all(t.count_nonzero() == t.numel() for t in env.values())
+    assert all(float((t == 0).float().mean()) < 1e-4 for t in env.values())  # random, not zero-filled (randn can hit 0.0)
     assert 0.9 < float(env["@input"].std()) < 1.1
 
 
