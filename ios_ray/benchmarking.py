@@ -1,7 +1,8 @@
 """``ios-ray bench`` and ``run``: execute a model eagerly and under schedules, measured side by side.
 
-Side by side means interleaved: each round calls every variant once, in turn, so that a noisy neighbour slows
-all variants alike instead of whichever happened to run then. Each variant's output is checked against eager.
+Side by side means interleaved: each round runs every variant in turn, so that a noisy neighbour slows all
+variants alike instead of whichever happened to run then; each timed call follows an untimed one of the same
+variant, so that it finds its own weights in the cache rather than the previous variant's. Each variant's output is checked against eager.
 The predicted latency of a schedule (the sum of its stage latencies from the latency store, for the device
 fingerprint and batch) is reported beside what was measured end to end.
 """
@@ -71,7 +72,8 @@ def baseline_schedule(graph: Graph, like: Schedule, name: str) -> Schedule:
 def side_by_side(
     variants: Sequence[Variant], x: torch.Tensor, warmup: int, rounds: int
 ) -> dict[str, tuple[float, float, float]]:
-    """Median, p10 and p90 in ms of each variant, timed in interleaved rounds after ``warmup`` calls each."""
+    """Median, p10 and p90 in ms of each variant, timed in interleaved rounds after ``warmup`` calls each (each
+    timed call preceded by an untimed call of the same variant)."""
     with torch.inference_mode():
         for variant in variants:
             for _ in range(warmup):
@@ -79,6 +81,7 @@ def side_by_side(
         samples: dict[str, list[float]] = {v.name: [] for v in variants}
         for _ in range(rounds):
             for variant in variants:
+                variant.forward(x)  # untimed: the variant's weights back in the cache after the others ran
                 samples[variant.name].append(sample_ms(lambda: variant.forward(x), x.device))
     return {name: summary_ms(times) for name, times in samples.items()}
 
