@@ -1,4 +1,4 @@
-"""Block detection: split a graph into single-entry single-exit regions, and measure their width.
+"""Block detection: split a graph into single-entry single-exit regions.
 
 A unit is a *cut* when every path from the graph input to the graph output passes through it. In a
 topological order that is exactly a unit that no edge jumps over. Blocks are cut at those units:
@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import itertools
 from typing import Sequence
-
-import networkx as nx
 
 from ios_ray.ir import GRAPH_INPUT, Block, Unit, Value
 
@@ -112,19 +110,3 @@ def cut_units(units: Sequence[Unit], output: Value) -> set[str]:
     reach = list(itertools.accumulate(furthest_from, max))  # reach[i]: furthest end of an edge starting before i
     return {u.id for i, u in enumerate(units) if reach[i] <= i}
 
-
-def width(units: Sequence[Unit]) -> int:
-    """The width of the DAG formed by these units: the size of its largest antichain (Dilworth's theorem)."""
-    ids = [u.id for u in units]
-    inside = set(ids)
-    dag = nx.DiGraph()
-    dag.add_nodes_from(ids)
-    dag.add_edges_from((s, u.id) for u in units for s in u.sources if s in inside)
-    closure = nx.transitive_closure_dag(dag)
-    bipartite = nx.Graph()
-    top = [("out", i) for i in ids]
-    bipartite.add_nodes_from(top)
-    bipartite.add_nodes_from(("in", i) for i in ids)
-    bipartite.add_edges_from((("out", a), ("in", b)) for a, b in closure.edges)
-    matching = nx.bipartite.hopcroft_karp_matching(bipartite, top_nodes=top)
-    return len(ids) - len(matching) // 2

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ios_ray.cli_util import at_least_one, make_console, parse_batches, parse_list, store_lookup, user_errors
 from ios_ray.errors import UserError
+from ios_ray.store import DEFAULT_STORE_PATH
 
 if TYPE_CHECKING:
     import torch
@@ -26,7 +27,6 @@ console = make_console()
 
 MODEL_HELP = "zoo name (see `ios-ray models`) or package.module:factory"
 STORE_HELP = "latency store file (DuckDB)"
-DEFAULT_STORE = Path("ios_store/latency.duckdb")
 DEFAULT_OUT = Path("schedules")
 
 
@@ -86,7 +86,7 @@ def search(
     model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
     devices: str = typer.Option("cpu", "--devices", "-d", help="comma-separated device labels, e.g. v100,k80 or sim:v100"),
     batches: str = typer.Option("1", "--batches", "-b", help="comma-separated batch sizes, e.g. 1,32,128"),
-    store: Path = typer.Option(DEFAULT_STORE, "--store", help=STORE_HELP),
+    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
     out: Path = typer.Option(DEFAULT_OUT, "--out", help="folder for OUT/<model>/<device>/bs<batch>.json"),
     r: int = typer.Option(3, "-r", help="pruning: max units per group"),
     s: int = typer.Option(8, "-s", help="pruning: max groups per stage"),
@@ -192,7 +192,7 @@ def bench(
     device: str = typer.Option("cpu", "--device", help="the schedules' device label (cpu, cuda, h100...)"),
     batches: str = typer.Option("1", "--batches", "-b", help="comma-separated batch sizes"),
     schedules: Path = typer.Option(DEFAULT_OUT, "--schedules", help="the --out folder of ios-ray search"),
-    store: Path = typer.Option(DEFAULT_STORE, "--store", help=STORE_HELP),
+    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
     rounds: int = typer.Option(10, "--rounds", help="timed rounds (each runs every variant once)"),
     compile_: bool = typer.Option(True, "--compile/--no-compile", help="include torch.compile"),
 ) -> None:
@@ -242,7 +242,7 @@ def bench(
 def evaluate(
     schedules: Path = typer.Option(DEFAULT_OUT, "--schedules", help="the --out folder of ios-ray search"),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="only this model's schedules"),
-    store: Path = typer.Option(DEFAULT_STORE, "--store", help=STORE_HELP),
+    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
     rounds: int = typer.Option(10, "--rounds", help="timed runs per measured cell"),
 ) -> None:
     """Cross-evaluate schedules (the paper's Table 3): the schedule made for X run on Y, for every X and Y."""

@@ -10,12 +10,13 @@ from functools import lru_cache
 import pytest
 import torch
 
-from ios_ray.blocks import cut_units, find_blocks, width
+from ios_ray.blocks import cut_units, find_blocks
 from ios_ray.errors import UserError
 from ios_ray.frontend import Imported, import_module, import_model
-from ios_ray.ir import GRAPH_INPUT, Graph, Unit, Value
+from ios_ray.ir import GRAPH_INPUT, Block, Graph, Unit, Value
 from ios_ray.models import resolve_model
 from ios_ray.runtime.program import Program
+from ios_ray.search import BlockDag
 from ios_ray.tests.helpers import randomise_batchnorm, relative_error
 from ios_ray.tests.user_models import unknown_ops
 from ios_ray.zoo import ZOO
@@ -42,9 +43,10 @@ def test_ir_execution_equals_forward(name: str) -> None:
 
 def test_inception_blocks_found_from_wiring() -> None:
     graph = _zoo_import("inception_v3")[1].graph
-    parallel = [b for b in graph.blocks if width([graph.unit(u) for u in b.units]) > 1]
+    widths = [BlockDag.of(graph, b).width for b in graph.blocks]
+    parallel = [b for b, w in zip(graph.blocks, widths) if w > 1]
     assert len(parallel) == 11
-    assert [width([graph.unit(u) for u in b.units]) for b in parallel[-2:]] == [6, 6]
+    assert [w for w in widths if w > 1][-2:] == [6, 6]
     assert all(graph.unit(b.exit).kind in ("concat", "pool") for b in parallel)
 
 
@@ -66,7 +68,8 @@ def test_block_detection_on_hand_made_dag() -> None:
     assert cut_units(units, output) == {"a", "d", "e", "i"}
     blocks = [b.units for b in find_blocks(units, output)]
     assert blocks == [("a",), ("b", "c", "d"), ("e",), ("f", "g", "h", "i")]
-    assert width(units) == 2
+    graph = Graph("dag", (4,), tuple(units), output)
+    assert BlockDag.of(graph, Block(0, tuple(u.id for u in units))).width == 2
 
 
 def test_big_block_split_at_narrow_points() -> None:
