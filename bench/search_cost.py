@@ -83,6 +83,9 @@ class MeasuringClock:
         if total and done == total and self.finished is None:
             self.finished = time.perf_counter()
 
+    def checking(self, device: str, batch: int) -> None:
+        """Nothing to record (sim devices are not checked end to end)."""
+
     @property
     def seconds(self) -> float:
         """Seconds from device_started to the last stage measured."""

@@ -1,14 +1,14 @@
 """``ios-ray bench`` and ``run``: execute a model eagerly and under schedules, measured side by side.
 
-Side by side means interleaved: each round runs every variant in turn, so that a noisy neighbour slows all
-variants alike instead of whichever happened to run then; each timed call follows an untimed one of the same
-variant, so that it finds its own weights in the cache rather than the previous variant's. Each variant's output is checked against eager.
+Side by side means interleaved rounds (:func:`~ios_ray.runtime.timing.interleaved_samples_ms`), so that a noisy
+neighbour slows all variants alike. Each variant's output is checked against eager.
 The predicted latency of a schedule (the sum of its stage latencies from the latency store, for the device
 fingerprint and batch) is reported beside what was measured end to end.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -19,7 +19,7 @@ from ios_ray.errors import UserError
 from ios_ray.evaluation import Lookup, predicted_ms
 from ios_ray.ir import Graph
 from ios_ray.runtime import Program, ScheduleRunner, read_schedules
-from ios_ray.runtime.timing import sample_ms, summary_ms
+from ios_ray.runtime.timing import interleaved_samples_ms, summary_ms
 from ios_ray.schedule import BlockSchedule, Schedule
 from ios_ray.search import greedy_stages, sequential_stages
 from ios_ray.stage import StageKeys
@@ -74,16 +74,8 @@ def side_by_side(
 ) -> dict[str, tuple[float, float, float]]:
     """Median, p10 and p90 in ms of each variant, timed in interleaved rounds after ``warmup`` calls each (each
     timed call preceded by an untimed call of the same variant)."""
-    with torch.inference_mode():
-        for variant in variants:
-            for _ in range(warmup):
-                variant.forward(x)
-        samples: dict[str, list[float]] = {v.name: [] for v in variants}
-        for _ in range(rounds):
-            for variant in variants:
-                variant.forward(x)  # untimed: the variant's weights back in the cache after the others ran
-                samples[variant.name].append(sample_ms(lambda: variant.forward(x), x.device))
-    return {name: summary_ms(times) for name, times in samples.items()}
+    calls = {v.name: functools.partial(v.forward, x) for v in variants}
+    return {name: summary_ms(times) for name, times in interleaved_samples_ms(calls, x.device, warmup, rounds).items()}
 
 
 def bench_rows(

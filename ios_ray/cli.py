@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from enum import Enum
 from pathlib import Path
@@ -16,6 +17,8 @@ from ios_ray.store import DEFAULT_STORE_PATH
 
 if TYPE_CHECKING:
     import torch
+
+    from ios_ray.benchmarking import BenchRow
 
 app = typer.Typer(
     help="ios-ray: find and deploy the fastest inter-operator schedule of a CNN per device and batch size.",
@@ -96,6 +99,8 @@ def search(
     sim_actors: int = typer.Option(2, "--sim-actors", help="actors per sim: device where no node offers its GPU"),
     warmup: Optional[int] = typer.Option(None, "--warmup", help="untimed runs per stage (default: cpu 3, gpu 10)"),
     repeat: Optional[int] = typer.Option(None, "--repeat", help="timed runs per stage (default: cpu 10, gpu 30)"),
+    check_rounds: int = typer.Option(10, "--check-rounds", help="rounds of the end-to-end check that times the IOS "
+                                     "and sequential schedules whole and keeps the faster (0: no check)"),
 ) -> None:
     """Find the fastest schedule of a model for every device and batch size, measuring only what is new."""
     from ios_ray.cli_progress import RichSearchProgress
@@ -106,20 +111,26 @@ def search(
         model=model, devices=tuple(dict.fromkeys(parse_list(devices, "--devices"))),
         batches=tuple(dict.fromkeys(parse_batches(batches))), store=store, out=out,
         params=SearchParams(r=r, s=s, strategies=strategy.strategies), address=address, sim_actors=sim_actors,
-        warmup=warmup, repeat=repeat,
+        warmup=warmup, repeat=repeat, check_rounds=check_rounds,
     )
     at_least_one(**{"sim-actors": sim_actors, "repeat": 1 if repeat is None else repeat})
-    if warmup is not None and warmup < 0:
-        raise UserError(f"--warmup must be at least 0, not {warmup}.")
+    for name, value in (("--warmup", warmup), ("--check-rounds", check_rounds)):
+        if value is not None and value < 0:
+            raise UserError(f"{name} must be at least 0, not {value}.")
     with RichSearchProgress(console) as progress:
         outcomes = run_search(request, progress)
     table = Table("device", "batch", "IOS ms", "seq ms", "speedup", "measured", "cached", "wall s", "source",
-                  title=f"ios-ray search: {model}")
+                  "end to end IOS / seq ms", "kept", title=f"ios-ray search: {model} (predicted: sums of stages)")
     for o in outcomes:
+        check = o.end_to_end
         table.add_row(o.device, str(o.batch), f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x",
-                      str(o.measured), str(o.cached), f"{o.wall_s:.1f}", o.source)
+                      str(o.measured), str(o.cached), f"{o.wall_s:.1f}", o.source,
+                      "-" if check is None else f"{check.dp_ms:.3f} / {check.sequential_ms:.3f}",
+                      "IOS" if check is None or check.kept == "dp" else "sequential")
     console.print(table)
     console.print(f"schedules written under {out}/")
+    if any(o.end_to_end is not None and o.end_to_end.kept == "sequential" for o in outcomes):
+        console.print("kept sequential: the IOS schedule ran slower end to end than the sequential one there")
 
 
 @app.command()
@@ -195,6 +206,7 @@ def bench(
     store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
     rounds: int = typer.Option(10, "--rounds", help="timed rounds (each runs every variant once)"),
     compile_: bool = typer.Option(True, "--compile/--no-compile", help="include torch.compile"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON (rows and notes) instead of tables"),
 ) -> None:
     """Eager vs sequential, greedy and IOS schedules vs torch.compile, measured side by side."""
     import torch
@@ -208,7 +220,7 @@ def bench(
     from ios_ray.runtime import Program
     from ios_ray.stage import StageKeys
 
-    target = _torch_device("cuda" if device not in ("cpu",) and not device.startswith("cuda") else device)
+    target = _bench_target(device)
     spec = resolve_model(model)
     torch.manual_seed(0)
     module = spec.build().eval().to(target)
@@ -216,6 +228,7 @@ def bench(
     program = Program.from_imported(imported, target)
     keys = StageKeys(imported.graph)
     lookup = store_lookup(store)
+    report: dict[str, list] = {"rows": [], "notes": []}
     for batch in parse_batches(batches):
         ios = find_schedule(schedules, imported.graph, device, batch)
         named = {"sequential": baseline_schedule(imported.graph, ios, "sequential"),
@@ -226,15 +239,31 @@ def bench(
         if isinstance(compiled, Variant):
             variants.append(compiled)
         rows = bench_rows(variants, x, keys, lookup, rounds=rounds)
-        table = Table("variant", "median ms", "p10 ms", "p90 ms", "speedup vs eager", "predicted ms", "max rel err",
-                      title=f"{spec.name} on {device}, batch {batch} (IOS schedule made for batch {ios.batch})")
-        for row in rows:
-            predicted = f"{row.predicted_ms:.3f}" if row.predicted_ms is not None else "-"
-            table.add_row(row.name, f"{row.median_ms:.3f}", f"{row.p10_ms:.3f}", f"{row.p90_ms:.3f}",
-                          f"{row.speedup:.2f}x", predicted, f"{row.error:.1e}")
-        console.print(table)
-        if isinstance(compiled, str):
-            console.print(compiled)
+        title = f"{spec.name} on {device}, batch {batch} (IOS schedule made for batch {ios.batch})"
+        if ios.end_to_end is not None and ios.end_to_end.kept == "sequential":
+            title += "; the search kept the sequential schedule, faster end to end there"
+        notes = [compiled] if isinstance(compiled, str) else []
+        if as_json:
+            context = {"model": spec.name, "device": device, "schedule_batch": ios.batch,
+                       "search_kept": ios.end_to_end.kept if ios.end_to_end is not None else None}
+            report["rows"] += [{**context, **dataclasses.asdict(row)} for row in rows]
+            report["notes"] += notes
+        else:
+            _print_bench_table(title, rows, notes)
+    if as_json:
+        print(json.dumps(report, indent=1))
+
+
+def _print_bench_table(title: str, rows: list["BenchRow"], notes: list[str]) -> None:
+    table = Table("variant", "median ms", "p10 ms", "p90 ms", "speedup vs eager", "predicted ms", "max rel err",
+                  title=title)
+    for row in rows:
+        predicted = f"{row.predicted_ms:.3f}" if row.predicted_ms is not None else "-"
+        table.add_row(row.name, f"{row.median_ms:.3f}", f"{row.p10_ms:.3f}", f"{row.p90_ms:.3f}",
+                      f"{row.speedup:.2f}x", predicted, f"{row.error:.1e}")
+    console.print(table)
+    for note in notes:
+        console.print(note)
 
 
 @app.command()
@@ -290,6 +319,20 @@ def _torch_device(label: str) -> "torch.device":
     if device.type not in ("cpu", "cuda"):
         raise UserError(f"--device must be cpu or cuda[:i], not {label!r}.")
     return device
+
+
+def _bench_target(label: str) -> "torch.device":
+    """The torch device that runs the schedules of a device label: the CPU for ``cpu``, else a CUDA GPU."""
+    import torch
+
+    if label.startswith("sim:"):
+        raise UserError(f"{label!r} is simulated and bench measures on this machine; compare simulated schedules "
+                        "by prediction with `ios-ray evaluate --schedules DIR`.")
+    if label == "cpu" or label.startswith("cuda"):
+        return _torch_device(label)
+    if not torch.cuda.is_available():
+        raise UserError(f"schedules for {label!r} run on a CUDA GPU, and torch sees none on this machine.")
+    return torch.device("cuda")
 
 
 def _mount_subcommands() -> None:

@@ -46,3 +46,7 @@ class RichSearchProgress:
         self.bars.update(task, completed=done, total=total)
         speed = self.bars.tasks[task].speed
         self.bars.update(task, rate=f"{speed:.1f} stages/s" if speed else "")
+
+    def checking(self, device: str, batch: int) -> None:
+        """Say which schedules are being timed end to end."""
+        self.console.print(f"{device} batch {batch}: timing the IOS and sequential schedules end to end")

@@ -2,7 +2,8 @@
 
 A schedule is versioned JSON. It carries the graph fingerprint it was made for, the device label and
 fingerprint, batch size, dtype, the search parameters, and per block its stages (strategy and groups of unit
-ids) with their predicted latencies. :func:`load_schedule` checks a file against a graph and rejects a
+ids) with their predicted latencies, and for a measured device the end-to-end check that chose it
+(:class:`EndToEnd`). :func:`load_schedule` checks a file against a graph and rejects a
 mismatch with one clear sentence.
 """
 
@@ -38,6 +39,25 @@ class BlockSchedule:
 
 
 @dataclass(frozen=True)
+class EndToEnd:
+    """The search's end-to-end check: the DP schedule and the sequential one timed whole, side by side, on the
+    device, and which of the two the file keeps (the faster; the DP's own schedule where they tie)."""
+
+    rounds: int
+    dp_ms: float
+    sequential_ms: float
+
+    @property
+    def kept(self) -> str:
+        """``"dp"`` or ``"sequential"``."""
+        return "sequential" if self.sequential_ms < self.dp_ms else "dp"
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON form."""
+        return {"rounds": self.rounds, "dp_ms": self.dp_ms, "sequential_ms": self.sequential_ms, "kept": self.kept}
+
+
+@dataclass(frozen=True)
 class Schedule:
     """A whole-graph schedule specialised for one (device, batch, dtype)."""
 
@@ -51,6 +71,7 @@ class Schedule:
     device_info: Mapping[str, Any] = field(default_factory=dict)
     params: Mapping[str, Any] = field(default_factory=dict)
     source: str = "measured"
+    end_to_end: EndToEnd | None = None
 
     @property
     def stages(self) -> tuple[Stage, ...]:
@@ -78,6 +99,7 @@ class Schedule:
             "source": self.source,
             "params": dict(self.params),
             "predicted_latency_ms": self.predicted_latency,
+            "end_to_end": self.end_to_end.to_json() if self.end_to_end is not None else None,
             "blocks": [
                 {
                     "block": b.block,
@@ -120,7 +142,15 @@ def schedule_from_json(data: Mapping[str, Any]) -> Schedule:
         device_info=dict(data.get("device_info", {})),
         params=dict(data.get("params", {})),
         source=str(data.get("source", "measured")),
+        end_to_end=_end_to_end(data.get("end_to_end")),
     )
+
+
+def _end_to_end(data: Mapping[str, Any] | None) -> EndToEnd | None:
+    """The end-to-end check of a schedule file, where it has one."""
+    if data is None:
+        return None
+    return EndToEnd(int(data["rounds"]), float(data["dp_ms"]), float(data["sequential_ms"]))
 
 
 def save_schedule(schedule: Schedule, path: Path) -> None:

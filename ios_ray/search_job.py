@@ -6,6 +6,11 @@ every (device, batch), and only the missing ones go out to the device actors, al
 alone writes the store, batch by batch as results stream back, so an interrupted search keeps what it measured
 and a rerun resumes. The DP then reads latencies from the store and never waits on a device.
 
+On a measured device the DP's schedule is then checked end to end: it and the sequential schedule run whole, side
+by side, on an actor of the device, and the file keeps the faster. Stages timed one at a time miss what happens
+between them (on a CPU, handing work to worker threads and back), so the sum of a schedule's stages can favour a
+schedule that is slower as a whole; the check makes sure a search never deploys one slower than sequential.
+
 This module is the one place that joins Ray, the store and the search; it is imported by the CLI command only.
 """
 
@@ -24,9 +29,9 @@ from ios_ray.devices import parse_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
-from ios_ray.profiler import DevicePool, MeasureJob
+from ios_ray.profiler import CheckJob, DevicePool, MeasureJob
 from ios_ray.profiler.jobs import DeviceIdentity
-from ios_ray.schedule import Schedule, save_schedule
+from ios_ray.schedule import EndToEnd, Schedule, save_schedule
 from ios_ray.search import Plan, SearchParams, TableLatency, optimize_graph, plan_graph, sequential
 from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore, rows_to_table
@@ -46,11 +51,13 @@ class SearchRequest:
     sim_actors: int = 2
     warmup: int | None = None
     repeat: int | None = None
+    check_rounds: int = 10
 
 
 @dataclass(frozen=True)
 class SearchOutcome:
-    """The result for one (device, batch): predicted and sequential latency, what was measured, where it went."""
+    """The result for one (device, batch): the DP's and the sequential schedule's predicted latency, what was
+    measured, where the file went, and on a measured device the end-to-end check (which of the two it keeps)."""
 
     device: str
     batch: int
@@ -61,6 +68,7 @@ class SearchOutcome:
     wall_s: float
     path: Path
     source: str
+    end_to_end: EndToEnd | None = None
 
     @property
     def speedup(self) -> float:
@@ -80,6 +88,9 @@ class SearchProgress(Protocol):
     def advanced(self, device: str, done: int, total: int) -> None:
         """``done`` of ``total`` stages of a device are measured."""
 
+    def checking(self, device: str, batch: int) -> None:
+        """The DP and sequential schedules of (device, batch) are being timed end to end."""
+
 
 def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchOutcome]:
     """Run a whole search; returns one outcome per (device, batch) and writes one schedule file for each."""
@@ -92,20 +103,39 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
     store = LatencyStore(request.store)
     identities = _simulated_identities(request.devices)
     jobs, cached = _missing_jobs(store, plan, graph, request, identities) if identities else ({}, {})
-    if identities is None or any(j for by_batch in jobs.values() for j in by_batch.values()):
-        with ray_session(request.address), _pool(request) as pool:
-            identities = pool.identities()
-            jobs, cached = _missing_jobs(store, plan, graph, request, identities)
-            _measure(pool, store, jobs, cached, request, progress)
-    else:
+    if identities is not None and not any(j for by_batch in jobs.values() for j in by_batch.values()):
         for label in request.devices:
             progress.device_started(label, 0, cached[label])
-    return [
-        _schedule_one(store, graph, keys, plan, request, identities[label], batch, len(jobs[label][batch]),
-                      len(plan.stages) - len(jobs[label][batch]), started)
-        for label in request.devices
-        for batch in request.batches
-    ]
+        return _schedule_all(store, graph, keys, plan, request, identities, jobs, started, None, progress)
+    with ray_session(request.address), _pool(request) as pool:
+        identities = pool.identities()
+        jobs, cached = _missing_jobs(store, plan, graph, request, identities)
+        _measure(pool, store, jobs, cached, request, progress)
+        return _schedule_all(store, graph, keys, plan, request, identities, jobs, started, pool, progress)
+
+
+def _schedule_all(
+    store: LatencyStore, graph: Graph, keys: StageKeys, plan: Plan, request: SearchRequest,
+    identities: Mapping[str, DeviceIdentity], jobs: Mapping[str, Mapping[int, list[MeasureJob]]], started: float,
+    pool: DevicePool | None, progress: SearchProgress,
+) -> list[SearchOutcome]:
+    """Run the DP for every (device, batch), check it end to end where the device is real, write the files."""
+    outcomes = []
+    for label in request.devices:
+        for batch in request.batches:
+            dp, plain = _optimize(store, graph, keys, plan, request, identities[label], batch)
+            kept = dp
+            if pool is not None and identities[label].source == "measured" and request.check_rounds > 0:
+                progress.checking(label, batch)
+                kept = _checked_end_to_end(pool, graph, request, dp, plain)
+            path = schedule_path(request.out, request.model, label, batch)
+            save_schedule(kept, path)
+            measured = len(jobs[label][batch])
+            outcomes.append(SearchOutcome(
+                label, batch, dp.predicted_latency or 0.0, plain.predicted_latency or 0.0, measured,
+                len(plan.stages) - measured, time.perf_counter() - started, path, identities[label].source,
+                kept.end_to_end))
+    return outcomes
 
 
 def _measure(
@@ -194,11 +224,11 @@ def _missing_jobs(
     return jobs, cached
 
 
-def _schedule_one(
+def _optimize(
     store: LatencyStore, graph: Graph, keys: StageKeys, plan: Plan, request: SearchRequest,
-    identity: DeviceIdentity, batch: int, measured: int, cached: int, started: float,
-) -> SearchOutcome:
-    """Run the DP for one (device, batch) on latencies from the store and write the schedule file."""
+    identity: DeviceIdentity, batch: int,
+) -> tuple[Schedule, float]:
+    """The DP's schedule and the sequential one for one (device, batch), priced from the store."""
     table = store.lookup(list(plan.stages), identity.fingerprint, batch)
     if len(table) < len(plan.stages):
         raise UserError(
@@ -207,17 +237,27 @@ def _schedule_one(
         )
     latency = TableLatency(keys, table)
     result = optimize_graph(graph, latency, request.params)
-    sequential_ms = sum(sequential(graph, block, latency).latency or 0.0 for block in graph.blocks)
     schedule = Schedule(
         model=request.model, graph_fingerprint=graph.fingerprint, device=identity.label, batch=batch,
         blocks=result.schedules, device_fingerprint=identity.fingerprint, device_info=dict(identity.info),
         params=request.params.to_json(), source=identity.source,
     )
-    path = schedule_path(request.out, request.model, identity.label, batch)
-    save_schedule(schedule, path)
-    wall = time.perf_counter() - started
-    return SearchOutcome(identity.label, batch, result.cost, sequential_ms, measured, cached, wall, path,
-                         identity.source)
+    plain = dataclasses.replace(schedule, blocks=tuple(sequential(graph, block, latency) for block in graph.blocks))
+    return schedule, plain
+
+
+def _checked_end_to_end(
+    pool: DevicePool, graph: Graph, request: SearchRequest, dp: Schedule, plain: Schedule
+) -> Schedule:
+    """Time the DP's schedule and the sequential one whole, side by side, on the device; keep the faster."""
+    job = CheckJob(request.model, graph, (dp, plain), dp.batch, request.check_rounds)
+    dp_ms, sequential_ms = pool.time_schedules(dp.device, job)
+    return keep_faster(dp, plain, EndToEnd(request.check_rounds, dp_ms, sequential_ms))
+
+
+def keep_faster(dp: Schedule, sequential: Schedule, check: EndToEnd) -> Schedule:
+    """The schedule the check found faster end to end (the DP's where they tie), carrying the check."""
+    return dataclasses.replace(sequential if check.kept == "sequential" else dp, end_to_end=check)
 
 
 def _check_reachable(address: str, timeout_s: float = 5.0) -> None:

@@ -13,7 +13,7 @@ from ios_ray.devices import parse_device
 from ios_ray.errors import UserError
 from ios_ray.profiler.backends import Backend, make_backend
 from ios_ray.profiler.cluster import Placement
-from ios_ray.profiler.jobs import DeviceIdentity, MeasureJob
+from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class Hello:
 
 
 class ProfilerActor:
-    """Measures stages on one device unit (one GPU, a node's CPUs, or one simulated GPU)."""
+    """Measures stages, and times whole schedules, on one device unit (one GPU, a node's CPUs, or one simulated GPU)."""
 
     def __init__(self, label: str, warmup: int | None, repeat: int | None) -> None:
         self.label = label
@@ -46,6 +46,10 @@ class ProfilerActor:
     def measure(self, jobs: list[MeasureJob]) -> list[dict[str, Any]]:
         """Measure a batch of stages, one after the other; their rows in order."""
         return [self.backend.measure(job) for job in jobs]
+
+    def time_schedules(self, job: CheckJob) -> list[float]:
+        """Time whole schedules side by side; the median end-to-end latency of each in ms."""
+        return self.backend.time_schedules(job)
 
 
 RemoteProfilerActor = ray.remote(ProfilerActor)

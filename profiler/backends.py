@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ios_ray.devices import DeviceSpec
-from ios_ray.profiler.jobs import DeviceIdentity, MeasureJob
+from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob
 
 
 class Backend(Protocol):
@@ -16,6 +16,9 @@ class Backend(Protocol):
 
     def measure(self, job: MeasureJob) -> dict[str, Any]:
         """Time one stage and return its latency row (the store's columns)."""
+
+    def time_schedules(self, job: CheckJob) -> list[float]:
+        """Time whole schedules side by side; the median end-to-end latency of each in ms."""
 
 
 def make_backend(spec: DeviceSpec, warmup: int | None = None, repeat: int | None = None) -> Backend:

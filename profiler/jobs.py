@@ -1,4 +1,4 @@
-"""Measurement jobs (what the driver sends out) and latency rows (what comes back, in the store's columns)."""
+"""Measurement jobs (what the driver sends out: stages, or whole schedules to check) and latency rows (what comes back, in the store's columns)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any, Literal, Mapping
 
 from ios_ray.ir import Graph
 from ios_ray.profiler.protocol import Timing
+from ios_ray.schedule import Schedule
 from ios_ray.stage import Stage
 
 Source = Literal["measured", "simulated"]
@@ -41,6 +42,18 @@ class MeasureJob:
     def measurement(self) -> tuple[str, int, str]:
         """What makes two jobs the same measurement on one device: stage key, batch and dtype."""
         return (self.key, self.batch, self.dtype)
+
+
+@dataclass(frozen=True)
+class CheckJob:
+    """Whole schedules of one model to time end to end, side by side, at one batch size (the search's check)."""
+
+    model: str
+    graph: Graph
+    schedules: tuple[Schedule, ...]
+    batch: int
+    rounds: int
+    warmup: int = 2
 
 
 @dataclass(frozen=True)

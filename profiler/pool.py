@@ -1,10 +1,11 @@
-"""A pool of profiler actors for a set of device labels: start, fingerprint, measure, shut down.
+"""A pool of profiler actors for a set of device labels: start, fingerprint, measure, time schedules, shut down.
 
-Two phases, so that the driver can skip what the store already holds::
+In phases, so that the driver can skip what the store already holds and check the schedules it then makes::
 
     pool = DevicePool.start(["v100", "sim:k80"])       # fails within seconds if no node offers a label
     fingerprints = pool.fingerprints()                   # {label: fingerprint}, to look up in the store
     report = pool.measure({label: missing_jobs}, on_rows, on_progress)
+    medians = pool.time_schedules(label, CheckJob(model, graph, (dp, sequential), batch, rounds))
     pool.shutdown()
 """
 
@@ -16,14 +17,14 @@ from typing import Any, Mapping, Sequence
 
 import ray
 from ray.actor import ActorHandle
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayTaskError
 
 from ios_ray.devices import DeviceSpec, parse_device
 from ios_ray.errors import UserError
 from ios_ray.profiler.actors import Hello, start_actor
 from ios_ray.profiler.cluster import check_offered, live_nodes, plan_all
 from ios_ray.profiler.dispatch import Dispatcher, MeasureReport, ProgressCallback, RowsCallback, first_line
-from ios_ray.profiler.jobs import DeviceIdentity, MeasureJob
+from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob
 
 #: Seconds to wait for a device's actors to start and fingerprint their device.
 START_TIMEOUT_S = 60.0
@@ -94,6 +95,20 @@ class DevicePool:
         if report.interrupted:
             self.shutdown()
         return report
+
+    def time_schedules(self, label: str, job: CheckJob) -> list[float]:
+        """Time whole schedules side by side on one actor of a label; the median latency of each in ms."""
+        try:
+            return ray.get(self._actors[label][0].time_schedules.remote(job))
+        except RayTaskError as error:
+            cause = getattr(error, "cause", None)
+            if isinstance(cause, UserError):
+                raise UserError(str(cause)) from None
+            raise UserError(f"timing the schedules of {job.model} end to end on {label} at batch {job.batch} "
+                            f"failed: {first_line(cause or error)}") from None
+        except RayActorError as error:
+            raise UserError(f"the actor timing schedules on {label} died ({first_line(error)}); the measured stages "
+                            "were kept, so run the search again.") from None
 
     def shutdown(self) -> None:
         """Kill every actor of the pool."""

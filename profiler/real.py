@@ -7,17 +7,22 @@ graph's shapes with the batch dimension prepended.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import statistics
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import torch
 
 from ios_ray.devices import DeviceSpec, cuda_problem, device_fingerprint
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
-from ios_ray.profiler.jobs import DeviceIdentity, MeasureJob, local_identity, make_row
+from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, local_identity, make_row
 from ios_ray.profiler.timing import time_callable
+from ios_ray.runtime.executor import ScheduleRunner
 from ios_ray.runtime.program import Program
 from ios_ray.runtime.stages import Lanes, compile_stage, make_lanes
+from ios_ray.runtime.timing import interleaved_samples_ms
 from ios_ray.stage import Stage
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32}
@@ -52,28 +57,46 @@ class RealBackend:
         identity = self.identity or self.start()
         if self._lanes is None:
             self._lanes = make_lanes(self.device)
-        run = compile_stage(self._program(job, identity.host), job.stage, self.device, self._lanes)
+        run = compile_stage(self._program(job.model, job.graph, identity.host), job.stage, self.device, self._lanes)
         env = random_inputs(job.graph, job.stage, job.batch, _dtype(job.dtype), self.device)
-        try:
+        with _fits(self.spec.label, job.model, job.batch):
             timing = time_callable(lambda: run(env), self.device, self.warmup, self.repeat)
-        except torch.cuda.OutOfMemoryError:
-            raise UserError(
-                f"a stage of {job.model} at batch {job.batch} does not fit in the memory of {self.spec.label}; "
-                "use a smaller batch size."
-            ) from None
         return make_row(job, timing, identity)
 
-    def _program(self, job: MeasureJob, host: str) -> Program:
-        """The job's model on this device, built once per model spec and checked against the job's graph."""
-        if job.model not in self._programs:
-            self._programs[job.model] = Program.from_model(job.model, self.device)
-        program = self._programs[job.model]
-        if program.graph.fingerprint != job.graph.fingerprint:
+    def time_schedules(self, job: CheckJob) -> list[float]:
+        """The median end-to-end latency in ms of each schedule, run as deployed (a CUDA graph on a GPU) on one
+        random batch, in interleaved rounds."""
+        identity = self.identity or self.start()
+        program = self._program(job.model, job.graph, identity.host)
+        runners = {str(i): ScheduleRunner(program, s, self.device) for i, s in enumerate(job.schedules)}
+        x = torch.randn(job.batch, *job.graph.input_shape, device=self.device)
+        with _fits(self.spec.label, job.model, job.batch):
+            samples = interleaved_samples_ms({name: functools.partial(run, x) for name, run in runners.items()},
+                                             self.device, job.warmup, job.rounds)
+        return [statistics.median(samples[name]) for name in runners]
+
+    def _program(self, model: str, graph: Graph, host: str) -> Program:
+        """A model on this device, built once per model spec and checked against the driver's graph of it."""
+        if model not in self._programs:
+            self._programs[model] = Program.from_model(model, self.device)
+        program = self._programs[model]
+        if program.graph.fingerprint != graph.fingerprint:
             raise UserError(
-                f"model {job.model!r} imports to a different graph on {host} than on the driver; install the same "
+                f"model {model!r} imports to a different graph on {host} than on the driver; install the same "
                 "ios-ray, torch and model code on every node."
             )
         return program
+
+
+@contextmanager
+def _fits(label: str, model: str, batch: int) -> Iterator[None]:
+    """Turn running out of GPU memory into one sentence."""
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError:
+        raise UserError(
+            f"{model} at batch {batch} does not fit in the memory of {label}; use a smaller batch size."
+        ) from None
 
 
 def random_inputs(

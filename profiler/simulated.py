@@ -6,7 +6,8 @@ import time
 from typing import Any
 
 from ios_ray.devices import DeviceSpec, device_fingerprint
-from ios_ray.profiler.jobs import DeviceIdentity, MeasureJob, local_identity, make_row
+from ios_ray.errors import UserError
+from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, local_identity, make_row
 from ios_ray.profiler.protocol import Timing, resolve_protocol
 from ios_ray.profiler.sim import sim_parameters, stage_latency_ms
 
@@ -38,3 +39,7 @@ class SimBackend:
         time.sleep((self.warmup + self.repeat) * latency / 1e3 + STAGE_OVERHEAD_S)
         timing = Timing(latency, latency, latency, self.repeat, self.warmup, self.repeat)
         return make_row(job, timing, identity)
+
+    def time_schedules(self, job: CheckJob) -> list[float]:
+        """Not offered: a simulated device has no end-to-end latency beyond the sum of its stages."""
+        raise UserError(f"{self.spec.label} is simulated, so its schedules cannot be timed end to end.")

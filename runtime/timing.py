@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
 
@@ -44,6 +44,31 @@ def samples_ms(fn: Callable[[], object], device: torch.device | str, warmup: int
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return [sample_ms(fn, device) for _ in range(repeat)]
+
+
+def interleaved_samples_ms(
+    fns: Mapping[str, Callable[[], object]], device: torch.device | str, warmup: int, rounds: int
+) -> dict[str, list[float]]:
+    """Several callables timed side by side: ``warmup`` untimed calls of each, then ``rounds`` rounds that time
+    each once; ms each, by name.
+
+    Interleaving makes a noisy neighbour slow every callable alike instead of whichever ran then; each timed call
+    follows an untimed call of the same callable, so that it finds its own weights in the cache rather than the
+    previous callable's.
+    """
+    if rounds < 1 or warmup < 0:
+        raise ValueError(f"need rounds >= 1 and warmup >= 0, got rounds={rounds}, warmup={warmup}")
+    device = torch.device(device)
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    with torch.inference_mode():
+        for fn in fns.values():
+            for _ in range(warmup):
+                fn()
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                fn()
+                samples[name].append(sample_ms(fn, device))
+    return samples
 
 
 def summary_ms(samples: list[float]) -> tuple[float, float, float]:

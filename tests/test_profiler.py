@@ -16,10 +16,12 @@ from ios_ray.devices import parse_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
-from ios_ray.profiler import ROW_COLUMNS, DevicePool, MeasureJob
+from ios_ray.profiler import ROW_COLUMNS, CheckJob, DevicePool, MeasureJob
 from ios_ray.profiler.protocol import DEFAULT_PROTOCOL, Timing
 from ios_ray.profiler.real import RealBackend, random_inputs
 from ios_ray.profiler.timing import time_callable
+from ios_ray.schedule import BlockSchedule, Schedule
+from ios_ray.search import greedy_stages, sequential_stages
 from ios_ray.stage import Stage, StageKeys
 from ios_ray.store.schema import STORE_SCHEMA, conform, rows_to_table
 
@@ -73,6 +75,37 @@ def test_real_backend_measures_a_cpu_stage() -> None:
     assert tuple(row) == ROW_COLUMNS
     assert row["source"] == "measured" and row["device_fingerprint"] == identity.fingerprint
     assert 0 < row["p10_ms"] <= row["median_ms"] <= row["p90_ms"] and row["samples"] == 3
+
+
+def whole_schedules(graph: Graph, model: str) -> tuple[Schedule, Schedule]:
+    """The sequential and the greedy schedule of a graph, for the CPU at batch 2."""
+    return tuple(  # type: ignore[return-value]
+        Schedule(model, graph.fingerprint, "cpu", 2, tuple(BlockSchedule(b.index, make(graph, b)) for b in graph.blocks))
+        for make in (sequential_stages, greedy_stages)
+    )
+
+
+def test_real_backend_times_whole_schedules() -> None:
+    graph = import_model("squeezenet").graph
+    backend = RealBackend(parse_device("cpu"))
+    medians = backend.time_schedules(CheckJob("squeezenet", graph, whole_schedules(graph, "squeezenet"), 2, rounds=3))
+    assert len(medians) == 2 and all(m > 0 for m in medians)
+    # The same forward pass either way: greedy's threads may cost or gain, but not an order of magnitude.
+    assert 0.2 < medians[1] / medians[0] < 5
+
+    other = import_model("inception_v3").graph
+    with pytest.raises(UserError, match="another graph"):
+        backend.time_schedules(CheckJob("squeezenet", graph, whole_schedules(other, "squeezenet"), 2, rounds=1))
+
+
+def test_pool_times_schedules_where_the_device_is_real(ray_local: None) -> None:
+    graph = import_model("squeezenet").graph
+    job = CheckJob("squeezenet", graph, whole_schedules(graph, "squeezenet"), 1, rounds=2)
+    with DevicePool.start(["cpu", "sim:v100"], warmup=0, repeat=1) as pool:
+        medians = pool.time_schedules("cpu", job)
+        assert len(medians) == 2 and all(m > 0 for m in medians)
+        with pytest.raises(UserError, match=r"^sim:v100 is simulated, so its schedules cannot be timed end to end\.$"):
+            pool.time_schedules("sim:v100", job)
 
 
 def test_pool_measures_every_job_once(ray_local: None, small_graph: Graph) -> None:

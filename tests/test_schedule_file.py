@@ -11,8 +11,10 @@ import pytest
 
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_model
-from ios_ray.schedule import BlockSchedule, Schedule, check_schedule, load_schedule, read_schedule, save_schedule
-from ios_ray.search import SearchParams, SyntheticCost, optimize_graph
+from ios_ray.schedule import (BlockSchedule, EndToEnd, Schedule, check_schedule, load_schedule, read_schedule,
+                              save_schedule)
+from ios_ray.search import SearchParams, SyntheticCost, optimize_graph, sequential
+from ios_ray.search_job import keep_faster
 from ios_ray.stage import Stage
 
 
@@ -33,6 +35,27 @@ def test_round_trip_keeps_everything(tmp_path: Path, squeezenet_schedule: Schedu
     assert data["version"] == 1 and data["params"] == {"r": 3, "s": 8, "strategies": ["concurrent", "merge"]}
     assert data["predicted_latency_ms"] == pytest.approx(squeezenet_schedule.predicted_latency)
     assert {s["strategy"] for b in data["blocks"] for s in b["stages"]} <= {"concurrent", "merge"}
+
+
+def test_the_end_to_end_check_keeps_the_faster_schedule_and_round_trips(
+    tmp_path: Path, squeezenet_schedule: Schedule
+) -> None:
+    graph = import_model("squeezenet").graph
+    plain = Schedule("squeezenet", graph.fingerprint, "cpu", 8,
+                     tuple(sequential(graph, b, SyntheticCost(graph)) for b in graph.blocks))
+    slower_dp = keep_faster(squeezenet_schedule, plain, EndToEnd(10, dp_ms=5.0, sequential_ms=4.0))
+    assert slower_dp.stages == plain.stages and slower_dp.end_to_end.kept == "sequential"
+    for dp_ms in (3.0, 4.0):  # faster, or a tie: the DP's schedule stays
+        kept = keep_faster(squeezenet_schedule, plain, EndToEnd(10, dp_ms=dp_ms, sequential_ms=4.0))
+        assert kept.stages == squeezenet_schedule.stages and kept.end_to_end.kept == "dp"
+
+    path = tmp_path / "bs8.json"
+    save_schedule(slower_dp, path)
+    assert json.loads(path.read_text())["end_to_end"] == {"rounds": 10, "dp_ms": 5.0, "sequential_ms": 4.0,
+                                                          "kept": "sequential"}
+    assert read_schedule(path) == slower_dp
+    save_schedule(squeezenet_schedule, path)
+    assert json.loads(path.read_text())["end_to_end"] is None and read_schedule(path).end_to_end is None
 
 
 def test_mismatches_are_rejected(tmp_path: Path, squeezenet_schedule: Schedule) -> None:

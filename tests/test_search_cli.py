@@ -1,4 +1,5 @@
-"""The ``ios-ray search`` command as a user runs it: bad input, Ctrl-C and resuming, and search -> run -> show on CPU.
+"""The ``ios-ray search`` command as a user runs it: bad input, Ctrl-C and resuming, and on the CPU search followed
+by run, bench, evaluate and show.
 
 Every command runs in a subprocess (``python -m ios_ray``) inside a temporary folder, with its own store; the
 ones that need Ray start it locally in-process, as the CLI does without ``--address``.
@@ -7,6 +8,7 @@ ones that need Ray start it locally in-process, as the CLI does without ``--addr
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import signal
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from ios_ray.schedule import read_schedule
 from ios_ray.store import LatencyStore
 
 #: Seconds a bad command may take to fail (importing torch alone takes about two on this machine).
@@ -51,6 +54,7 @@ class TableRow:
     measured: int
     cached: int
     source: str
+    kept: str
 
 
 def search_table(stdout: str) -> list[TableRow]:
@@ -58,8 +62,8 @@ def search_table(stdout: str) -> list[TableRow]:
     rows = []
     for line in stdout.splitlines():
         cells = [c.strip() for c in line.strip().strip("│").split("│")]
-        if len(cells) == 9 and cells[1].isdigit():
-            rows.append(TableRow(cells[0], int(cells[1]), int(cells[5]), int(cells[6]), cells[8]))
+        if len(cells) == 11 and cells[1].isdigit():
+            rows.append(TableRow(cells[0], int(cells[1]), int(cells[5]), int(cells[6]), cells[8], cells[10]))
     return rows
 
 
@@ -170,7 +174,7 @@ def test_device_labels_are_case_insensitive(filled_store: FilledStore, tmp_path:
                    "--out", str(tmp_path / "out"), cwd=tmp_path, timeout=60)
     assert done.returncode == 0, done.stderr
     total = planned_stages(done.stdout)
-    assert search_table(done.stdout) == [TableRow("sim:v100", 1, 0, total, "simulated")]
+    assert search_table(done.stdout) == [TableRow("sim:v100", 1, 0, total, "simulated", "IOS")]
     assert (tmp_path / "out" / "squeezenet" / "sim:v100" / "bs1.json").is_file()
 
 
@@ -221,7 +225,7 @@ def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(tmp_path: Path) -> N
     rerun = ios_ray(*search, "--warmup", "0", "--repeat", "1", cwd=tmp_path, timeout=150)
     assert rerun.returncode == 0, rerun.stderr
     assert planned_stages(rerun.stdout) == total
-    assert search_table(rerun.stdout) == [TableRow("sim:k80", 32, total - kept["rows"], kept["rows"], "simulated")]
+    assert search_table(rerun.stdout) == [TableRow("sim:k80", 32, total - kept["rows"], kept["rows"], "simulated", "IOS")]
     [after] = store_rows(store)
     assert after["rows"] == total
     assert (out / "inception_v3" / "sim:k80" / "bs32.json").is_file()
@@ -231,22 +235,59 @@ def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_cpu_search_then_run_and_show(tmp_path: Path) -> None:
+def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path) -> None:
     store, out = tmp_path / "S.duckdb", tmp_path / "O"
     searched = ios_ray("search", "--model", "squeezenet", "--devices", "cpu", "--batches", "1", "--store", str(store),
                        "--out", str(out), cwd=tmp_path)
     assert searched.returncode == 0, searched.stderr
     total = planned_stages(searched.stdout)
-    assert search_table(searched.stdout) == [TableRow("cpu", 1, total, 0, "measured")]
+    [row] = search_table(searched.stdout)
+    assert row == TableRow("cpu", 1, total, 0, "measured", row.kept) and row.kept in ("IOS", "sequential")
     assert store_rows(store) == [{"device": "cpu", "batch": 1, "source": "measured", "rows": total}]
     schedule = out / "squeezenet" / "cpu" / "bs1.json"
     assert schedule.is_file()
+    # The end-to-end check timed both schedules whole and the file keeps the faster.
+    check = read_schedule(schedule).end_to_end
+    assert check is not None and check.rounds == 10 and check.dp_ms > 0 and check.sequential_ms > 0
+    assert (check.kept == "sequential") == (check.sequential_ms < check.dp_ms) == (row.kept == "sequential")
+    if check.kept == "sequential":
+        assert all(len(stage.units) == 1 for stage in read_schedule(schedule).stages)
 
     ran = ios_ray("run", "--model", "squeezenet", "--schedules", str(out), "--batch", "1", "--repeat", "5",
                   cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     assert "schedule: cpu batch 1" in ran.stdout
     assert re.search(r"output vs eager: max relative error \S+ \(ok\)", ran.stdout), ran.stdout
+
+    benched = ios_ray("bench", "--model", "squeezenet", "--schedules", str(out), "--store", str(store), "--rounds", "2",
+                      "--no-compile", "--json", cwd=tmp_path)
+    assert benched.returncode == 0, benched.stderr
+    report = json.loads(benched.stdout)
+    rows = {row["name"]: row for row in report["rows"]}
+    assert set(rows) == {"eager", "sequential", "greedy", "IOS"}
+    assert report["notes"] == ["torch.compile skipped (--no-compile)"]
+    assert rows["eager"]["predicted_ms"] is None and rows["eager"]["speedup"] == 1.0
+    for row in rows.values():
+        assert (row["model"], row["device"], row["batch"], row["schedule_batch"]) == ("squeezenet", "cpu", 1, 1)
+        assert 0 < row["p10_ms"] <= row["median_ms"] <= row["p90_ms"] and row["error"] <= 1e-5
+    # The IOS prediction is the schedule's own: the sum of its stages' latencies in the store.
+    assert rows["IOS"]["predicted_ms"] == pytest.approx(read_schedule(schedule).predicted_latency, rel=1e-9)
+    assert rows["sequential"]["predicted_ms"] > 0 and rows["greedy"]["predicted_ms"] > 0
+
+    table = ios_ray("bench", "--model", "squeezenet", "--schedules", str(out), "--store", str(store), "--rounds", "1",
+                    "--no-compile", cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    assert "squeezenet on cpu, batch 1" in table.stdout and "torch.compile skipped" in table.stdout
+
+    evaluated = ios_ray("evaluate", "--schedules", str(out), "--store", str(store), "--rounds", "2", cwd=tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert "cells are measured" in evaluated.stdout
+
+    simulated = ios_ray("bench", "--model", "squeezenet", "--device", "sim:v100", "--schedules", str(out), cwd=tmp_path)
+    assert simulated.returncode == 1 and "Traceback" not in simulated.stderr
+    assert simulated.stderr.strip().splitlines() == [
+        "error: 'sim:v100' is simulated and bench measures on this machine; compare simulated schedules by "
+        "prediction with `ios-ray evaluate --schedules DIR`."]
 
     picture = tmp_path / "pic.svg"
     shown = ios_ray("show", str(schedule), "--svg", str(picture), cwd=tmp_path)

@@ -36,6 +36,7 @@ class RecordingProgress:
         self.stages: int | None = None
         self.started: dict[str, tuple[int, int]] = {}
         self.done: dict[str, int] = {}
+        self.checked: list[tuple[str, int]] = []
 
     def planned(self, graph: Graph, plan: Plan) -> None:
         self.stages = len(plan.stages)
@@ -45,6 +46,9 @@ class RecordingProgress:
 
     def advanced(self, device: str, done: int, total: int) -> None:
         self.done[device] = done
+
+    def checking(self, device: str, batch: int) -> None:
+        self.checked.append((device, batch))
 
 
 @pytest.mark.slow
@@ -65,6 +69,7 @@ def test_search_on_a_heterogeneous_cluster_then_cross_evaluate(ray_cluster: Clus
     assert all(o.measured == stages and o.cached == 0 for o in outcomes)
     assert progress.started == {d: (stages * len(BATCHES), 0) for d in DEVICES}
     assert progress.done == {d: stages * len(BATCHES) for d in DEVICES}
+    assert progress.checked == [] and all(o.end_to_end is None for o in outcomes)  # simulated: nothing to time
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.json"))
     assert files == sorted(f"{MODEL}/{d}/bs{b}.json" for d, b in SETTINGS)
     for o in outcomes:
