@@ -40,12 +40,14 @@ class BlockSchedule:
 
 @dataclass(frozen=True)
 class EndToEnd:
-    """The search's end-to-end check: the DP schedule and the sequential one timed whole, side by side, on the
-    device, and which of the two the file keeps (the faster; the DP's own schedule where they tie)."""
+    """The search's end-to-end check: the DP's schedule and the sequential one timed whole, side by side, on the
+    device, beside their predictions (sums of stage latencies); the file keeps the faster (the DP's on a tie)."""
 
     rounds: int
     dp_ms: float
     sequential_ms: float
+    dp_predicted_ms: float | None = None
+    sequential_predicted_ms: float | None = None
 
     @property
     def kept(self) -> str:
@@ -54,7 +56,9 @@ class EndToEnd:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON form."""
-        return {"rounds": self.rounds, "dp_ms": self.dp_ms, "sequential_ms": self.sequential_ms, "kept": self.kept}
+        return {"rounds": self.rounds, "dp_ms": self.dp_ms, "sequential_ms": self.sequential_ms,
+                "dp_predicted_ms": self.dp_predicted_ms, "sequential_predicted_ms": self.sequential_predicted_ms,
+                "kept": self.kept}
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,8 @@ def _end_to_end(data: Mapping[str, Any] | None) -> EndToEnd | None:
     """The end-to-end check of a schedule file, where it has one."""
     if data is None:
         return None
-    return EndToEnd(int(data["rounds"]), float(data["dp_ms"]), float(data["sequential_ms"]))
+    predicted = [None if data.get(k) is None else float(data[k]) for k in ("dp_predicted_ms", "sequential_predicted_ms")]
+    return EndToEnd(int(data["rounds"]), float(data["dp_ms"]), float(data["sequential_ms"]), *predicted)
 
 
 def save_schedule(schedule: Schedule, path: Path) -> None:

@@ -252,7 +252,8 @@ def _checked_end_to_end(
     """Time the DP's schedule and the sequential one whole, side by side, on the device; keep the faster."""
     job = CheckJob(request.model, graph, (dp, plain), dp.batch, request.check_rounds)
     dp_ms, sequential_ms = pool.time_schedules(dp.device, job)
-    return keep_faster(dp, plain, EndToEnd(request.check_rounds, dp_ms, sequential_ms))
+    return keep_faster(dp, plain, EndToEnd(request.check_rounds, dp_ms, sequential_ms, dp.predicted_latency,
+                                           plain.predicted_latency))
 
 
 def keep_faster(dp: Schedule, sequential: Schedule, check: EndToEnd) -> Schedule:

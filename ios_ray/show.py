@@ -25,6 +25,10 @@ def schedule_text(schedule: Schedule, graph: Graph | None = None) -> str:
     predicted = f", predicted {latency:.3f} ms" if latency is not None else ""
     lines = [f"{schedule.model} on {schedule.device} (batch {schedule.batch}, {schedule.dtype}, {schedule.source}): "
              f"{len(schedule.stages)} stages{predicted}"]
+    check = schedule.end_to_end
+    if check is not None:
+        lines.append(f"end-to-end check ({check.rounds} rounds): DP schedule {check.dp_ms:.3f} ms, sequential "
+                     f"{check.sequential_ms:.3f} ms; kept {'the DP schedule' if check.kept == 'dp' else 'sequential'}")
     for block in schedule.blocks:
         lines.append(f"block {block.block}: {len(block.stages)} stages" +
                      (f", {block.latency:.3f} ms" if block.latency is not None else ""))

@@ -43,7 +43,8 @@ def test_the_end_to_end_check_keeps_the_faster_schedule_and_round_trips(
     graph = import_model("squeezenet").graph
     plain = Schedule("squeezenet", graph.fingerprint, "cpu", 8,
                      tuple(sequential(graph, b, SyntheticCost(graph)) for b in graph.blocks))
-    slower_dp = keep_faster(squeezenet_schedule, plain, EndToEnd(10, dp_ms=5.0, sequential_ms=4.0))
+    slower_dp = keep_faster(squeezenet_schedule, plain, EndToEnd(10, dp_ms=5.0, sequential_ms=4.0, dp_predicted_ms=3.5,
+                                                                 sequential_predicted_ms=4.1))
     assert slower_dp.stages == plain.stages and slower_dp.end_to_end.kept == "sequential"
     for dp_ms in (3.0, 4.0):  # faster, or a tie: the DP's schedule stays
         kept = keep_faster(squeezenet_schedule, plain, EndToEnd(10, dp_ms=dp_ms, sequential_ms=4.0))
@@ -51,8 +52,9 @@ def test_the_end_to_end_check_keeps_the_faster_schedule_and_round_trips(
 
     path = tmp_path / "bs8.json"
     save_schedule(slower_dp, path)
-    assert json.loads(path.read_text())["end_to_end"] == {"rounds": 10, "dp_ms": 5.0, "sequential_ms": 4.0,
-                                                          "kept": "sequential"}
+    assert json.loads(path.read_text())["end_to_end"] == {
+        "rounds": 10, "dp_ms": 5.0, "sequential_ms": 4.0, "dp_predicted_ms": 3.5, "sequential_predicted_ms": 4.1,
+        "kept": "sequential"}
     assert read_schedule(path) == slower_dp
     save_schedule(squeezenet_schedule, path)
     assert json.loads(path.read_text())["end_to_end"] is None and read_schedule(path).end_to_end is None

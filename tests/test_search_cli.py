@@ -250,6 +250,8 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path) -> None:
     check = read_schedule(schedule).end_to_end
     assert check is not None and check.rounds == 10 and check.dp_ms > 0 and check.sequential_ms > 0
     assert (check.kept == "sequential") == (check.sequential_ms < check.dp_ms) == (row.kept == "sequential")
+    assert check.sequential_predicted_ms is not None and check.dp_predicted_ms is not None
+    assert check.dp_predicted_ms <= check.sequential_predicted_ms * (1 + 1e-9)  # the DP never predicts worse
     if check.kept == "sequential":
         assert all(len(stage.units) == 1 for stage in read_schedule(schedule).stages)
 
@@ -293,6 +295,7 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path) -> None:
     shown = ios_ray("show", str(schedule), "--svg", str(picture), cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "block 0" in shown.stdout
+    assert f"end-to-end check (10 rounds): DP schedule {check.dp_ms:.3f} ms" in shown.stdout
     root = ElementTree.parse(picture).getroot()
     assert root.tag == "{http://www.w3.org/2000/svg}svg"
     assert root.findall(".//{http://www.w3.org/2000/svg}rect")
