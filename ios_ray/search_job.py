@@ -76,6 +76,17 @@ class SearchOutcome:
         return self.sequential_ms / self.predicted_ms
 
 
+@dataclass(frozen=True)
+class _Search:
+    """What every step of one search shares: the request, the model's graph, its stage keys and plan, the store."""
+
+    request: SearchRequest
+    graph: Graph
+    keys: StageKeys
+    plan: Plan
+    store: LatencyStore
+
+
 class SearchProgress(Protocol):
     """Where the search reports progress (the CLI draws rich progress bars)."""
 
@@ -100,40 +111,40 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
     keys = StageKeys(graph)
     plan = plan_graph(graph, request.params, keys)
     progress.planned(graph, plan)
-    store = LatencyStore(request.store)
+    search = _Search(request, graph, keys, plan, LatencyStore(request.store))
     identities = _simulated_identities(request.devices)
-    jobs, cached = _missing_jobs(store, plan, graph, request, identities) if identities else ({}, {})
+    jobs, cached = _missing_jobs(search, identities) if identities else ({}, {})
     if identities is not None and not any(j for by_batch in jobs.values() for j in by_batch.values()):
         for label in request.devices:
             progress.device_started(label, 0, cached[label])
-        return _schedule_all(store, graph, keys, plan, request, identities, jobs, started, None, progress)
+        return _schedule_all(search, identities, jobs, started, None, progress)
     with ray_session(request.address), _pool(request) as pool:
         identities = pool.identities()
-        jobs, cached = _missing_jobs(store, plan, graph, request, identities)
-        _measure(pool, store, jobs, cached, request, progress)
-        return _schedule_all(store, graph, keys, plan, request, identities, jobs, started, pool, progress)
+        jobs, cached = _missing_jobs(search, identities)
+        _measure(pool, search.store, jobs, cached, request, progress)
+        return _schedule_all(search, identities, jobs, started, pool, progress)
 
 
 def _schedule_all(
-    store: LatencyStore, graph: Graph, keys: StageKeys, plan: Plan, request: SearchRequest,
-    identities: Mapping[str, DeviceIdentity], jobs: Mapping[str, Mapping[int, list[MeasureJob]]], started: float,
-    pool: DevicePool | None, progress: SearchProgress,
+    search: _Search, identities: Mapping[str, DeviceIdentity], jobs: Mapping[str, Mapping[int, list[MeasureJob]]],
+    started: float, pool: DevicePool | None, progress: SearchProgress,
 ) -> list[SearchOutcome]:
     """Run the DP for every (device, batch), check it end to end where the device is real, write the files."""
+    request = search.request
     outcomes = []
     for label in request.devices:
         for batch in request.batches:
-            dp, plain = _optimize(store, graph, keys, plan, request, identities[label], batch)
+            dp, plain = _optimize(search, identities[label], batch)
             kept = dp
             if pool is not None and identities[label].source == "measured" and request.check_rounds > 0:
                 progress.checking(label, batch)
-                kept = _checked_end_to_end(pool, graph, request, dp, plain)
+                kept = _checked_end_to_end(pool, search, dp, plain)
             path = schedule_path(request.out, request.model, label, batch)
             save_schedule(kept, path)
             measured = len(jobs[label][batch])
             outcomes.append(SearchOutcome(
                 label, batch, dp.predicted_latency or 0.0, plain.predicted_latency or 0.0, measured,
-                len(plan.stages) - measured, time.perf_counter() - started, path, identities[label].source,
+                len(search.plan.stages) - measured, time.perf_counter() - started, path, identities[label].source,
                 kept.end_to_end))
     return outcomes
 
@@ -206,36 +217,35 @@ def _pool(request: SearchRequest) -> Iterator[DevicePool]:
 
 
 def _missing_jobs(
-    store: LatencyStore, plan: Plan, graph: Graph, request: SearchRequest, identities: Mapping[str, DeviceIdentity]
+    search: _Search, identities: Mapping[str, DeviceIdentity]
 ) -> tuple[dict[str, dict[int, list[MeasureJob]]], dict[str, int]]:
     """Per device and batch, the jobs of the planned stages the store does not hold; and per device the rest."""
-    keys = list(plan.stages)
+    request, planned = search.request, search.plan.stages
+    keys = list(planned)
     jobs: dict[str, dict[int, list[MeasureJob]]] = {}
     cached: dict[str, int] = {}
     for label in request.devices:
         jobs[label] = {}
         for batch in request.batches:
-            missing = store.missing(keys, identities[label].fingerprint, batch)
+            missing = search.store.missing(keys, identities[label].fingerprint, batch)
             jobs[label][batch] = [
-                MeasureJob(key, plan.stages[key].stage, plan.stages[key].description, graph, request.model, batch)
+                MeasureJob(key, planned[key].stage, planned[key].description, search.graph, request.model, batch)
                 for key in missing
             ]
         cached[label] = len(keys) * len(request.batches) - sum(len(j) for j in jobs[label].values())
     return jobs, cached
 
 
-def _optimize(
-    store: LatencyStore, graph: Graph, keys: StageKeys, plan: Plan, request: SearchRequest,
-    identity: DeviceIdentity, batch: int,
-) -> tuple[Schedule, float]:
+def _optimize(search: _Search, identity: DeviceIdentity, batch: int) -> tuple[Schedule, Schedule]:
     """The DP's schedule and the sequential one for one (device, batch), priced from the store."""
-    table = store.lookup(list(plan.stages), identity.fingerprint, batch)
-    if len(table) < len(plan.stages):
+    request, graph = search.request, search.graph
+    table = search.store.lookup(list(search.plan.stages), identity.fingerprint, batch)
+    if len(table) < len(search.plan.stages):
         raise UserError(
-            f"the store lacks {len(plan.stages) - len(table)} stage latencies for {identity.label} at batch {batch}; "
-            "rerun the search to measure them."
+            f"the store lacks {len(search.plan.stages) - len(table)} stage latencies for {identity.label} at batch "
+            f"{batch}; rerun the search to measure them."
         )
-    latency = TableLatency(keys, table)
+    latency = TableLatency(search.keys, table)
     result = optimize_graph(graph, latency, request.params)
     schedule = Schedule(
         model=request.model, graph_fingerprint=graph.fingerprint, device=identity.label, batch=batch,
@@ -246,13 +256,12 @@ def _optimize(
     return schedule, plain
 
 
-def _checked_end_to_end(
-    pool: DevicePool, graph: Graph, request: SearchRequest, dp: Schedule, plain: Schedule
-) -> Schedule:
+def _checked_end_to_end(pool: DevicePool, search: _Search, dp: Schedule, plain: Schedule) -> Schedule:
     """Time the DP's schedule and the sequential one whole, side by side, on the device; keep the faster."""
-    job = CheckJob(request.model, graph, (dp, plain), dp.batch, request.check_rounds)
-    dp_ms, sequential_ms = pool.time_schedules(dp.device, job)
-    return keep_faster(dp, plain, EndToEnd(request.check_rounds, dp_ms, sequential_ms, dp.predicted_latency,
+    rounds = search.request.check_rounds
+    dp_ms, sequential_ms = pool.time_schedules(dp.device, CheckJob(dp.model, search.graph, (dp, plain), dp.batch,
+                                                                   rounds))
+    return keep_faster(dp, plain, EndToEnd(rounds, dp_ms, sequential_ms, dp.predicted_latency,
                                            plain.predicted_latency))
 
 

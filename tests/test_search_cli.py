@@ -109,6 +109,7 @@ BAD_SEARCHES = {
     "r 0": ["--model", "squeezenet", "--devices", "sim:v100", "-r", "0"],
     "s 0": ["--model", "squeezenet", "--devices", "sim:v100", "-s", "0"],
     "repeat 0": ["--model", "squeezenet", "--devices", "sim:v100", "--repeat", "0"],
+    "negative check rounds": ["--model", "squeezenet", "--devices", "cpu", "--check-rounds", "-1"],
     "unreachable address": ["--model", "squeezenet", "--devices", "cpu", "--address", "127.0.0.1:1"],
     "unreachable address, sim device": [
         "--model", "squeezenet", "--devices", "sim:k80", "--address", "127.0.0.1:1",
