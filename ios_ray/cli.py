@@ -190,6 +190,8 @@ def run(
     eager, _, _ = measure_latency(module, x, warmup=3, repeat=repeat, device=target)
     console.print(f"schedule: {chosen.device} batch {chosen.batch} ({len(chosen.stages)} stages, predicted "
                   f"{chosen.predicted_latency or float('nan'):.3f} ms {chosen.source} at batch {chosen.batch})")
+    if chosen.end_to_end is not None:
+        console.print(f"search's end-to-end check: {chosen.end_to_end.summary()}")
     console.print(f"output vs eager: max relative error {error:.2e} ({'ok' if error <= 1e-5 else 'MISMATCH'})")
     console.print(f"latency at batch {batch}: {median:.3f} ms (p10 {p10:.3f}, p90 {p90:.3f}); eager {eager:.3f} ms")
     if error > 1e-5:

@@ -54,6 +54,11 @@ class EndToEnd:
         """``"dp"`` or ``"sequential"``."""
         return "sequential" if self.sequential_ms < self.dp_ms else "dp"
 
+    def summary(self) -> str:
+        """One line: both end-to-end times and which schedule was kept."""
+        kept = "the DP schedule" if self.kept == "dp" else "sequential"
+        return f"DP schedule {self.dp_ms:.3f} ms, sequential {self.sequential_ms:.3f} ms; kept {kept}"
+
     def to_json(self) -> dict[str, Any]:
         """Plain JSON form."""
         return {"rounds": self.rounds, "dp_ms": self.dp_ms, "sequential_ms": self.sequential_ms,

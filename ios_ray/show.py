@@ -27,8 +27,7 @@ def schedule_text(schedule: Schedule, graph: Graph | None = None) -> str:
              f"{len(schedule.stages)} stages{predicted}"]
     check = schedule.end_to_end
     if check is not None:
-        lines.append(f"end-to-end check ({check.rounds} rounds): DP schedule {check.dp_ms:.3f} ms, sequential "
-                     f"{check.sequential_ms:.3f} ms; kept {'the DP schedule' if check.kept == 'dp' else 'sequential'}")
+        lines.append(f"end-to-end check ({check.rounds} rounds): {check.summary()}")
     for block in schedule.blocks:
         lines.append(f"block {block.block}: {len(block.stages)} stages" +
                      (f", {block.latency:.3f} ms" if block.latency is not None else ""))

@@ -260,6 +260,7 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path) -> None:
                   cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     assert "schedule: cpu batch 1" in ran.stdout
+    assert f"search's end-to-end check: DP schedule {check.dp_ms:.3f} ms" in ran.stdout
     assert re.search(r"output vs eager: max relative error \S+ \(ok\)", ran.stdout), ran.stdout
 
     benched = ios_ray("bench", "--model", "squeezenet", "--schedules", str(out), "--store", str(store), "--rounds", "2",
