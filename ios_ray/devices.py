@@ -154,8 +154,12 @@ def device_fingerprint(
     return content_hash(info), info
 
 
+#: The version of the CPU timing protocol, part of a CPU's fingerprint: rows timed another way are not reused.
+CPU_TIMING = "primed-1"
+
+
 def cpu_info() -> dict[str, Any]:
-    """What a CPU measurement depends on: model name, torch's thread count, torch version."""
+    """What a CPU measurement depends on: model name, torch's thread count, torch version, timing protocol."""
     import torch
 
     return {
@@ -164,6 +168,7 @@ def cpu_info() -> dict[str, Any]:
         "machine": platform.machine(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
+        "timing": CPU_TIMING,
     }
 
 

@@ -2,7 +2,8 @@
 
 The stage runs exactly as deployed: ``compile_stage`` from ``ios_ray.runtime.stages`` on a ``Program`` built
 from the model spec on this process's device. Its external inputs are random (``torch.randn``) tensors of the
-graph's shapes with the batch dimension prepended.
+graph's shapes with the batch dimension prepended. On a CPU each call follows a small untimed op on the same thread
+(:func:`~ios_ray.runtime.timing.cpu_primer`), as in a pass.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ios_ray.profiler.timing import time_callable
 from ios_ray.runtime.executor import ScheduleRunner
 from ios_ray.runtime.program import Program
 from ios_ray.runtime.stages import Lanes, compile_stage, make_lanes
-from ios_ray.runtime.timing import interleaved_samples_ms
+from ios_ray.runtime.timing import cpu_primer, interleaved_samples_ms
 from ios_ray.stage import Stage
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32}
@@ -41,6 +42,7 @@ class RealBackend:
         self.identity: DeviceIdentity | None = None
         self._programs: dict[str, Program] = {}
         self._lanes: Lanes | None = None
+        self._primer = cpu_primer() if self.device.type == "cpu" else None
 
     def start(self) -> DeviceIdentity:
         """Check that this torch can run the device, then fingerprint it."""
@@ -60,7 +62,7 @@ class RealBackend:
         run = compile_stage(self._program(job.model, job.graph, identity.host), job.stage, self.device, self._lanes)
         env = random_inputs(job.graph, job.stage, job.batch, _dtype(job.dtype), self.device)
         with _fits(self.spec.label, job.model, job.batch):
-            timing = time_callable(lambda: run(env), self.device, self.warmup, self.repeat)
+            timing = time_callable(lambda: run(env), self.device, self.warmup, self.repeat, self._primer)
         return make_row(job, timing, identity)
 
     def time_schedules(self, job: CheckJob) -> list[float]:
