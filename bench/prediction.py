@@ -17,7 +17,7 @@ processes:
 
 The DP's own schedule is shown at search time even where the check dropped it: that is what the check is for.
 
-Run: python bench/prediction.py   (exit code 1 when a target is missed; about 13 minutes with the defaults)
+Run: python bench/prediction.py   (exit code 1 when a target is missed; about 15 minutes with the defaults)
 """
 
 from __future__ import annotations
