@@ -105,15 +105,18 @@ def by_setting(settings: list[Setting]) -> dict[tuple[str, int], list[Setting]]:
 def search_ratios(group: list[Setting]) -> tuple[list[float], list[float]]:
     """Per search: measured / predicted of the sequential schedule and of the kept one, at search time."""
     sequential = [s.check.sequential_ms / (s.check.sequential_predicted_ms or float("nan")) for s in group]
-    kept = [measured / predicted for measured, predicted in map(lambda s: kept_ms(s.check), group)]
+    kept = [measured / predicted for measured, predicted in (kept_ms(s.check) for s in group)]
     return sequential, kept
 
 
 def bench_ratios(group: list[Setting], variant: str, over: str | None = None) -> list[float]:
     """Per bench process: a variant's median over its prediction (``over=None``) or over another variant's."""
-    return [m / (s.predicted_ms[variant] or float("nan") if over is None else o)
-            for s in group
-            for m, o in zip(s.medians_ms[variant], s.medians_ms[over or variant])]
+    ratios = []
+    for s in group:
+        predicted = s.predicted_ms[variant] or float("nan")
+        denominators = s.medians_ms[over] if over else [predicted] * len(s.medians_ms[variant])
+        ratios += [m / d for m, d in zip(s.medians_ms[variant], denominators)]
+    return ratios
 
 
 def verdicts(settings: list[Setting]) -> list[tuple[str, str, str, bool]]:

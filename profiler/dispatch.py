@@ -135,7 +135,8 @@ class Dispatcher:
             self._actor_failed(slot, batch, error)
             return
         except RayTaskError as error:
-            raise _task_error(error, slot.label, batch) from None
+            batches = ", ".join(map(str, sorted({job.batch for job in batch})))
+            raise task_error(error, f"measuring a stage on {slot.label} at batch {batches}") from None
         fresh = [row for row in rows if self._first_time(slot.label, row)]
         if fresh:
             self.on_rows(fresh)
@@ -179,11 +180,9 @@ def first_line(error: BaseException) -> str:
     return lines[0] if lines else type(error).__name__
 
 
-def _task_error(error: RayTaskError, label: str, jobs: Sequence[MeasureJob]) -> UserError:
-    """A stage that failed inside an actor, as one sentence: its own UserError, or what went wrong and where."""
+def task_error(error: RayTaskError, doing: str) -> UserError:
+    """What failed inside an actor, as one sentence: its own UserError, or ``doing`` and what went wrong."""
     cause = getattr(error, "cause", None)
     if isinstance(cause, UserError):
         return UserError(str(cause))
-    batches = sorted({job.batch for job in jobs})
-    return UserError(f"measuring a stage on {label} at batch {', '.join(map(str, batches))} failed: "
-                     f"{first_line(cause or error)}")
+    return UserError(f"{doing} failed: {first_line(cause or error)}")

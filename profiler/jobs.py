@@ -1,4 +1,5 @@
-"""Measurement jobs (what the driver sends out: stages, or whole schedules to check) and latency rows (what comes back, in the store's columns)."""
+"""Measurement jobs (what the driver sends out: stages, or whole schedules to check) and latency rows (what
+comes back, in the store's columns)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ from ios_ray.devices import DeviceSpec, parse_device
 from ios_ray.errors import UserError
 from ios_ray.profiler.actors import Hello, start_actor
 from ios_ray.profiler.cluster import check_offered, live_nodes, plan_all
-from ios_ray.profiler.dispatch import Dispatcher, MeasureReport, ProgressCallback, RowsCallback, first_line
+from ios_ray.profiler.dispatch import (Dispatcher, MeasureReport, ProgressCallback, RowsCallback, first_line,
+                                      task_error)
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob
 
 #: Seconds to wait for a device's actors to start and fingerprint their device.
@@ -101,11 +102,8 @@ class DevicePool:
         try:
             return ray.get(self._actors[label][0].time_schedules.remote(job))
         except RayTaskError as error:
-            cause = getattr(error, "cause", None)
-            if isinstance(cause, UserError):
-                raise UserError(str(cause)) from None
-            raise UserError(f"timing the schedules of {job.model} end to end on {label} at batch {job.batch} "
-                            f"failed: {first_line(cause or error)}") from None
+            raise task_error(error, f"timing the schedules of {job.model} end to end on {label} at batch "
+                                    f"{job.batch}") from None
         except RayActorError as error:
             raise UserError(f"the actor timing schedules on {label} died ({first_line(error)}); the measured stages "
                             "were kept, so run the search again.") from None
