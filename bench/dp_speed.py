@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 
 from ios_ray.ir import Block, Graph
-from ios_ray.search import BlockDag, SearchParams, SyntheticCost, optimize_block
-from ios_ray.search.random_graphs import dag_graph, randwire_preds
+from ios_ray.scheduler import BlockDag, SearchParams, SyntheticCost, optimize_block
+from ios_ray.scheduler.random_graphs import dag_graph, randwire_preds
 
 TARGET = 50_000
 PRUNED = SearchParams(r=3, s=8)

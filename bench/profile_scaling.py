@@ -18,8 +18,8 @@ from rich.table import Table
 
 from ios_ray.frontend import import_model
 from ios_ray.profiler import DevicePool, MeasureJob
-from ios_ray.search.plan import plan_graph
-from ios_ray.search.space import SearchParams
+from ios_ray.scheduler.plan import plan_graph
+from ios_ray.scheduler.space import SearchParams
 
 DEVICE = "sim:v100"
 MODEL = "inception_v3"

@@ -27,8 +27,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ios_ray.ir import Graph
-from ios_ray.search import Plan
-from ios_ray.search_job import SearchRequest, run_search
+from ios_ray.scheduler import Plan
+from ios_ray.app.job import SearchRequest, run_search
 from ios_ray.store import LatencyStore
 
 REPEAT_TARGET = 20.0

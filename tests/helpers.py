@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ios_ray.benchmarking import relative_error
+from ios_ray.app.bench import relative_error
 
 __all__ = ["randomise_batchnorm", "relative_error"]
 

@@ -1,6 +1,6 @@
 """Test helper: fake latency rows, and a writer process that puts them in batches, one line per commit.
 
-Run: python -m ios_ray.tests.store_writer STORE PREFIX BATCHES BATCH_ROWS [--pause SECONDS]
+Run: python -m tests.store_writer STORE PREFIX BATCHES BATCH_ROWS [--pause SECONDS]
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from ios_ray.frontend import Imported, import_module, import_model
 from ios_ray.ir import GRAPH_INPUT, Block, Graph, Unit, Value
 from ios_ray.models import resolve_model
 from ios_ray.runtime.program import Program
-from ios_ray.search import BlockDag
-from ios_ray.tests.helpers import randomise_batchnorm, relative_error
-from ios_ray.tests.user_models import unknown_ops
+from ios_ray.scheduler import BlockDag
+from tests.helpers import randomise_batchnorm, relative_error
+from tests.user_models import unknown_ops
 from ios_ray.zoo import ZOO
 
 
@@ -105,7 +105,7 @@ def test_unknown_ops_become_opaque_units_that_compute() -> None:
 
 def test_untraceable_module_names_the_submodule() -> None:
     with pytest.raises(UserError, match="submodule 'gate'"):
-        import_model("ios_ray.tests.user_models:untraceable")
+        import_model("tests.user_models:untraceable")
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -113,7 +113,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("model, message", [
-    ("ios_ray.tests.user_models:untraceable", "torch.fx cannot trace submodule 'gate'"),
+    ("tests.user_models:untraceable", "torch.fx cannot trace submodule 'gate'"),
     ("no_such_model", "unknown model 'no_such_model'"),
 ])
 def test_cli_bad_model_is_one_sentence(model: str, message: str) -> None:

@@ -11,7 +11,7 @@ from ios_ray.frontend import import_module
 from ios_ray.ir import GRAPH_INPUT
 from ios_ray.runtime import Program, compile_stage, merge_convs
 from ios_ray.stage import Stage, can_merge
-from ios_ray.tests.helpers import relative_error
+from tests.helpers import relative_error
 
 # (kernel, padding) of each conv of a merge; all keep the 16x16 input size at stride 1.
 KERNEL_SETS = {

@@ -21,7 +21,7 @@ from ios_ray.profiler.protocol import DEFAULT_PROTOCOL, Timing
 from ios_ray.profiler.real import RealBackend, random_inputs
 from ios_ray.profiler.timing import time_callable
 from ios_ray.schedule import BlockSchedule, Schedule
-from ios_ray.search import greedy_stages, sequential_stages
+from ios_ray.scheduler import greedy_stages, sequential_stages
 from ios_ray.stage import Stage, StageKeys
 from ios_ray.store.schema import STORE_SCHEMA, conform, rows_to_table
 

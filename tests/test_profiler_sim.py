@@ -14,10 +14,10 @@ from ios_ray.ir import GRAPH_INPUT, Graph, Value
 from ios_ray.profiler.jobs import ROW_COLUMNS, MeasureJob
 from ios_ray.profiler.sim import SHEETS, stage_kernels, stage_latency_ms
 from ios_ray.profiler.simulated import STAGE_OVERHEAD_S, SimBackend
-from ios_ray.search.baselines import sequential
-from ios_ray.search.dp import optimize_graph
+from ios_ray.scheduler.baselines import sequential
+from ios_ray.scheduler.dp import optimize_graph
 from ios_ray.stage import Stage, StageKeys
-from ios_ray.tests.conftest import conv_unit, inception_c_graph
+from tests.conftest import conv_unit, inception_c_graph
 
 HEADS = ("b1", "b7a", "bda", "bp")
 

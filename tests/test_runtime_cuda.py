@@ -15,8 +15,8 @@ from ios_ray.ir import GRAPH_INPUT
 from ios_ray.runtime import Program, ScheduledModule, ScheduleRunner, compile_stage, make_lanes, measure_latency
 from ios_ray.runtime.stages import ParallelStage
 from ios_ray.runtime.streams import StreamFork
-from ios_ray.tests.helpers import randomise_batchnorm, relative_error
-from ios_ray.tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
+from tests.helpers import randomise_batchnorm, relative_error
+from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
 from ios_ray.zoo import ZOO
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

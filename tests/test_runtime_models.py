@@ -15,8 +15,8 @@ from torch import nn
 
 from ios_ray.frontend import import_module
 from ios_ray.runtime import ScheduledModule
-from ios_ray.tests.helpers import randomise_batchnorm, relative_error
-from ios_ray.tests.test_runtime_schedules import BUILDERS, make_schedule
+from tests.helpers import randomise_batchnorm, relative_error
+from tests.test_runtime_schedules import BUILDERS, make_schedule
 from ios_ray.zoo import ZOO
 from ios_ray.zoo.nasnet_a import nasnet_a
 

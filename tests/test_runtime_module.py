@@ -14,7 +14,7 @@ from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
 from ios_ray.runtime import ScheduledModule, device_rank, pick_batch, read_schedules, select_schedule
 from ios_ray.schedule import Schedule, save_schedule
-from ios_ray.tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
+from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
 from ios_ray.zoo import ZOO
 
 SHAPE = Tiny.input_shape

@@ -16,9 +16,9 @@ from torch import nn
 from ios_ray.frontend import import_module
 from ios_ray.ir import Block, Graph
 from ios_ray.schedule import BlockSchedule, Schedule, check_schedule
-from ios_ray.search import SearchParams, SyntheticCost, greedy_stages, optimize_graph, sequential_stages
+from ios_ray.scheduler import SearchParams, SyntheticCost, greedy_stages, optimize_graph, sequential_stages
 from ios_ray.stage import Stage, can_merge
-from ios_ray.tests.helpers import randomise_batchnorm
+from tests.helpers import randomise_batchnorm
 from ios_ray.zoo import ZOO
 
 StageBuilder = Callable[[Graph, Block], tuple[Stage, ...]]

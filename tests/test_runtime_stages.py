@@ -13,7 +13,7 @@ from ios_ray.runtime import Program, ScheduleRunner, compile_stage, release_plan
 from ios_ray.runtime.stages import InlineStage, MergeStage, ParallelStage
 from ios_ray.runtime.workers import ThreadTeam, WorkerPool
 from ios_ray.stage import Stage
-from ios_ray.tests.test_runtime_schedules import BUILDERS, Tiny, ios_like_stages, make_schedule, tiny
+from tests.test_runtime_schedules import BUILDERS, Tiny, ios_like_stages, make_schedule, tiny
 
 CPU = torch.device("cpu")
 

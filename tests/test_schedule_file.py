@@ -13,8 +13,8 @@ from ios_ray.errors import UserError
 from ios_ray.frontend import import_model
 from ios_ray.schedule import (BlockSchedule, EndToEnd, Schedule, check_schedule, load_schedule, read_schedule,
                               save_schedule)
-from ios_ray.search import SearchParams, SyntheticCost, optimize_graph, sequential
-from ios_ray.search_job import keep_faster
+from ios_ray.scheduler import SearchParams, SyntheticCost, optimize_graph, sequential
+from ios_ray.app.job import keep_faster
 from ios_ray.stage import Stage
 
 

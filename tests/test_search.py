@@ -8,7 +8,7 @@ import pytest
 
 from ios_ray.errors import UserError
 from ios_ray.ir import GRAPH_INPUT, Block, Graph, Unit, Value
-from ios_ray.search import (
+from ios_ray.scheduler import (
     BlockDag,
     MissingLatencyError,
     SearchParams,
@@ -22,7 +22,7 @@ from ios_ray.search import (
     plan_graph,
     sequential,
 )
-from ios_ray.search.random_graphs import conv_unit, dag_graph, randwire_preds
+from ios_ray.scheduler.random_graphs import conv_unit, dag_graph, randwire_preds
 from ios_ray.stage import Stage, StageKeys
 
 UNPRUNED = SearchParams(r=None, s=None)

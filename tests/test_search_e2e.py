@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from ray.cluster_utils import Cluster
 
-from ios_ray.evaluation import cross_evaluate, winners_hold
+from ios_ray.app.evaluation import cross_evaluate, winners_hold
 from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
 from ios_ray.runtime import read_schedules
 from ios_ray.schedule import read_schedule
-from ios_ray.search import Plan
-from ios_ray.search_job import SearchOutcome, SearchRequest, run_search, schedule_path
+from ios_ray.scheduler import Plan
+from ios_ray.app.job import SearchOutcome, SearchRequest, run_search, schedule_path
 from ios_ray.store import LatencyStore
 
 MODEL = "inception_v3"

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from ios_ray.ir import Graph
 from ios_ray.schedule import Schedule, check_schedule
-from ios_ray.search import (
+from ios_ray.scheduler import (
     BlockDag,
     SearchParams,
     SyntheticCost,
@@ -28,7 +28,7 @@ from ios_ray.search import (
     plan_graph,
     sequential,
 )
-from ios_ray.search.random_graphs import dag_graph
+from ios_ray.scheduler.random_graphs import dag_graph
 from ios_ray.stage import Stage, StageKeys, can_merge
 
 BOUNDS = st.sampled_from([None, 1, 2, 3])

@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 
 from ios_ray.errors import UserError
 from ios_ray.store import LatencyStore, open_store, rows_to_table
-from ios_ray.store.cli import store_app
-from ios_ray.tests.store_writer import FINGERPRINT, fake_keys, fake_rows
+from ios_ray.app.store_cli import store_app
+from tests.store_writer import FINGERPRINT, fake_keys, fake_rows
 
 BAD_FILES = ("corrupt", "other_version", "not_a_store", "text")
 
@@ -35,7 +35,7 @@ def store_path(tmp_path: Path) -> Path:
 def start_writer(path: Path, prefix: str, batches: int, batch_rows: int, pause: float = 0.0) -> subprocess.Popen[str]:
     """Start a writer process that prints `committed <n>` after each batch."""
     arguments = [str(path), prefix, str(batches), str(batch_rows), "--pause", str(pause)]
-    command = [sys.executable, "-m", "ios_ray.tests.store_writer", *arguments]
+    command = [sys.executable, "-m", "tests.store_writer", *arguments]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

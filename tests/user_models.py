@@ -1,4 +1,4 @@
-"""Small user models for the tests, loadable as ``ios_ray.tests.user_models:<factory>``."""
+"""Small user models for the tests, loadable as ``tests.user_models:<factory>``."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from ios_ray.cli_util import make_console, user_errors
+from ios_ray.app.cli_util import make_console, user_errors
 from ios_ray.store import DEFAULT_STORE_PATH
 
 if TYPE_CHECKING:

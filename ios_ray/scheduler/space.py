@@ -1,6 +1,6 @@
 """The schedule space of one block: its states, their endings, and the candidate stages of each ending.
 
-The DP (:mod:`ios_ray.search.dp`) and the planner (:mod:`ios_ray.search.plan`) both walk a :class:`BlockSpace`,
+The DP (:mod:`ios_ray.scheduler.dp`) and the planner (:mod:`ios_ray.scheduler.plan`) both walk a :class:`BlockSpace`,
 so the stages planned for measurement are exactly the stages the DP can ask for.
 """
 
@@ -11,8 +11,8 @@ from typing import Any, Iterator
 
 from ios_ray.errors import UserError
 from ios_ray.ir import Block, Graph
-from ios_ray.search.dag import BlockDag
-from ios_ray.search.endings import endings
+from ios_ray.scheduler.dag import BlockDag
+from ios_ray.scheduler.endings import endings
 from ios_ray.stage import STRATEGIES, Stage, Strategy, can_merge
 
 
@@ -51,7 +51,7 @@ class SearchParams:
 class BlockSpace:
     """The states, endings and candidate stages of one block under one set of :class:`SearchParams`.
 
-    A state is a mask of the units still to schedule (see :mod:`ios_ray.search.dag`); the first state is the
+    A state is a mask of the units still to schedule (see :mod:`ios_ray.scheduler.dag`); the first state is the
     full block.
     """
 

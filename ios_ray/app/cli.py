@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Optional
 import typer
 from rich.table import Table
 
-from ios_ray.cli_util import at_least_one, make_console, parse_batches, parse_list, store_lookup, user_errors
+from ios_ray.app.cli_util import at_least_one, make_console, parse_batches, parse_list, store_lookup, user_errors
 from ios_ray.errors import UserError
 from ios_ray.store import DEFAULT_STORE_PATH
 
 if TYPE_CHECKING:
     import torch
 
-    from ios_ray.benchmarking import BenchRow
+    from ios_ray.app.bench import BenchRow
 
 app = typer.Typer(
     help="ios-ray: find and deploy the fastest inter-operator schedule of a CNN per device and batch size.",
@@ -68,7 +68,7 @@ def inspect(
 ) -> None:
     """Per block: units n, width d, and the size of the search with and without pruning."""
     from ios_ray.frontend import import_model
-    from ios_ray.inspection import inspect_graph
+    from ios_ray.app.inspection import inspect_graph
 
     report = inspect_graph(import_model(model).graph, r=r, s=s)
     if as_json:
@@ -103,9 +103,9 @@ def search(
                                      "and sequential schedules whole and keeps the faster (0: no check)"),
 ) -> None:
     """Find the fastest schedule of a model for every device and batch size, measuring only what is new."""
-    from ios_ray.cli_progress import RichSearchProgress
-    from ios_ray.search import SearchParams
-    from ios_ray.search_job import SearchRequest, run_search
+    from ios_ray.app.progress import RichSearchProgress
+    from ios_ray.scheduler import SearchParams
+    from ios_ray.app.job import SearchRequest, run_search
 
     request = SearchRequest(
         model=model, devices=tuple(dict.fromkeys(parse_list(devices, "--devices"))),
@@ -142,7 +142,7 @@ def show(
     """Print a schedule's stages and groups, and optionally draw them as a picture."""
     from ios_ray.frontend import import_model
     from ios_ray.schedule import check_schedule, read_schedule
-    from ios_ray.show import schedule_svg, schedule_text
+    from ios_ray.app.show import schedule_svg, schedule_text
 
     plan = read_schedule(schedule)
     graph = import_model(plan.model).graph
@@ -169,7 +169,7 @@ def run(
     """Run a model with its schedules (ScheduledModule), check the output against eager, print the latency."""
     import torch
 
-    from ios_ray.benchmarking import relative_error
+    from ios_ray.app.bench import relative_error
     from ios_ray.models import resolve_model
     from ios_ray.runtime import ScheduledModule, measure_latency
 
@@ -215,7 +215,7 @@ def bench(
 
     at_least_one(rounds=rounds)
 
-    from ios_ray.benchmarking import (Variant, baseline_schedule, bench_rows, compiled_variant, find_schedule,
+    from ios_ray.app.bench import (Variant, baseline_schedule, bench_rows, compiled_variant, find_schedule,
                                       schedule_variants)
     from ios_ray.frontend import import_module
     from ios_ray.models import resolve_model
@@ -278,7 +278,7 @@ def evaluate(
 ) -> None:
     """Cross-evaluate schedules (the paper's Table 3): the schedule made for X run on Y, for every X and Y."""
     at_least_one(rounds=rounds)
-    from ios_ray.evaluation import cross_evaluate, local_measures, settings_of, winners_hold
+    from ios_ray.app.evaluation import cross_evaluate, local_measures, settings_of, winners_hold
     from ios_ray.frontend import import_model
     from ios_ray.runtime import read_schedules
 
@@ -339,7 +339,7 @@ def _bench_target(label: str) -> "torch.device":
 
 def _mount_subcommands() -> None:
     """Attach the command groups that live in the subpackages."""
-    from ios_ray.store.cli import store_app
+    from ios_ray.app.store_cli import store_app
 
     app.add_typer(store_app, name="store", help="Read, export and import the latency store.")
 

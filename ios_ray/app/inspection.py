@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ios_ray.ir import Graph
-from ios_ray.search import SearchParams, count_block, plan_graph
+from ios_ray.scheduler import SearchParams, count_block, plan_graph
 
 
 def inspect_graph(graph: Graph, r: int | None = 3, s: int | None = 8) -> dict[str, Any]:

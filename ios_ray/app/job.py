@@ -1,7 +1,7 @@
 """The main job, ``ios-ray search``: plan, look up, measure what is missing, run the DP, write schedules.
 
 The steps follow DESIGN.md's data flow. All candidate stages of a model are known before anything is measured
-(:func:`~ios_ray.search.plan_graph`), so they are deduplicated by stage key, looked up in the latency store for
+(:func:`~ios_ray.scheduler.plan_graph`), so they are deduplicated by stage key, looked up in the latency store for
 every (device, batch), and only the missing ones go out to the device actors, all devices at once. The driver
 alone writes the store, batch by batch as results stream back, so an interrupted search keeps what it measured
 and a rerun resumes. The DP then reads latencies from the store and never waits on a device.
@@ -32,7 +32,7 @@ from ios_ray.ir import Graph
 from ios_ray.profiler import CheckJob, DevicePool, MeasureJob
 from ios_ray.profiler.jobs import DeviceIdentity
 from ios_ray.schedule import EndToEnd, Schedule, save_schedule
-from ios_ray.search import Plan, SearchParams, TableLatency, optimize_graph, plan_graph, sequential
+from ios_ray.scheduler import Plan, SearchParams, TableLatency, optimize_graph, plan_graph, sequential
 from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore, rows_to_table
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from ios_ray.ir import Block, Graph
 from ios_ray.schedule import BlockSchedule
-from ios_ray.search.dag import BlockDag
-from ios_ray.search.latency import LatencyModel
+from ios_ray.scheduler.dag import BlockDag
+from ios_ray.scheduler.latency import LatencyModel
 from ios_ray.stage import Stage
 
 

@@ -16,12 +16,12 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from ios_ray.errors import UserError
-from ios_ray.evaluation import Lookup, predicted_ms
+from ios_ray.app.evaluation import Lookup, predicted_ms
 from ios_ray.ir import Graph
 from ios_ray.runtime import Program, ScheduleRunner, read_schedules
 from ios_ray.runtime.timing import interleaved_samples_ms, summary_ms
 from ios_ray.schedule import BlockSchedule, Schedule
-from ios_ray.search import greedy_stages, sequential_stages
+from ios_ray.scheduler import greedy_stages, sequential_stages
 from ios_ray.stage import StageKeys
 
 Forward = Callable[[torch.Tensor], torch.Tensor]

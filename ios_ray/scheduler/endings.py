@@ -21,7 +21,7 @@ Pruning (both bounds are optional):
 
 from __future__ import annotations
 
-from ios_ray.search.dag import BlockDag
+from ios_ray.scheduler.dag import BlockDag
 
 
 def endings(dag: BlockDag, state: int, r: int | None = None, s: int | None = None) -> list[int]:

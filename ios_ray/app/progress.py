@@ -7,7 +7,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
                            TimeRemainingColumn)
 
 from ios_ray.ir import Graph
-from ios_ray.search import Plan
+from ios_ray.scheduler import Plan
 
 
 class RichSearchProgress:

@@ -13,7 +13,7 @@ from rich.console import Console
 from ios_ray.errors import UserError
 
 if TYPE_CHECKING:
-    from ios_ray.evaluation import Lookup
+    from ios_ray.app.evaluation import Lookup
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from ios_ray.ir import Block, Graph
 from ios_ray.schedule import BlockSchedule
-from ios_ray.search.latency import LatencyModel
-from ios_ray.search.space import BlockSpace, SearchParams
+from ios_ray.scheduler.latency import LatencyModel
+from ios_ray.scheduler.space import BlockSpace, SearchParams
 from ios_ray.stage import Stage
 
 

@@ -1,6 +1,6 @@
 """Planning: every stage the search can ask about, known before anything is measured.
 
-The planner walks the same :class:`~ios_ray.search.space.BlockSpace` as the DP, so it lists exactly the
+The planner walks the same :class:`~ios_ray.scheduler.space.BlockSpace` as the DP, so it lists exactly the
 candidate stages the DP may ask for, plus the stages of the sequential and greedy baselines. Stages are
 deduplicated by stage key, within a block and across blocks (identical stages share one key and one
 measurement). :func:`count_block` gives the sizes of a block's search space without computing any key.
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from ios_ray.ir import Block, Graph
-from ios_ray.search.baselines import greedy_stages, sequential_stages
-from ios_ray.search.space import BlockSpace, SearchParams
+from ios_ray.scheduler.baselines import greedy_stages, sequential_stages
+from ios_ray.scheduler.space import BlockSpace, SearchParams
 from ios_ray.stage import Stage, StageKeys
 
 
