@@ -2,8 +2,7 @@
 
 Run ``python bench/dp_speed.py``. It searches every RandWire block of at least 30 units and one NASNet-A normal
 cell, unpruned (the target: at least 50,000 transitions/s) and, for reference, with the paper's pruning r=3,
-s=8. The paper's Table 1 counts for the largest blocks are shown beside ours. Without the frontend
-(``ios_ray.frontend``) it falls back to a generated RandWire-like DAG of 33 units and width 8.
+s=8. The paper's Table 1 counts for the largest blocks are shown beside ours.
 """
 
 from __future__ import annotations
@@ -11,9 +10,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from ios_ray.frontend import import_model
 from ios_ray.ir import Block, Graph
 from ios_ray.scheduler import BlockDag, SearchParams, SyntheticCost, optimize_block
-from ios_ray.scheduler.random_graphs import dag_graph, randwire_preds
 
 TARGET = 50_000
 PRUNED = SearchParams(r=3, s=8)
@@ -52,8 +51,6 @@ class Row:
 
 def model_cases() -> list[Case]:
     """RandWire blocks of at least 30 units and one NASNet-A normal cell, from the frontend."""
-    from ios_ray.frontend import import_model
-
     randwire = import_model("randwire").graph
     cases = [
         Case("randwire", f"randwire block {b.index}", randwire, b) for b in randwire.blocks if len(b.units) >= 30
@@ -63,12 +60,6 @@ def model_cases() -> list[Case]:
     normal = next((b for b in nasnet.blocks if any(u.startswith("cells.1.") for u in b.units)), largest)
     kind = "normal cell" if normal is not largest else "largest block"
     return [*cases, Case("nasnet_a", f"nasnet_a block {normal.index} ({kind})", nasnet, normal)]
-
-
-def generated_cases() -> list[Case]:
-    """A generated Watts-Strogatz DAG like RandWire's largest block, for when the frontend is missing."""
-    graph = dag_graph(randwire_preds(nodes=32, k=4, p=0.75, seed=22), seed=22, name="generated")
-    return [Case("randwire", "generated RandWire-like DAG (no frontend)", graph, graph.blocks[0])]
 
 
 def run(case: Case, params: SearchParams) -> Row:
@@ -101,10 +92,7 @@ def table(rows: list[Row]) -> str:
 
 def main() -> None:
     """Run every case unpruned and pruned and print the table."""
-    try:
-        cases = model_cases()
-    except ImportError:
-        cases = generated_cases()
+    cases = model_cases()
     rows = [run(case, params) for case in cases for params in (UNPRUNED, PRUNED)]
     print(table(rows))
     unpruned = [row for row in rows if row.params == UNPRUNED]

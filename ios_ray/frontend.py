@@ -26,7 +26,7 @@ from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from ios_ray.blocks import find_blocks
-from ios_ray.errors import UserError
+from ios_ray.errors import UserError, first_line
 from ios_ray.ir import GRAPH_INPUT, Graph, Unit, Value
 
 #: Activations folded into the unit before them, by fx target.
@@ -103,8 +103,7 @@ def trace(module: nn.Module) -> fx.GraphModule:
     except Exception as exc:  # noqa: BLE001 - fx raises many kinds; all become one sentence
         where = f"submodule {tracer.failed_in!r} ({type(module.get_submodule(tracer.failed_in)).__name__})" \
             if tracer.failed_in else f"module {type(module).__name__}"
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"torch.fx cannot trace {where}: {reason}") from None
+        raise UserError(f"torch.fx cannot trace {where}: {first_line(exc)}") from None
     return fx.GraphModule(tracer.root, graph)
 
 

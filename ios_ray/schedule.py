@@ -1,7 +1,7 @@
 """The schedule file: which stages run each block of a graph, for one device and batch size.
 
-A schedule is versioned JSON. It carries the graph fingerprint it was made for, the device label and
-fingerprint, batch size, dtype, the search parameters, and per block its stages (strategy and groups of unit
+A schedule is versioned JSON. It carries the graph fingerprint it was made for and the graph's per-sample input
+shape, the device label and fingerprint, batch size, dtype, the search parameters, and per block its stages (strategy and groups of unit
 ids) with their predicted latencies, and for a measured device the end-to-end check that chose it
 (:class:`EndToEnd`). :func:`load_schedule` checks a file against a graph and rejects a
 mismatch with one clear sentence.
@@ -81,6 +81,7 @@ class Schedule:
     params: Mapping[str, Any] = field(default_factory=dict)
     source: str = "measured"
     end_to_end: EndToEnd | None = None
+    input_shape: tuple[int, ...] | None = None
 
     @property
     def stages(self) -> tuple[Stage, ...]:
@@ -100,6 +101,7 @@ class Schedule:
             "version": SCHEDULE_VERSION,
             "model": self.model,
             "graph_fingerprint": self.graph_fingerprint,
+            "input_shape": list(self.input_shape) if self.input_shape is not None else None,
             "device": self.device,
             "device_fingerprint": self.device_fingerprint,
             "device_info": dict(self.device_info),
@@ -152,6 +154,7 @@ def schedule_from_json(data: Mapping[str, Any]) -> Schedule:
         params=dict(data.get("params", {})),
         source=str(data.get("source", "measured")),
         end_to_end=_end_to_end(data.get("end_to_end")),
+        input_shape=tuple(int(n) for n in data["input_shape"]) if data.get("input_shape") is not None else None,
     )
 
 

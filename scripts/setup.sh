@@ -9,4 +9,4 @@ if ! python3 -c "import torch" 2>/dev/null; then
     python3 -m pip install -q torch==2.13.0
 fi
 python3 -m pip install -q -e ".[dev]" 2>&1 | grep -v "Running pip as the 'root' user" || true
-python3 -c "import ios_ray.app.cli" && echo "setup: ios-ray $(python3 -m pip show ios-ray | awk '/^Version/{print $2}') ready"
+python3 -c "import ios_ray.cli" && echo "setup: ios-ray $(python3 -m pip show ios-ray | awk '/^Version/{print $2}') ready"

@@ -7,9 +7,8 @@ import torch
 from ray._private.accelerators.nvidia_gpu import NvidiaGPUAcceleratorManager
 from ray.util import accelerators
 
-from ios_ray.devices import (
-    GPU_MODELS, SIM_GPUS, _arch_supported, cuda_problem, device_fingerprint, known_labels, parse_device,
-)
+from ios_ray.devices import GPU_MODELS, SIM_GPUS, known_labels, parse_device
+from ios_ray.profiler.fingerprint import _arch_supported, cuda_problem, device_fingerprint
 from ios_ray.errors import UserError
 
 

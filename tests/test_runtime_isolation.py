@@ -21,7 +21,8 @@ SCRIPT = textwrap.dedent(
     blocks = tuple(
         BlockSchedule(b.index, tuple(Stage("concurrent", ((u,),)) for u in b.units)) for b in graph.blocks
     )
-    scheduled = ScheduledModule(model, [Schedule("squeezenet", graph.fingerprint, "cpu", 1, blocks)])
+    schedule = Schedule("squeezenet", graph.fingerprint, "cpu", 1, blocks, input_shape=graph.input_shape)
+    scheduled = ScheduledModule(model, [schedule])
     measure_latency(scheduled, torch.randn(1, 3, 224, 224), 1, 1, "cpu")
     print(sorted(m for m in ("ray", "duckdb", "pyarrow") if m in sys.modules))
     """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -101,9 +102,13 @@ def test_an_unknown_device_label_is_a_user_error(graph: Graph) -> None:
         ScheduledModule(tiny(), schedules_for(graph, "tpu", (1,)), input_shape=SHAPE)
 
 
-def test_the_input_shape_comes_from_the_zoo_or_must_be_given(graph: Graph) -> None:
+def test_the_input_shape_comes_from_the_schedules_or_must_be_given(graph: Graph) -> None:
+    recorded = schedules_for(graph, "cpu", (1, 4))
+    assert ScheduledModule(tiny(), recorded).input_shape == graph.input_shape == SHAPE
+    unrecorded = [dataclasses.replace(s, input_shape=None) for s in recorded]
     with pytest.raises(UserError, match=r"pass input_shape=\(C, H, W\)"):
-        ScheduledModule(tiny(), schedules_for(graph, "cpu", (1,)))
+        ScheduledModule(tiny(), unrecorded)
+    assert ScheduledModule(tiny(), unrecorded, input_shape=SHAPE).input_shape == SHAPE
     with pytest.raises(UserError, match="at least one schedule"):
         ScheduledModule(tiny(), [], input_shape=SHAPE)
 

@@ -82,7 +82,7 @@ def make_schedule(graph: Graph, builder: StageBuilder | None, batch: int, device
         blocks = dp_blocks(graph)
     else:
         blocks = tuple(BlockSchedule(b.index, builder(graph, b)) for b in graph.blocks)
-    return Schedule(model, graph.fingerprint, device, batch, blocks)
+    return Schedule(model, graph.fingerprint, device, batch, blocks, input_shape=graph.input_shape)
 
 
 BUILDERS: dict[str, StageBuilder | None] = {

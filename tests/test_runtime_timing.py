@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from ios_ray.devices import CPU_TIMING, cpu_info
+from ios_ray.profiler.fingerprint import CPU_TIMING, cpu_info
 from ios_ray.runtime import measure_latency
 from ios_ray.runtime.timing import cpu_primer, interleaved_samples_ms, samples_ms
 

@@ -22,7 +22,7 @@ from ios_ray.scheduler import (
     plan_graph,
     sequential,
 )
-from ios_ray.scheduler.random_graphs import conv_unit, dag_graph, randwire_preds
+from tests.random_graphs import conv_unit, dag_graph, randwire_preds
 from ios_ray.stage import Stage, StageKeys
 
 UNPRUNED = SearchParams(r=None, s=None)

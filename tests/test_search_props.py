@@ -28,7 +28,7 @@ from ios_ray.scheduler import (
     plan_graph,
     sequential,
 )
-from ios_ray.scheduler.random_graphs import dag_graph
+from tests.random_graphs import dag_graph
 from ios_ray.stage import Stage, StageKeys, can_merge
 
 BOUNDS = st.sampled_from([None, 1, 2, 3])

@@ -7,7 +7,7 @@ import json
 from ios_ray.frontend import import_model
 from ios_ray.ir import GRAPH_INPUT, Graph, Value
 from ios_ray.scheduler import SearchParams, plan_graph
-from ios_ray.scheduler.random_graphs import conv_unit
+from tests.random_graphs import conv_unit
 from ios_ray.stage import Stage, StageKeys, can_merge
 
 

@@ -98,7 +98,6 @@ def test_lookup_matches_fingerprint_batch_and_dtype_exactly(store_path: Path) ->
     assert store.lookup(["a", "b"], FINGERPRINT, 8) == {"b": 7.0}
     assert store.lookup(["a"], FINGERPRINT, 1, dtype="float16") == {}
     assert store.missing(["c", "a", "c", "b"], "another", 1) == ["c", "b"]
-    assert store.lookup_rows(["b"], FINGERPRINT, 8)["median_ms"].to_pylist() == [7.0]
 
 
 def test_query_filters_by_device_batch_and_model(store_path: Path) -> None:

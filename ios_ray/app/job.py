@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Iterator, Mapping, Protocol, Sequence
 
 from ios_ray.devices import parse_device
-from ios_ray.errors import UserError
+from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
 from ios_ray.profiler import CheckJob, DevicePool, MeasureJob
@@ -199,7 +199,7 @@ def ray_session(address: str | None) -> Iterator[None]:
         else:
             ray.init(address=address, log_to_driver=False, logging_level="ERROR")
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
-        raise UserError(f"cannot reach a Ray cluster at {address!r}: {_first_line(exc)}") from None
+        raise UserError(f"cannot reach a Ray cluster at {address!r}: {first_line(exc)}") from None
     try:
         yield
     finally:
@@ -250,7 +250,7 @@ def _optimize(search: _Search, identity: DeviceIdentity, batch: int) -> tuple[Sc
     schedule = Schedule(
         model=request.model, graph_fingerprint=graph.fingerprint, device=identity.label, batch=batch,
         blocks=result.schedules, device_fingerprint=identity.fingerprint, device_info=dict(identity.info),
-        params=request.params.to_json(), source=identity.source,
+        params=request.params.to_json(), source=identity.source, input_shape=graph.input_shape,
     )
     plain = dataclasses.replace(schedule, blocks=tuple(sequential(graph, block, latency) for block in graph.blocks))
     return schedule, plain
@@ -287,7 +287,3 @@ def schedule_path(out: Path, model: str, device: str, batch: int) -> Path:
     safe_model = re.sub(r"[^A-Za-z0-9_.:-]", "_", model)
     return Path(out) / safe_model / device / f"bs{batch}.json"
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -19,7 +19,7 @@ import ray
 from ray.actor import ActorHandle
 from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
-from ios_ray.errors import UserError
+from ios_ray.errors import UserError, first_line
 from ios_ray.profiler.jobs import MeasureJob
 
 RowsCallback = Callable[[list[dict[str, Any]]], None]
@@ -173,11 +173,6 @@ class Dispatcher:
             "unmeasured; the measured ones were kept, so run the search again to measure the rest."
         )
 
-
-def first_line(error: BaseException) -> str:
-    """The first line of an error's message (its type's name if it has none)."""
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
 
 
 def task_error(error: RayTaskError, doing: str) -> UserError:

@@ -20,11 +20,10 @@ from ray.actor import ActorHandle
 from ray.exceptions import RayActorError, RayTaskError
 
 from ios_ray.devices import DeviceSpec, parse_device
-from ios_ray.errors import UserError
+from ios_ray.errors import UserError, first_line
 from ios_ray.profiler.actors import Hello, start_actor
 from ios_ray.profiler.cluster import check_offered, live_nodes, plan_all
-from ios_ray.profiler.dispatch import (Dispatcher, MeasureReport, ProgressCallback, RowsCallback, first_line,
-                                      task_error)
+from ios_ray.profiler.dispatch import Dispatcher, MeasureReport, ProgressCallback, RowsCallback, task_error
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob
 
 #: Seconds to wait for a device's actors to start and fingerprint their device.
@@ -65,11 +64,6 @@ class DevicePool:
             _kill([actor for _, actor in actors])
             raise
         return cls(hellos, max_restarts)
-
-    @property
-    def labels(self) -> list[str]:
-        """The device labels of the pool."""
-        return list(self._actors)
 
     def fingerprints(self) -> dict[str, str]:
         """The device fingerprint of every label (all actors of a label share it)."""

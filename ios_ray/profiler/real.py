@@ -15,8 +15,10 @@ from typing import Any, Iterator
 
 import torch
 
-from ios_ray.devices import DeviceSpec, cuda_problem, device_fingerprint
+from ios_ray.devices import DeviceSpec
+from ios_ray.profiler.fingerprint import cuda_problem, device_fingerprint
 from ios_ray.errors import UserError
+from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, local_identity, make_row
 from ios_ray.profiler.timing import time_callable
@@ -80,7 +82,7 @@ class RealBackend:
     def _program(self, model: str, graph: Graph, host: str) -> Program:
         """A model on this device, built once per model spec and checked against the driver's graph of it."""
         if model not in self._programs:
-            self._programs[model] = Program.from_model(model, self.device)
+            self._programs[model] = Program.from_imported(import_model(model), self.device)
         program = self._programs[model]
         if program.graph.fingerprint != graph.fingerprint:
             raise UserError(

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ios_ray.devices import DeviceSpec, device_fingerprint
+from ios_ray.devices import DeviceSpec
+from ios_ray.profiler.fingerprint import device_fingerprint
 from ios_ray.errors import UserError
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, local_identity, make_row
 from ios_ray.profiler.protocol import Timing, resolve_protocol

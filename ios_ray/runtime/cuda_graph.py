@@ -18,6 +18,8 @@ from typing import Callable
 
 import torch
 
+from ios_ray.errors import first_line
+
 GraphKey = tuple[tuple[int, ...], torch.dtype]
 
 
@@ -76,9 +78,8 @@ class CapturedForward:
         except RuntimeError as exc:
             torch.cuda.set_stream(caller)  # a failed capture can leave the capture stream current
             self._uncapturable.add(key)
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            warnings.warn(f"the forward for input shape {key[0]} cannot be captured into a CUDA graph ({reason}); "
-                          "it runs uncaptured (pass cuda_graph=False to skip capturing).", stacklevel=3)
+            warnings.warn(f"the forward for input shape {key[0]} cannot be captured into a CUDA graph "
+                          f"({first_line(exc)}); it runs uncaptured (pass cuda_graph=False to skip capturing).", stacklevel=3)
             return None
         if len(self._graphs) >= self.max_graphs:
             self._graphs.pop(next(iter(self._graphs)))

@@ -18,7 +18,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
 
-from ios_ray.frontend import Imported, import_model
+from ios_ray.frontend import Imported
 from ios_ray.ir import GRAPH_INPUT, Graph, Unit, Value
 from ios_ray.runtime.allocator import keep_freed_memory
 
@@ -105,11 +105,6 @@ class Program:
         nodes = {n.name: n for n in module.graph.nodes}
         fns = {u.id: _bind(u, module, nodes, constants) for u in imported.graph.units}
         return Program(imported.graph, fns, device)
-
-    @staticmethod
-    def from_model(spec: str, device: torch.device | str = "cpu") -> "Program":
-        """Build and import a zoo model or ``package.module:factory``, then bind it to ``device``."""
-        return Program.from_imported(import_model(spec), device)
 
     def value(self, value: Value, env: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Evaluate a unit input: the channel concat of parts, each the sum of the named outputs."""

@@ -1,7 +1,7 @@
 """ScheduledModule: an ``nn.Module`` that runs a model with the IOS schedule fitting each input's device and batch.
 
 It imports the wrapped module once (``ios_ray.frontend.import_module`` on a batch-1 random input of
-``input_shape``), checks every schedule against the imported graph, and in ``forward`` picks a schedule by the
+``input_shape``, by default the one the schedule files record), checks every schedule against the imported graph, and in ``forward`` picks a schedule by the
 rules of :mod:`~ios_ray.runtime.schedule_set`. The chosen schedule runs through a
 :class:`~ios_ray.runtime.executor.ScheduleRunner`, built on first use per (schedule, device); where no schedule
 fits (another device, another per-sample shape) the original module runs eagerly, with a one-time warning per
@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from ios_ray.devices import parse_device
-from ios_ray.errors import UserError
+from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
 from ios_ray.runtime.executor import ScheduleRunner
@@ -37,7 +37,6 @@ from ios_ray.runtime.program import Program
 from ios_ray.runtime.schedule_set import read_schedules, select_schedule
 from ios_ray.runtime.stages import resolve_device
 from ios_ray.schedule import Schedule, check_schedule, save_schedule
-from ios_ray.zoo import ZOO
 
 SAVE_FORMAT = "ios-ray-scheduled-module"
 SAVE_VERSION = 1
@@ -54,7 +53,7 @@ class ScheduledModule(nn.Module):
         self.module = module
         folder = schedules if isinstance(schedules, (str, Path)) else None
         found = _gather(schedules)
-        self.input_shape = tuple(input_shape) if input_shape is not None else _zoo_shape(found.values())
+        self.input_shape = tuple(input_shape) if input_shape is not None else _recorded_shape(found.values())
         self._imported = import_module(module, _example(module, self.input_shape), type(module).__name__)
         self.schedules = _checked(found, self.graph, folder)
         self.cuda_graph = cuda_graph
@@ -127,9 +126,8 @@ class ScheduledModule(nn.Module):
         try:
             module.load_state_dict(torch.load(path / "module.pt", map_location="cpu", weights_only=True))
         except (OSError, RuntimeError) as exc:
-            reason = str(exc).strip().splitlines()[0]
             raise UserError(f"cannot load the weights in {path / 'module.pt'} into {type(module).__name__}: "
-                            f"{reason}; pass a module of the saved architecture.") from None
+                            f"{first_line(exc)}; pass a module of the saved architecture.") from None
         return cls(module, path / "schedules", tuple(meta["input_shape"]), cuda_graph)
 
     def _runner(self, schedule: Schedule, device: torch.device) -> ScheduleRunner:
@@ -159,12 +157,12 @@ def _gather(schedules: Sequence[Schedule] | str | Path) -> dict[str, Schedule]:
     return found
 
 
-def _zoo_shape(schedules: Any) -> tuple[int, ...]:
-    """The zoo input shape of the schedules' model; UserError where they are not for one zoo model."""
-    models = sorted({s.model for s in schedules})
-    if len(models) == 1 and models[0] in ZOO:
-        return tuple(ZOO[models[0]].input_shape)
-    raise UserError(f"pass input_shape=(C, H, W): the schedules are for {', '.join(models)}, not one zoo model.")
+def _recorded_shape(schedules: Any) -> tuple[int, ...]:
+    """The per-sample input shape the schedules record; UserError where they record none or several."""
+    shapes = {s.input_shape for s in schedules}
+    if len(shapes) == 1 and None not in shapes:
+        return tuple(shapes.pop())
+    raise UserError("pass input_shape=(C, H, W): the schedules do not record one per-sample input shape.")
 
 
 def _example(module: nn.Module, shape: tuple[int, ...]) -> torch.Tensor:

@@ -98,12 +98,6 @@ class LatencyStore:
         found = self._rows_for(stage_keys, device_fingerprint, batch, dtype, "stage_key, median_ms")
         return dict(zip(found["stage_key"].to_pylist(), found["median_ms"].to_pylist()))
 
-    def lookup_rows(
-        self, stage_keys: Sequence[str], device_fingerprint: str, batch: int, dtype: str = "float32"
-    ) -> pa.Table:
-        """Return the full rows of the keys measured on exactly this fingerprint, batch and dtype."""
-        return self._rows_for(stage_keys, device_fingerprint, batch, dtype, _COLUMNS)
-
     def missing(
         self, stage_keys: Sequence[str], device_fingerprint: str, batch: int, dtype: str = "float32"
     ) -> list[str]:
