@@ -18,6 +18,9 @@ from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.stage import Stage
 
+#: The largest batch size a schedule (and a stored measurement) can be made for: the store keeps it in 32 bits.
+MAX_BATCH = 2**31 - 1
+
 SCHEDULE_FORMAT = "ios-ray-schedule"
 SCHEDULE_VERSION = 1
 

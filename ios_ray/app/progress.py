@@ -50,3 +50,19 @@ class RichSearchProgress:
     def checking(self, device: str, batch: int) -> None:
         """Say which schedules are being timed end to end."""
         self.console.print(f"{device} batch {batch}: timing the IOS and sequential schedules end to end")
+
+
+class SilentProgress:
+    """Reports nothing (``ios_ray.search(..., progress=False)``)."""
+
+    def planned(self, graph: Graph, plan: Plan) -> None:
+        """Say nothing."""
+
+    def device_started(self, device: str, total: int, cached: int) -> None:
+        """Say nothing."""
+
+    def advanced(self, device: str, done: int, total: int) -> None:
+        """Say nothing."""
+
+    def checking(self, device: str, batch: int) -> None:
+        """Say nothing."""
