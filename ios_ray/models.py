@@ -1,4 +1,4 @@
-"""Resolving ``--model``: a zoo name or ``package.module:factory`` for any fx-traceable nn.Module."""
+"""Resolving a model spec: a zoo name or ``package.module:factory`` for any fx-traceable nn.Module."""
 
 from __future__ import annotations
 

@@ -177,7 +177,7 @@ def save_schedule(schedule: Schedule, path: Path) -> None:
         tmp.write_text(json.dumps(schedule.to_json(), indent=1))
         tmp.replace(path)
     except OSError as exc:
-        raise UserError(f"cannot write the schedule {path} ({exc.strerror or exc}); pass another --out.") from None
+        raise UserError(f"cannot write the schedule {path} ({exc.strerror or exc}); pass another out folder.") from None
 
 
 def read_schedule(path: Path) -> Schedule:

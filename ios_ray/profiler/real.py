@@ -120,5 +120,5 @@ def random_inputs(
 def _dtype(name: str) -> torch.dtype:
     """The torch dtype of a dtype name; others are a user error."""
     if name not in DTYPES:
-        raise UserError(f"measuring supports {', '.join(DTYPES)} only, not {name!r}; use --dtype float32.")
+        raise UserError(f"measuring supports {', '.join(DTYPES)} only, not {name!r}; use float32.")
     return DTYPES[name]
