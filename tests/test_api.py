@@ -133,3 +133,19 @@ def test_optimize_runs_on_this_machine_only() -> None:
         ios_ray.optimize(TwoBranch(), x, batches=[2])
     with pytest.raises(UserError, match="example_input must be a batch"):
         ios_ray.optimize(TwoBranch(), torch.randn(5))
+
+
+def readme_example() -> str:
+    """The Python example of the README's "From Python" section, verbatim."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## From Python"):]
+    return section[section.index("```python\n") + len("```python\n"):section.index("\n```\n")]
+
+
+def test_the_readme_python_example_runs_as_it_stands(tmp_path: Path) -> None:
+    (tmp_path / "example.py").write_text(readme_example())
+    done = run(["example.py"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "SearchResult('Mixed', input 32x17x17):" in done.stdout
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "schedules").rglob("*.json")) == [
+        "schedules/Mixed/cpu/bs1.json", "schedules/Mixed/cpu/bs8.json"]

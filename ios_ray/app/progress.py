@@ -23,21 +23,23 @@ class RichSearchProgress:
         self.tasks: dict[str, int] = {}
 
     def __enter__(self) -> "RichSearchProgress":
-        self.bars.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.bars.stop()
+        if self.tasks:
+            self.bars.stop()
 
     def planned(self, graph: Graph, plan: Plan) -> None:
         """Report the model's size and its distinct candidate stages."""
         self.console.print(
-            f"{graph.name}: {len(graph.units)} units in {len(graph.blocks)} blocks, "
+            f"{graph.name}: {len(graph.units)} units in {len(graph.blocks)} block{'s' * (len(graph.blocks) != 1)}, "
             f"{len(plan.stages)} distinct candidate stages (r={plan.params.r}, s={plan.params.s})"
         )
 
     def device_started(self, device: str, total: int, cached: int) -> None:
-        """Add a bar for a device."""
+        """Add a bar for a device (the bars show from the first one on)."""
+        if not self.tasks:
+            self.bars.start()
         self.tasks[device] = self.bars.add_task(device, total=max(total, 0), device=device, cached=cached, rate="")
 
     def advanced(self, device: str, done: int, total: int) -> None:
