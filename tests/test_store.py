@@ -267,7 +267,7 @@ def test_other_version_says_which_version(store_path: Path) -> None:
 
 def test_reading_a_missing_store_says_how_to_make_one(tmp_path: Path) -> None:
     path = tmp_path / "nowhere" / "latency.duckdb"
-    with pytest.raises(UserError, match="no latency store at .*ios-ray search"):
+    with pytest.raises(UserError, match="no latency store at .*run a search first"):
         open_store(path, create=False)
     result = CliRunner().invoke(store_app, ["stats", "--store", str(path)])
     assert result.exit_code == 1 and "no latency store at" in result.stderr
