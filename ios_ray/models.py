@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from torch import nn
 
@@ -22,8 +23,18 @@ class ModelSpec:
     input_shape: tuple[int, ...]
 
 
-def resolve_model(spec: str) -> ModelSpec:
-    """A zoo model by name, or ``package.module:factory`` (the factory's ``input_shape`` attribute, else 3x224x224)."""
+def resolve_model(spec: str, input_shape: Sequence[int] | None = None) -> ModelSpec:
+    """A zoo model by name, or ``package.module:factory`` (the factory's ``input_shape`` attribute, else 3x224x224);
+    ``input_shape``, if given, is the per-sample input shape instead."""
+    model = _resolve(spec)
+    if input_shape is None:
+        return model
+    if not input_shape or any(not isinstance(n, int) or n < 1 for n in input_shape):
+        raise UserError(f"input_shape must be positive sizes such as (3, 224, 224), not {tuple(input_shape)}.")
+    return dataclasses.replace(model, input_shape=tuple(input_shape))
+
+
+def _resolve(spec: str) -> ModelSpec:
     from ios_ray.zoo import ZOO
 
     if spec in ZOO:
