@@ -69,7 +69,7 @@ def inspect(
     s: int = typer.Option(8, "-s", help="pruning: max groups per stage"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
-    """Per block: units n, width d, and the size of the search with and without pruning."""
+    """Per block: units n, width d, and the size of the search with and without pruning; the opaque units."""
     from ios_ray.frontend import import_model
     from ios_ray.app.inspection import inspect_graph
 
@@ -84,6 +84,7 @@ def inspect(
     console.print(table)
     for key, value in report["totals"].items():
         console.print(f"{key}: {value}")
+    console.print(report["opaque"]["summary"])
 
 
 @app.command()
