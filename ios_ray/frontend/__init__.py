@@ -60,8 +60,8 @@ def import_module(module: nn.Module, example_input: torch.Tensor, name: str | No
 
 
 def import_model(spec: str, batch: int = 1, input_shape: Sequence[int] | None = None) -> Imported:
-    """Build a model spec (a zoo name or ``package.module:factory``) and import it with a random input of this batch
-    size and per-sample ``input_shape`` (default: the spec's own)."""
+    """Build a model spec (a zoo name, ``torchvision:NAME``, ``timm:NAME`` or ``package.module:factory``) and import
+    it with a random input of this batch size and per-sample ``input_shape`` (default: the spec's own)."""
     from ios_ray.models import resolve_model
 
     model = resolve_model(spec, input_shape=input_shape)
