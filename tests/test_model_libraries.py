@@ -155,3 +155,16 @@ def test_real_library_models_import_clean_and_equal_eager(spec: str) -> None:
         x = torch.randn(batch, *model.input_shape)
         with torch.no_grad():
             assert relative_error(program.run(x), module(x)) <= 1e-5
+
+
+@pytest.mark.slow
+def test_cli_searches_and_runs_a_torchvision_model_end_to_end(tmp_path: Path) -> None:
+    spec = "torchvision:resnet_style"
+    search = ios_ray_cli("search", "--model", spec, "--devices", "cpu", "--batches", "1", "--store",
+                         str(tmp_path / "store.duckdb"), "--out", str(tmp_path / "schedules"), "--check-rounds", "2")
+    assert search.returncode == 0, search.stderr
+    assert f"{spec}: 15 units" in search.stdout and "warning" not in search.stdout
+    assert (tmp_path / "schedules" / spec / "cpu" / "bs1.json").exists()
+    run = ios_ray_cli("run", "--model", spec, "--schedules", str(tmp_path / "schedules"), "--repeat", "3")
+    assert run.returncode == 0, run.stderr
+    assert "output vs eager: max relative error" in run.stdout and "(ok)" in run.stdout
