@@ -1,14 +1,17 @@
-"""Resolving a model spec: a zoo name or ``package.module:factory`` for any fx-traceable nn.Module."""
+"""Resolving a model spec: a zoo name, ``torchvision:NAME``, ``timm:NAME`` (:mod:`ios_ray.libraries`), or
+``package.module:factory`` for any fx-traceable nn.Module."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from torch import nn
 
 from ios_ray.errors import UserError, first_line
+from ios_ray.libraries import LIBRARIES, library_model
 
 DEFAULT_INPUT_SHAPE = (3, 224, 224)
 
@@ -22,16 +25,32 @@ class ModelSpec:
     input_shape: tuple[int, ...]
 
 
-def resolve_model(spec: str) -> ModelSpec:
-    """A zoo model by name, or ``package.module:factory`` (the factory's ``input_shape`` attribute, else 3x224x224)."""
+def resolve_model(spec: str, input_shape: Sequence[int] | None = None) -> ModelSpec:
+    """A zoo model by name, ``torchvision:NAME``, ``timm:NAME`` (the library's input size), or
+    ``package.module:factory`` (the factory's ``input_shape`` attribute, else 3x224x224); ``input_shape``, if given,
+    is the per-sample input shape instead."""
+    model = _resolve(spec)
+    if input_shape is None:
+        return model
+    if not input_shape or any(not isinstance(n, int) or n < 1 for n in input_shape):
+        raise UserError(f"input_shape must be positive sizes such as (3, 224, 224), not {tuple(input_shape)}.")
+    return dataclasses.replace(model, input_shape=tuple(input_shape))
+
+
+def _resolve(spec: str) -> ModelSpec:
     from ios_ray.zoo import ZOO
 
     if spec in ZOO:
         entry = ZOO[spec]
         return ModelSpec(entry.name, entry.build, tuple(entry.input_shape))
     if ":" not in spec:
-        raise UserError(f"unknown model {spec!r}; choose one of {', '.join(sorted(ZOO))} or give package.module:factory.")
-    module_name, _, factory_name = spec.partition(":")
+        raise UserError(f"unknown model {spec!r}; choose one of {', '.join(sorted(ZOO))}, or give torchvision:NAME, "
+                        "timm:NAME or package.module:factory.")
+    library, _, name = spec.partition(":")
+    if library in LIBRARIES:
+        build, shape = library_model(library, name)
+        return ModelSpec(spec, _checked(build, spec), shape or DEFAULT_INPUT_SHAPE)
+    module_name, factory_name = library, name
     try:
         factory = getattr(importlib.import_module(module_name), factory_name)
     except (ImportError, AttributeError) as exc:

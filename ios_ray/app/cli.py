@@ -30,7 +30,7 @@ app = typer.Typer(
 console = make_console()
 app.callback()(debug_option)
 
-MODEL_HELP = "zoo name (see `ios-ray models`) or package.module:factory"
+MODEL_HELP = "zoo name (see `ios-ray models`), torchvision:NAME, timm:NAME or package.module:factory"
 INPUT_SHAPE_HELP = "per-sample input shape CxHxW, e.g. 3x299x299 (default: the model's own)"
 STORE_HELP = "latency store file (DuckDB)"
 DEFAULT_OUT = Path("schedules")
@@ -68,12 +68,13 @@ def inspect(
     r: int = typer.Option(3, "-r", help="pruning: max units per group"),
     s: int = typer.Option(8, "-s", help="pruning: max groups per stage"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+    input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
 ) -> None:
-    """Per block: units n, width d, and the size of the search with and without pruning."""
+    """Per block: units n, width d, and the size of the search with and without pruning; the opaque units."""
     from ios_ray.frontend import import_model
     from ios_ray.app.inspection import inspect_graph
 
-    report = inspect_graph(import_model(model).graph, r=r, s=s)
+    report = inspect_graph(import_model(model, input_shape=parse_input_shape(input_shape)).graph, r=r, s=s)
     if as_json:
         print(json.dumps(report, indent=1))
         return
@@ -84,6 +85,7 @@ def inspect(
     console.print(table)
     for key, value in report["totals"].items():
         console.print(f"{key}: {value}")
+    console.print(report["opaque"]["summary"])
 
 
 @app.command()
@@ -141,7 +143,7 @@ def show(
     from ios_ray.app.show import schedule_svg, schedule_text
 
     plan = read_schedule(schedule)
-    graph = import_model(plan.model).graph
+    graph = import_model(plan.model, input_shape=plan.input_shape).graph
     check_schedule(plan, graph, where=str(schedule))
     print(schedule_text(plan, graph))
     if svg is not None:
@@ -161,6 +163,7 @@ def run(
     batch: int = typer.Option(1, "--batch", "-b", help="batch size of the random input"),
     device: str = typer.Option("cpu", "--device", help="torch device to run on: cpu or cuda[:i]"),
     repeat: int = typer.Option(20, "--repeat", help="timed runs"),
+    input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
 ) -> None:
     """Run a model with its schedules (ScheduledModule), check the output against eager, print the latency."""
     import torch
@@ -172,7 +175,7 @@ def run(
     parse_batches(str(batch))
     at_least_one(repeat=repeat)
     target = _torch_device(device)
-    spec = resolve_model(model)
+    spec = resolve_model(model, input_shape=parse_input_shape(input_shape))
     torch.manual_seed(0)
     module = spec.build().eval().to(target)
     scheduled = ScheduledModule(module, schedules, input_shape=spec.input_shape).to(target)

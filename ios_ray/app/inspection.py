@@ -1,15 +1,18 @@
-"""The figures behind ``ios-ray inspect``: per block its size, width and the size of the search space."""
+"""The figures behind ``ios-ray inspect``: per block its size, width and the size of the search space; the opaque
+units (:func:`~ios_ray.frontend.opaque_report`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ios_ray.frontend import opaque_report
 from ios_ray.ir import Graph
 from ios_ray.scheduler import SearchParams, count_block, plan_graph
 
 
 def inspect_graph(graph: Graph, r: int | None = 3, s: int | None = 8) -> dict[str, Any]:
-    """A JSON-able report: per block units n, width d, and states, transitions, candidate stages unpruned and pruned.
+    """A JSON-able report: per block units n, width d, and states, transitions, candidate stages unpruned and pruned;
+    the opaque units (``opaque``: count, shares of units and FLOPs, most frequent op kinds, and a one-line summary).
 
     ``stages`` counts candidate stages by position in the block; ``keys`` counts them by stage key, so identical
     stages count once (within the block, and in the totals across the whole model).
@@ -31,5 +34,6 @@ def inspect_graph(graph: Graph, r: int | None = 3, s: int | None = 8) -> dict[st
         f"distinct stages to measure (r={r}, s={s}), whole model": len(plan.stages),
         f"distinct stages summed over blocks (r={r}, s={s})": plan.block_stage_sum,
     }
+    opaque = opaque_report(graph)
     return {"model": graph.name, "units": len(graph.units), "params": params.to_json(), "blocks": rows,
-            "totals": totals}
+            "totals": totals, "opaque": {**opaque.to_json(), "summary": opaque.summary()}}

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 
+from ios_ray.frontend import opaque_report
 from ios_ray.ir import Graph
 from ios_ray.scheduler import Plan
 
@@ -30,11 +31,15 @@ class RichSearchProgress:
             self.bars.stop()
 
     def planned(self, graph: Graph, plan: Plan) -> None:
-        """Report the model's size and its distinct candidate stages."""
+        """Report the model's size and its distinct candidate stages; warn in one line where many units are opaque."""
         self.console.print(
             f"{graph.name}: {len(graph.units)} units in {len(graph.blocks)} block{'s' * (len(graph.blocks) != 1)}, "
             f"{len(plan.stages)} distinct candidate stages (r={plan.params.r}, s={plan.params.s})"
         )
+        opaque = opaque_report(graph)
+        if opaque.warrants_warning:
+            self.console.print(f"warning: {opaque.summary()}; they run their original code one op at a time (see "
+                               "ios-ray inspect)", highlight=False, soft_wrap=True)
 
     def device_started(self, device: str, total: int, cached: int) -> None:
         """Add a bar for a device (the bars show from the first one on)."""

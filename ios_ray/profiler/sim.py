@@ -18,8 +18,9 @@ issuing one kernel from eager PyTorch, and a kernel's fixed ramp-up and tail on 
 
 The model, per stage, deterministic and a pure function of (graph units, stage, batch, gpu):
 
-* Each unit is one kernel (a separable conv two launches, a flatten none), plus one kernel to materialise an
-  input that is a concat or sum of several outputs (a concat or add unit does that itself). A kernel has FLOPs
+* Each unit is one kernel (a separable conv two launches; a flatten or a channel slice none, being views), plus
+  one kernel to materialise an input that is a concat or sum of several outputs (a concat or add unit does that
+  itself); a unit's epilogue of elementwise steps runs fused into its kernel. A kernel has FLOPs
   (``Unit.flops`` x batch; a multiply-add counts 2), memory traffic (``Unit.bytes``, the activations read and
   written, x batch, plus ``Unit.weight_bytes`` once; where an importer left ``bytes`` at 0 the shapes give the
   activations, float32) and parallel work: its output elements x batch.
@@ -154,8 +155,8 @@ def stage_kernels(graph: Graph, stage: Stage, batch: int) -> list[list[Kernel]]:
 
 def unit_kernels(graph: Graph, unit: Unit, batch: int) -> list[Kernel]:
     """The kernels of one unit: materialising concat/sum inputs it reads (not itself a concat/add), then its own."""
-    if unit.kind == "flatten":
-        return []
+    if unit.kind in ("flatten", "slice") and "epilogue" not in unit.attrs:
+        return []  # views
     prep = [] if unit.kind in ("concat", "add") else [k for v in unit.inputs for k in _materialise(graph, v, batch)]
     elements = sum(_read_elements(graph, v) for v in unit.inputs) + _numel(unit.shape)
     activations = unit.bytes or BYTES_PER_ELEMENT * elements

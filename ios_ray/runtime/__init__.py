@@ -11,7 +11,8 @@ Imports torch and ios_ray core only (never ray, duckdb or pyarrow), so a deploye
 
 from ios_ray.runtime.executor import ScheduleRunner, release_plan
 from ios_ray.runtime.merge import MergedConv, merge_convs
-from ios_ray.runtime.program import FoldedConv, Program
+from ios_ray.runtime.program import Program
+from ios_ray.runtime.units import FoldedConv
 from ios_ray.runtime.schedule_set import device_rank, pick_batch, read_schedules, select_schedule
 from ios_ray.runtime.scheduled_module import ScheduledModule
 from ios_ray.runtime.stages import CompiledStage, compile_stage, make_lanes

@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from ios_ray.errors import UserError
-from ios_ray.runtime.program import Env, FoldedConv, Program
+from ios_ray.runtime.program import Env, Program
+from ios_ray.runtime.units import FoldedConv
 from ios_ray.stage import can_merge, merged_padding
 
 

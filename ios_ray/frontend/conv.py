@@ -1,0 +1,91 @@
+"""The conv pattern: [batch-norm] [activation] conv [pointwise conv] [batch-norm] [activation], as one unit.
+
+* A conv with the batch-norm it alone feeds (folded into its weights) and the activation after it.
+* A depthwise conv whose only reader is a 1x1 conv is one ``sepconv`` unit with it.
+* Pre-activation: an activation only this conv reads is its ``pre_act``; an eval batch-norm only that activation
+  (or the conv itself) reads is its prologue (``pre_norm``): DenseNet's BN -> ReLU -> conv is one unit.
+
+The attributes ``act`` and ``pre_act`` hold canonical activation texts (None where there is none); ``pre_norm``
+appears only where there is a prologue batch-norm, so convs without one keep the stage keys they always had.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.fx as fx
+from torch import nn
+
+from ios_ray.frontend.activations import activation_of
+from ios_ray.frontend.match import Match, Scope
+from ios_ray.frontend.nodes import eval_batch_norm, module_of, only_user
+
+
+def match_conv(scope: Scope, node: fx.Node) -> Match | None:
+    """The conv unit that ``node`` (a Conv2d call) is the main op of, or None."""
+    gm = scope.gm
+    conv = module_of(gm, node, nn.Conv2d)
+    if conv is None or conv.padding_mode != "zeros" or isinstance(conv.padding, str) or \
+            len(node.args) != 1 or not isinstance(node.args[0], fx.Node):
+        return None
+    kind, nodes, refs = _conv_body(gm, node, conv)
+    act_node = only_user(nodes[-1])
+    act = activation_of(gm, act_node) if scope.free(act_node) else None
+    if act is not None:
+        nodes.append(act_node)  # type: ignore[arg-type]
+    prologue, pre_act, pre_bn = _prologue(scope, node)
+    out_conv = gm.get_submodule(refs["pointwise"]) if kind == "sepconv" else conv
+    attrs: dict[str, Any] = {
+        "in_channels": conv.in_channels, "out_channels": out_conv.out_channels,
+        "kernel": tuple(conv.kernel_size), "stride": tuple(conv.stride), "padding": tuple(conv.padding),
+        "dilation": tuple(conv.dilation), "groups": conv.groups, "bias": conv.bias is not None or "bn" in refs,
+        "act": act, "pre_act": pre_act,
+    }
+    if pre_bn is not None:
+        attrs["pre_norm"] = True
+        refs["pre_bn"] = pre_bn
+    head = prologue[0] if prologue else node
+    return Match(kind, refs["id"], [head.args[0]], nodes[-1], nodes[-1], prologue + nodes, attrs, refs)
+
+
+def _conv_body(gm: fx.GraphModule, node: fx.Node, conv: nn.Conv2d) -> tuple[str, list[fx.Node], dict[str, Any]]:
+    """The conv, the pointwise conv of a separable pair, and the batch-norm after them."""
+    nodes, refs, kind = [node], {"id": str(node.target), "conv": str(node.target)}, "conv"
+    pointwise_node = only_user(node)
+    pointwise = module_of(gm, pointwise_node, nn.Conv2d)
+    depthwise = conv.groups == conv.in_channels == conv.out_channels and conv.groups > 1
+    if depthwise and pointwise is not None and pointwise.kernel_size == (1, 1) and pointwise.groups == 1 \
+            and pointwise.stride == (1, 1) and pointwise.padding == (0, 0) and pointwise.padding_mode == "zeros":
+        kind = "sepconv"
+        nodes.append(pointwise_node)  # type: ignore[arg-type]
+        refs = {"id": str(node.target), "depthwise": str(node.target), "pointwise": str(pointwise_node.target)}
+    bn_node = only_user(nodes[-1])
+    if eval_batch_norm(gm, bn_node) is not None:
+        nodes.append(bn_node)  # type: ignore[arg-type]
+        refs["bn"] = str(bn_node.target)  # type: ignore[union-attr]
+    return kind, nodes, refs
+
+
+def _prologue(scope: Scope, conv_node: fx.Node) -> tuple[list[fx.Node], str | None, str | None]:
+    """The batch-norm and activation before a conv that only it reads: (nodes, pre_act, batch-norm path)."""
+    gm, nodes = scope.gm, []
+    pre_act = None
+    x = conv_node.args[0]
+    if _only_for(x, scope) and (text := activation_of(gm, x)) is not None and _reads_a_tensor(x):
+        pre_act = text
+        nodes.insert(0, x)
+        x = x.args[0]
+    if _only_for(x, scope) and eval_batch_norm(gm, x) is not None and _reads_a_tensor(x):
+        nodes.insert(0, x)
+        return nodes, pre_act, str(x.target)
+    return nodes, pre_act, None
+
+
+def _only_for(node: Any, scope: Scope) -> bool:
+    """A node read by one node only and not part of another unit."""
+    return scope.free(node) and only_user(node) is not None
+
+
+def _reads_a_tensor(node: fx.Node) -> bool:
+    """Whether a node's first argument is a computed tensor (not a parameter)."""
+    return isinstance(node.args[0], fx.Node) and node.args[0].op != "get_attr"

@@ -1,0 +1,133 @@
+"""Small queries on fx nodes that the frontend's passes share: shapes, modules, users, targets, constants."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any
+
+import torch.fx as fx
+from torch import nn
+
+#: Bytes per element of float32 (activation and weight traffic of units).
+F32 = 4
+
+
+def shape(node: Any) -> tuple[int, ...]:
+    """The per-sample shape (batch dimension dropped) of a tensor node; () for anything else."""
+    meta = node.meta.get("tensor_meta") if isinstance(node, fx.Node) else None
+    return tuple(meta.shape[1:]) if meta is not None and hasattr(meta, "shape") else ()
+
+
+def full_shape(node: Any) -> tuple[int, ...] | None:
+    """The whole shape (batch included) of a tensor node, None for anything else."""
+    meta = node.meta.get("tensor_meta") if isinstance(node, fx.Node) else None
+    return tuple(meta.shape) if meta is not None and hasattr(meta, "shape") else None
+
+
+def is_tensor(node: Any) -> bool:
+    """Whether a node computes one tensor."""
+    return full_shape(node) is not None
+
+
+def is_tuple_of_tensors(node: fx.Node) -> bool:
+    """Whether a node computes a tuple or list of tensors (``chunk``, ``split``...)."""
+    meta = node.meta.get("tensor_meta")
+    return isinstance(meta, (tuple, list)) and all(hasattr(m, "shape") for m in meta)
+
+
+def numel(sizes: tuple[int, ...]) -> int:
+    """Number of elements of a shape."""
+    return math.prod(sizes)
+
+
+def module_of(gm: fx.GraphModule, node: Any, kind: type | tuple[type, ...]) -> nn.Module | None:
+    """The module a ``call_module`` node calls, if it is of ``kind``."""
+    if isinstance(node, fx.Node) and node.op == "call_module":
+        module = gm.get_submodule(str(node.target))
+        if isinstance(module, kind):
+            return module
+    return None
+
+
+def eval_batch_norm(gm: fx.GraphModule, node: Any) -> nn.BatchNorm2d | None:
+    """An eval-mode BatchNorm2d with running statistics (a per-channel affine map) that ``node`` calls, or None."""
+    bn = module_of(gm, node, nn.BatchNorm2d)
+    if bn is None or bn.training or bn.running_mean is None or bn.running_var is None:
+        return None
+    return bn
+
+
+def is_batch_size(node: fx.Node) -> bool:
+    """Whether a node is a size computation that depends on the batch size (left by ``sizes.fold_sizes``)."""
+    return bool(node.meta.get("batch_size"))
+
+
+def readers(node: fx.Node) -> list[fx.Node]:
+    """The nodes that read ``node``'s value: its users, less those that only take the batch size from it."""
+    return [user for user in node.users if not is_batch_size(user)]
+
+
+def only_user(node: fx.Node) -> fx.Node | None:
+    """The one node that reads ``node``'s value, or None where several or none do."""
+    found = readers(node)
+    return found[0] if len(found) == 1 else None
+
+
+def calls(node: Any, functions: tuple = (), methods: tuple[str, ...] = ()) -> bool:
+    """Whether a node calls one of these functions or tensor methods."""
+    if not isinstance(node, fx.Node):
+        return False
+    if node.op == "call_method":
+        return node.target in methods
+    return node.op == "call_function" and any(node.target is f for f in functions)
+
+
+def call_arguments(node: fx.Node) -> dict[str, Any] | None:
+    """A ``call_function`` node's arguments by parameter name (defaults filled in), or None where unknown (no
+    signature, or one with ``*args`` or ``**kwargs``)."""
+    try:
+        signature = inspect.signature(node.target)  # type: ignore[arg-type]
+        bound = signature.bind(*node.args, **node.kwargs)
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in signature.parameters.values()):
+        return None
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def normalized_kwargs(gm: fx.GraphModule, node: fx.Node) -> dict[str, Any] | None:
+    """A torch function call's arguments all by keyword, defaults filled in (torch.fx's normalisation); None where
+    torch.fx cannot tell the overload apart or the target is not a torch function."""
+    try:
+        normalized = node.normalized_arguments(gm, normalize_to_only_use_kwargs=True)
+    except (RuntimeError, TypeError, ValueError):
+        return None
+    return dict(normalized.kwargs) if normalized is not None else None
+
+
+def op_name(node: fx.Node, gm: fx.GraphModule) -> str:
+    """What a node calls: ``call_module:<class>``, ``call_method:<name>`` or ``call_function:<qualified name>``."""
+    if node.op == "call_module":
+        return f"call_module:{type(gm.get_submodule(str(node.target))).__name__}"
+    target = node.target if isinstance(node.target, str) else qualname(node.target)
+    return f"{node.op}:{target}"
+
+
+def qualname(target: Any) -> str:
+    """The qualified name of a function."""
+    module = getattr(target, "__module__", None) or ""
+    return f"{module}.{getattr(target, '__qualname__', getattr(target, '__name__', repr(target)))}".lstrip(".")
+
+
+def constant_nodes(graph: fx.Graph) -> set[fx.Node]:
+    """The nodes that do not depend on the model input: parameters, and what is computed from them alone."""
+    found: set[fx.Node] = set()
+    for node in graph.nodes:
+        if node.op == "get_attr":
+            found.add(node)
+        elif node.op in ("call_function", "call_method", "call_module") and \
+                all(n in found for n in node.all_input_nodes):
+            found.add(node)
+    return found

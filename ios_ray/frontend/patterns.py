@@ -1,0 +1,228 @@
+"""Grouping fx nodes into units by pattern: each rule a small function ``(gm, node, taken) -> Match | None``.
+
+:func:`find_matches` runs the conv rule over the graph first (convs claim the batch-norms and activations around
+them), then the others, then lets every match grow its epilogue
+(:func:`~ios_ray.frontend.elementwise.elementwise_chain`).
+
+* pools: max, average and adaptive pools (modules or functions), and a mean over the spatial dimensions;
+* linear layers; flattens (``torch.flatten``, ``nn.Flatten``, ``x.view(x.size(0), -1)``);
+* a channel shuffle, ``reshape(b, g, c/g, h, w) -> transpose(1, 2) -> reshape(b, c, h, w)``, or
+  ``nn.ChannelShuffle``: one ``shuffle`` unit;
+* a channel slice: an item of ``chunk``/``split`` along the channels, ``x[:, a:b]``, ``narrow``: one ``slice`` unit;
+* the scaling of a squeeze-excitation gate, ``x * gate`` with a (C, 1, 1) gate: one ``scale`` unit.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+from torch import nn
+
+from ios_ray.frontend.conv import match_conv
+from ios_ray.frontend.elementwise import elementwise_chain
+from ios_ray.frontend.match import Match, Scope
+from ios_ray.frontend.nodes import (calls, full_shape, is_tensor, is_tuple_of_tensors, module_of, normalized_kwargs,
+                                    numel, only_user, shape)
+
+Rule = Callable[[Scope, fx.Node], Match | None]
+
+_POOL_MODULES = {nn.MaxPool2d: "max", nn.AvgPool2d: "avg", nn.AdaptiveAvgPool2d: "adaptive_avg",
+                 nn.AdaptiveMaxPool2d: "adaptive_max"}
+_POOL_FUNCTIONS = {F.max_pool2d: "max", F.avg_pool2d: "avg", F.adaptive_avg_pool2d: "adaptive_avg",
+                   F.adaptive_max_pool2d: "adaptive_max"}
+_POOL_PARAMS = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "dilation", "output_size")
+_PAIRS = ("kernel_size", "stride", "padding", "dilation", "output_size")
+_RESHAPES = {"functions": (torch.reshape,), "methods": ("reshape", "view")}
+_SPLITS = {"functions": (torch.chunk, torch.split, torch.tensor_split), "methods": ("chunk", "split", "tensor_split")}
+_MULS = {"functions": (operator.mul, torch.mul), "methods": ("mul",)}
+
+
+def match_pool(scope: Scope, node: fx.Node) -> Match | None:
+    """Max, average and adaptive 2-d pools, as modules or functions; a mean over the spatial dimensions."""
+    gm = scope.gm
+    if node.op == "call_module":
+        module = gm.get_submodule(str(node.target))
+        mode = _POOL_MODULES.get(type(module))
+        params = {k: getattr(module, k) for k in _POOL_PARAMS if hasattr(module, k)}
+    elif node.op == "call_function" and _one_of(node.target, _POOL_FUNCTIONS):
+        mode = _POOL_FUNCTIONS[node.target]
+        normalized = normalized_kwargs(gm, node)
+        if normalized is None:
+            return None
+        params = {k: v for k, v in normalized.items() if k != "input"}
+    else:
+        return _match_spatial_mean(node)
+    if mode is None or any(isinstance(v, fx.Node) for v in params.values()) or params.get("return_indices") \
+            or not isinstance(node.args[0] if node.args else None, fx.Node):
+        return None
+    attrs = {"mode": mode, **{k: _pair(v) if k in _PAIRS else v for k, v in params.items() if k != "return_indices"}}
+    if attrs.get("stride") in (None, ()):
+        attrs["stride"] = attrs.get("kernel_size")
+    return Match.single("pool", node, [node.args[0]], attrs)
+
+
+def _match_spatial_mean(node: fx.Node) -> Match | None:
+    """``x.mean((2, 3), keepdim=...)`` on a 4-d tensor: a global average pool (flattened where not keepdim)."""
+    if not calls(node, (torch.mean,), ("mean",)) or not node.args or len(full_shape(node.args[0]) or ()) != 4:
+        return None
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    if not isinstance(dim, (tuple, list)) or sorted(d % 4 for d in dim) != [2, 3] or node.kwargs.get("dtype") \
+            or not isinstance(keepdim, bool):
+        return None
+    attrs: dict[str, Any] = {"mode": "adaptive_avg", "output_size": (1, 1)}
+    if not keepdim:
+        attrs["keepdim"] = False
+    return Match.single("pool", node, [node.args[0]], attrs)
+
+
+def match_linear(scope: Scope, node: fx.Node) -> Match | None:
+    """An ``nn.Linear`` call."""
+    gm = scope.gm
+    linear = module_of(gm, node, nn.Linear)
+    if linear is None:
+        return None
+    attrs = {"in_features": linear.in_features, "out_features": linear.out_features, "bias": linear.bias is not None}
+    return Match("linear", str(node.target), [node.args[0]], node, node, [node], attrs,
+                 {"id": str(node.target), "linear": str(node.target)})
+
+
+def match_flatten(scope: Scope, node: fx.Node) -> Match | None:
+    """``torch.flatten``/``x.flatten``, ``nn.Flatten``, and a reshape to (batch, everything else)."""
+    gm = scope.gm
+    source = node.args[0] if node.args else None
+    if not is_tensor(source) or not is_tensor(node):
+        return None
+    flatten = module_of(gm, node, nn.Flatten)
+    if flatten is not None:
+        return Match.single("flatten", node, [source], {"start_dim": flatten.start_dim, "end_dim": flatten.end_dim})
+    if calls(node, (torch.flatten,), ("flatten",)) and len(node.all_input_nodes) == 1:
+        start = node.args[1] if len(node.args) > 1 else node.kwargs.get("start_dim", 0)
+        end = node.args[2] if len(node.args) > 2 else node.kwargs.get("end_dim", -1)
+        if isinstance(start, int) and isinstance(end, int):
+            return Match.single("flatten", node, [source], {"start_dim": start, "end_dim": end})
+    if calls(node, **_RESHAPES) and full_shape(node) == (full_shape(source)[0], numel(shape(source))):  # type: ignore
+        return Match.single("flatten", node, [source], {"start_dim": 1, "end_dim": -1})
+    return None
+
+
+def match_shuffle(scope: Scope, node: fx.Node) -> Match | None:
+    """A channel shuffle: ``nn.ChannelShuffle``/``F.channel_shuffle``, or reshape -> transpose(1, 2) -> reshape."""
+    gm = scope.gm
+    source = node.args[0] if node.args else None
+    module = module_of(gm, node, nn.ChannelShuffle)
+    if module is not None or calls(node, (F.channel_shuffle, torch.channel_shuffle, torch.native_channel_shuffle)):
+        groups = module.groups if module is not None else (node.args[1] if len(node.args) > 1 else None)
+        return Match("shuffle", node.name, [source], node, node, [node], {"groups": groups}, {}) \
+            if isinstance(groups, int) and is_tensor(source) else None
+    split, swap = node, only_user(node)
+    merge = only_user(swap) if swap is not None else None
+    if not calls(split, **_RESHAPES) or not is_tensor(source) or merge is None or not calls(merge, **_RESHAPES) \
+            or not _swaps_dims_1_2(swap):
+        return None
+    channels, rest = shape(source)[0], shape(source)[1:]
+    groups = shape(split)[0] if len(shape(split)) == len(rest) + 2 else 0
+    if groups < 2 or shape(split) != (groups, channels // groups, *rest) or shape(merge) != shape(source):
+        return None
+    return Match("shuffle", split.name, [source], merge, merge, [split, swap, merge], {"groups": groups}, {})
+
+
+def _swaps_dims_1_2(node: Any) -> bool:
+    """``transpose(1, 2)`` or ``permute(0, 2, 1, ...)``."""
+    if calls(node, (torch.transpose, torch.swapaxes, torch.swapdims), ("transpose", "swapaxes", "swapdims")):
+        return sorted(node.args[1:3]) == [1, 2]
+    if calls(node, (torch.permute,), ("permute",)):
+        dims = node.args[1] if len(node.args) == 2 and isinstance(node.args[1], (tuple, list)) else node.args[1:]
+        return list(dims[:3]) == [0, 2, 1] and list(dims[3:]) == list(range(3, len(dims)))
+    return False
+
+
+def match_slice(scope: Scope, node: fx.Node) -> Match | None:
+    """A channel slice: an item of ``chunk``/``split`` along dim 1, ``x[:, a:b]``, ``narrow(1, a, n)``."""
+    if node.op != "call_function" or node.target is not operator.getitem or not is_tensor(node):
+        return _match_narrow(node)
+    source, index = node.args
+    if isinstance(source, fx.Node) and is_tuple_of_tensors(source) and calls(source, **_SPLITS) \
+            and _split_dim(source) == 1 and isinstance(index, int):
+        sizes = [m.shape[1] for m in source.meta["tensor_meta"]]
+        start = sum(sizes[:index % len(sizes)])
+        return _slice(node, source.args[0], start, start + sizes[index % len(sizes)])
+    if is_tensor(source) and isinstance(index, tuple) and len(index) >= 2 and index[0] == slice(None) \
+            and isinstance(index[1], slice) and all(i in (slice(None), Ellipsis) for i in index[2:]):
+        start, stop, step = index[1].indices(shape(source)[0])
+        if step == 1 and all(isinstance(v, int) or v is None for v in (index[1].start, index[1].stop)):
+            return _slice(node, source, start, stop)
+    return None
+
+
+def _match_narrow(node: fx.Node) -> Match | None:
+    if not calls(node, (torch.narrow,), ("narrow",)) or len(node.args) != 4 or node.args[1] not in (1, -3):
+        return None
+    start, length = node.args[2:]
+    if not isinstance(start, int) or not isinstance(length, int) or not is_tensor(node.args[0]):
+        return None
+    return _slice(node, node.args[0], start, start + length)
+
+
+def _slice(node: fx.Node, source: Any, start: int, stop: int) -> Match | None:
+    if not is_tensor(source) or len(full_shape(source) or ()) < 2 or shape(node)[0] != stop - start:
+        return None
+    return Match("slice", node.name, [source], node, node, [node], {"start": start, "stop": stop}, {})
+
+
+def _split_dim(node: fx.Node) -> int | None:
+    """The dimension a ``chunk``/``split`` node splits along, made non-negative."""
+    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+    rank = len(full_shape(node.args[0]) or ())
+    return dim % rank if isinstance(dim, int) and rank else None
+
+
+def match_scale(scope: Scope, node: fx.Node) -> Match | None:
+    """The scaling of a squeeze-excitation gate: ``x * gate`` (either order) with ``gate`` of shape (C, 1, 1)."""
+    if not calls(node, **_MULS) or len(node.args) != 2 or node.kwargs or \
+            not all(is_tensor(a) and a not in scope.constants for a in node.args):
+        return None
+    for x, gate in (node.args, node.args[::-1]):
+        if len(shape(x)) == 3 and shape(gate) == (shape(x)[0], 1, 1) and shape(node) == shape(x) \
+                and numel(shape(x)[1:]) > 1:
+            return Match("scale", node.name, [x, gate], node, node, [node], {}, {})
+    return None
+
+
+RULES: tuple[tuple[Rule, ...], ...] = (
+    (match_conv,),
+    (match_pool, match_linear, match_flatten, match_shuffle, match_slice, match_scale),
+)
+
+
+def find_matches(scope: Scope) -> dict[fx.Node, Match]:
+    """Every recognised unit, keyed by its tail node; the nodes they stand for are added to ``scope.taken``."""
+    found: list[Match] = []
+    for rules in RULES:
+        for node in scope.gm.graph.nodes:
+            if not scope.free(node):
+                continue
+            match = next((m for rule in rules if (m := rule(scope, node)) is not None), None)
+            if match is not None:
+                found.append(match)
+                scope.taken.update(match.nodes)
+    order = {node: i for i, node in enumerate(scope.gm.graph.nodes)}
+    for match in sorted(found, key=lambda m: order[m.main]):
+        chain = elementwise_chain(scope, match.tail)
+        match.add_epilogue(chain)
+        scope.taken.update(node for node, _ in chain)
+    return {m.tail: m for m in found}
+
+
+def _one_of(target: Any, table: dict) -> bool:
+    return any(target is key for key in table)
+
+
+def _pair(value: Any) -> Any:
+    if value is None:
+        return None
+    return tuple(value) if isinstance(value, (list, tuple)) else (value, value)

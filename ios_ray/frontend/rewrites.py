@@ -1,0 +1,196 @@
+"""Rewrites of the traced fx graph that normalise how code is spelled, before anything is grouped into units.
+
+Each pass is a function ``GraphModule -> GraphModule`` that edits the graph in place and returns it:
+
+* :func:`functionalize`: in-place ops (``F.relu(x, inplace=True)``, ``nn.ReLU(inplace=True)``, ``x.add_(y)``,
+  ``x.relu_()``) become their out-of-place forms, and whatever reads the mutated tensor after the op reads the op's
+  result instead: the values eager mode computes, without units that overwrite each other's inputs. (A mutation
+  through a view of another tensor is not followed.)
+* :func:`drop_eval_identities`: what is the identity in eval mode vanishes: dropout of every kind, ``nn.Identity``,
+  stochastic depth (torchvision's ``stochastic_depth`` and timm's ``drop_path`` with ``training=False``) and
+  ``contiguous``.
+* :func:`views_as_reshapes`: ``x.view(shape)`` becomes ``x.reshape(shape)`` (the same values; it also holds
+  where a dropped ``contiguous`` made the input non-contiguous).
+* :func:`batch_norms_as_modules` (needs shapes): an eval ``F.batch_norm`` on parameters (timm's ``BatchNormAct2d``
+  traces to one) becomes a call of an ``nn.BatchNorm2d`` on the same tensors, so it folds like the module does.
+
+Modules are never changed in place: a module that must change is copied into the GraphModule under a new name, so
+the user's model stays as it was.
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+from torch import nn
+
+from ios_ray.frontend.nodes import call_arguments, full_shape
+
+_OUT_OF_PLACE_FUNCTIONS: dict[Any, Any] = {
+    operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+    operator.itruediv: operator.truediv, torch.relu_: torch.relu, F.relu_: F.relu, torch.sigmoid_: torch.sigmoid,
+    torch.tanh_: torch.tanh, F.hardtanh_: F.hardtanh, F.leaky_relu_: F.leaky_relu, F.elu_: F.elu,
+}
+_IN_PLACE_METHODS = ("add_", "sub_", "mul_", "div_", "relu_", "sigmoid_", "tanh_", "clamp_", "clamp_min_",
+                     "clamp_max_", "neg_", "abs_", "exp_", "sqrt_", "pow_", "hardtanh_")
+_DROPOUT_FUNCTIONS = (F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout,
+                      torch.dropout, torch.alpha_dropout, torch.feature_alpha_dropout, torch.feature_dropout)
+#: Stochastic depth functions by name (torchvision wraps its own for torch.fx), and their parameters.
+_STOCHASTIC_DEPTH = {"stochastic_depth": "p", "drop_path": "drop_prob"}
+
+
+def functionalize(gm: fx.GraphModule) -> fx.GraphModule:
+    """In-place ops become out-of-place; later readers of a mutated tensor read the op's result instead."""
+    order = {node: i for i, node in enumerate(gm.graph.nodes)}
+    for node in list(gm.graph.nodes):
+        if _make_out_of_place(gm, node) and node.args and isinstance(node.args[0], fx.Node):
+            mutated = node.args[0]
+            for user in list(mutated.users):
+                if order[user] > order[node]:
+                    user.replace_input_with(mutated, node)
+    return _finish(gm)
+
+
+def _make_out_of_place(gm: fx.GraphModule, node: fx.Node) -> bool:
+    """Turn one in-place op into its out-of-place form; True where it was one."""
+    if node.op == "call_function" and _hashable(node.target) and node.target in _OUT_OF_PLACE_FUNCTIONS:
+        node.target = _OUT_OF_PLACE_FUNCTIONS[node.target]
+        return True
+    if node.op == "call_method" and node.target in _IN_PLACE_METHODS:
+        node.target = str(node.target)[:-1]
+        return True
+    if node.op == "call_module":
+        module = gm.get_submodule(str(node.target))
+        if getattr(module, "inplace", False) is True:
+            out_of_place = copy.copy(module)
+            out_of_place.inplace = False
+            node.target = _add_module(gm, str(node.target), out_of_place)
+            return True
+        return False
+    if node.op == "call_function" and node.kwargs.get("inplace") is True:
+        node.kwargs = {**node.kwargs, "inplace": False}
+        return True
+    arguments = call_arguments(node) if node.op == "call_function" else None
+    if arguments is not None and arguments.get("inplace") is True:
+        node.args, node.kwargs = (), {**arguments, "inplace": False}
+        return True
+    return False
+
+
+def drop_eval_identities(gm: fx.GraphModule) -> fx.GraphModule:
+    """Dropout, ``nn.Identity``, eval-mode stochastic depth and ``contiguous`` are removed from the graph."""
+    for node in list(gm.graph.nodes):
+        if _is_eval_identity(gm, node):
+            source = node.args[0] if node.args else node.kwargs.get("input")
+            node.replace_all_uses_with(source)
+            gm.graph.erase_node(node)
+    return _finish(gm)
+
+
+def _is_eval_identity(gm: fx.GraphModule, node: fx.Node) -> bool:
+    if node.op == "call_module":
+        module = gm.get_submodule(str(node.target))
+        return isinstance(module, nn.Identity) or (isinstance(module, nn.modules.dropout._DropoutNd)
+                                                   and not module.training)
+    if node.op == "call_method":
+        return node.target == "contiguous"
+    source = node.args[0] if node.args else node.kwargs.get("input")
+    if node.op != "call_function" or not isinstance(source, fx.Node):
+        return False
+    arguments = call_arguments(node)
+    if arguments is None:
+        return False
+    if any(node.target is f for f in _DROPOUT_FUNCTIONS):
+        return arguments.get("training", arguments.get("train")) is False or arguments.get("p") == 0
+    probability = _STOCHASTIC_DEPTH.get(getattr(node.target, "__name__", ""))
+    return probability is not None and (arguments.get("training") is False or arguments.get(probability) == 0)
+
+
+def views_as_reshapes(gm: fx.GraphModule) -> fx.GraphModule:
+    """``x.view(...)`` to a shape becomes ``x.reshape(...)``; a view to a dtype stays."""
+    for node in gm.graph.nodes:
+        if node.op == "call_method" and node.target == "view" and \
+                not any(isinstance(a, torch.dtype) for a in (*node.args[1:], *node.kwargs.values())):
+            node.target = "reshape"
+    return _finish(gm)
+
+
+def batch_norms_as_modules(gm: fx.GraphModule) -> fx.GraphModule:
+    """Eval-mode ``F.batch_norm`` on a 4-d input with parameters and statistics becomes an ``nn.BatchNorm2d`` call."""
+    for node in list(gm.graph.nodes):
+        module = _batch_norm_module(gm, node)
+        if module is None:
+            continue
+        owner = str(node.args[1].target).rpartition(".")[0] or "batch_norm"  # type: ignore[union-attr]
+        with gm.graph.inserting_before(node):
+            call = gm.graph.call_module(_add_module(gm, owner, module), (node.args[0],))
+        call.meta = dict(node.meta)
+        node.replace_all_uses_with(call)
+        inputs = node.all_input_nodes
+        gm.graph.erase_node(node)
+        for attr in inputs:
+            if attr.op == "get_attr" and not attr.users:
+                gm.graph.erase_node(attr)
+    return _finish(gm)
+
+
+def _batch_norm_module(gm: fx.GraphModule, node: fx.Node) -> nn.BatchNorm2d | None:
+    """The BatchNorm2d an eval ``F.batch_norm`` node computes, sharing its tensors; None where it is not one."""
+    if node.op != "call_function" or node.target is not F.batch_norm:
+        return None
+    arguments = call_arguments(node)
+    shape = full_shape(node.args[0]) if node.args else None
+    if arguments is None or arguments["training"] is not False or shape is None or len(shape) != 4:
+        return None
+    tensors = [arguments[k] for k in ("running_mean", "running_var", "weight", "bias")]
+    if not all(isinstance(t, fx.Node) and t.op == "get_attr" for t in tensors[:2]) or \
+            not all(t is None or (isinstance(t, fx.Node) and t.op == "get_attr") for t in tensors[2:]) or \
+            (tensors[2] is None) != (tensors[3] is None):
+        return None
+    mean, var, weight, bias = (None if t is None else _attr(gm, str(t.target)) for t in tensors)
+    module = nn.BatchNorm2d(shape[1], eps=float(arguments["eps"]), affine=weight is not None).eval()
+    module.running_mean, module.running_var = mean, var
+    if weight is not None:
+        module.weight = _parameter(weight)
+        module.bias = _parameter(bias)
+    return module.to(mean.device)
+
+
+def _attr(gm: fx.GraphModule, target: str) -> Any:
+    value: Any = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _parameter(tensor: torch.Tensor) -> nn.Parameter:
+    return tensor if isinstance(tensor, nn.Parameter) else nn.Parameter(tensor, requires_grad=False)
+
+
+def _add_module(gm: fx.GraphModule, near: str, module: nn.Module) -> str:
+    """Register ``module`` in ``gm`` under a new top-level name derived from ``near``; returns the name."""
+    base = near.replace(".", "_") + "_" + type(module).__name__.lower()
+    name, n = base, 1
+    while hasattr(gm, name):
+        name, n = f"{base}_{n}", n + 1
+    gm.add_submodule(name, module)
+    return name
+
+
+def _hashable(target: Any) -> bool:
+    try:
+        hash(target)
+    except TypeError:
+        return False
+    return True
+
+
+def _finish(gm: fx.GraphModule) -> fx.GraphModule:
+    gm.graph.lint()
+    gm.recompile()
+    return gm

@@ -1,0 +1,192 @@
+"""The callable of each unit, by kind: what a unit computes, bound to a module's weights on one device.
+
+* ``conv``: a :class:`FoldedConv`, its batch-norm folded into weight and bias (eval mode), a prologue batch-norm as
+  a per-channel scale and shift of its input, its activations by name; ``sepconv``: two of them.
+* ``linear``, ``flatten``, ``shuffle`` (channels in groups, transposed), ``slice`` (a range of channels), ``scale``
+  (``x * gate``): the op itself; ``add``, ``concat`` and ``elementwise``: their input value as it is.
+* ``pool`` and ``opaque``: the original fx code (:class:`CodeCall`), with the unit's inputs in place of the tensors it
+  reads; size values that depend on the batch size are computed on meta tensors of the input's batch size.
+* any unit with an epilogue: its steps (original fx code) after it (:class:`Epilogue`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+from torch import nn
+
+from ios_ray.frontend.activations import activation_fn
+from ios_ray.ir import Unit
+
+UnitFn = Callable[[list[torch.Tensor]], torch.Tensor]
+
+
+@dataclass
+class FoldedConv:
+    """A conv with its batch-norm folded in, its activations and prologue; callable on one input tensor."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+    groups: int
+    act: str | None = None
+    pre_act: str | None = None
+    pre_scale: torch.Tensor | None = None
+    pre_shift: torch.Tensor | None = None
+
+    def __call__(self, inputs: list[torch.Tensor]) -> torch.Tensor:
+        x = inputs[0]
+        if self.pre_scale is not None:
+            x = torch.addcmul(self.pre_shift, x, self.pre_scale)  # type: ignore[arg-type]
+        x = activation_fn(self.pre_act)(x)
+        y = F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        return activation_fn(self.act)(y)
+
+
+@dataclass
+class FoldedSepConv:
+    """Depthwise conv then pointwise conv with the batch-norm folded into the pointwise one."""
+
+    depthwise: FoldedConv
+    pointwise: FoldedConv
+
+    def __call__(self, inputs: list[torch.Tensor]) -> torch.Tensor:
+        return self.pointwise([self.depthwise(inputs)])
+
+
+@dataclass
+class CodeCall:
+    """Runs the original code of fx ``nodes`` (the last one's result is the unit's) on the unit's inputs.
+
+    ``arg_names`` name the nodes the inputs stand for. ``size_nodes`` compute sizes that depend on the batch size
+    from meta tensors of the ``sized`` per-sample shapes, with the batch size of the first input.
+    """
+
+    nodes: tuple[fx.Node, ...]
+    module: fx.GraphModule
+    arg_names: tuple[str, ...]
+    constants: Mapping[str, Any]
+    size_nodes: tuple[fx.Node, ...] = ()
+    sized: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def __call__(self, inputs: list[torch.Tensor]) -> torch.Tensor:
+        sizes: dict[str, Any] = {}
+        if self.size_nodes:
+            batch = inputs[0].shape[0]
+            sizes = {name: torch.empty((batch, *shape), device="meta") for name, shape in self.sized.items()}
+            for node in self.size_nodes:
+                sizes[node.name] = _run(node, self.module, lambda n: sizes.get(n.name, self.constants.get(n.name)))
+        env: dict[str, Any] = dict(zip(self.arg_names, inputs))
+
+        def lookup(n: fx.Node) -> Any:
+            return env[n.name] if n.name in env else sizes[n.name] if n.name in sizes else self.constants[n.name]
+        for node in self.nodes:
+            env[node.name] = _run(node, self.module, lookup)
+        return env[self.nodes[-1].name]
+
+
+@dataclass
+class Epilogue:
+    """A unit's own callable followed by its elementwise steps, each on the result of the one before."""
+
+    body: UnitFn
+    steps: tuple[CodeCall, ...]
+
+    def __call__(self, inputs: list[torch.Tensor]) -> torch.Tensor:
+        y = self.body(inputs)
+        for step in self.steps:
+            y = step([y])
+        return y
+
+
+def bind_unit(unit: Unit, module: fx.GraphModule, nodes: Mapping[str, fx.Node], constants: Mapping[str, Any]) -> UnitFn:
+    """The callable of one unit, on ``module``'s weights (``nodes`` by name, ``constants`` by node name)."""
+    body = _bind_body(unit, module, nodes, constants)
+    steps = unit.refs.get("epilogue", ())
+    if not steps:
+        return body
+    return Epilogue(body, tuple(_step(nodes[name], module, constants) for name in steps))
+
+
+def _bind_body(unit: Unit, module: fx.GraphModule, nodes: Mapping[str, fx.Node], constants: Mapping[str, Any]
+               ) -> UnitFn:
+    """The callable of a unit without its epilogue."""
+    attrs, refs = unit.attrs, unit.refs
+    if unit.kind == "conv":
+        return fold(module.get_submodule(refs["conv"]), _bn(module, refs, "bn"), attrs, _bn(module, refs, "pre_bn"))
+    if unit.kind == "sepconv":
+        depthwise = fold(module.get_submodule(refs["depthwise"]), None, {"pre_act": attrs["pre_act"]},
+                         _bn(module, refs, "pre_bn"))
+        pointwise = fold(module.get_submodule(refs["pointwise"]), _bn(module, refs, "bn"), {"act": attrs["act"]})
+        return FoldedSepConv(depthwise, pointwise)
+    if unit.kind == "linear":
+        linear = module.get_submodule(refs["linear"])
+        return lambda inputs: linear(inputs[0])
+    if unit.kind == "flatten":
+        return lambda inputs: torch.flatten(inputs[0], attrs["start_dim"], attrs["end_dim"])
+    if unit.kind == "shuffle":
+        return lambda inputs: inputs[0].unflatten(1, (attrs["groups"], -1)).transpose(1, 2).flatten(1, 2)
+    if unit.kind == "slice":
+        return lambda inputs: inputs[0][:, attrs["start"]:attrs["stop"]]
+    if unit.kind == "scale":
+        return lambda inputs: inputs[0] * inputs[1]
+    if unit.kind in ("add", "concat", "elementwise"):
+        return lambda inputs: inputs[0]
+    node = nodes[refs["node"]]
+    arg_names = tuple(refs.get("args", [n.name for n in node.all_input_nodes]))
+    return CodeCall(tuple(nodes[n] for n in refs.get("nodes", (node.name,))), module, arg_names, constants,
+                    tuple(nodes[n] for n in refs.get("sizes", ())), refs.get("sized", {}))
+
+
+def _step(node: fx.Node, module: fx.GraphModule, constants: Mapping[str, Any]) -> CodeCall:
+    """One epilogue step: the node's code on the one input that is not a constant."""
+    source = next(n.name for n in node.all_input_nodes if n.name not in constants)
+    return CodeCall((node,), module, (source,), constants)
+
+
+def _run(node: fx.Node, module: fx.GraphModule, lookup: Callable[[fx.Node], Any]) -> Any:
+    """Run one fx node with its node arguments looked up."""
+    args = fx.node.map_arg(node.args, lookup)
+    kwargs = fx.node.map_arg(node.kwargs, lookup)
+    if node.op == "call_module":
+        return module.get_submodule(str(node.target))(*args, **kwargs)
+    if node.op == "call_method":
+        return getattr(args[0], str(node.target))(*args[1:], **kwargs)
+    return node.target(*args, **kwargs)  # type: ignore[operator]
+
+
+def _bn(module: fx.GraphModule, refs: Mapping[str, Any], key: str) -> nn.BatchNorm2d | None:
+    return module.get_submodule(refs[key]) if key in refs else None
+
+
+def _affine(bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
+    """An eval-mode batch-norm as ``x * scale + shift`` per channel."""
+    gamma = bn.weight if bn.weight is not None else torch.ones_like(bn.running_var)
+    beta = bn.bias if bn.bias is not None else torch.zeros_like(bn.running_var)
+    scale = gamma / torch.sqrt(bn.running_var + bn.eps)
+    return scale, beta - bn.running_mean * scale
+
+
+@torch.no_grad()
+def fold(conv: nn.Conv2d, bn: nn.BatchNorm2d | None, attrs: Mapping[str, Any],
+         pre_bn: nn.BatchNorm2d | None = None) -> FoldedConv:
+    """A FoldedConv from a conv module, an optional (eval-mode) batch-norm after it and one before it."""
+    weight = conv.weight.detach().clone()
+    bias = conv.bias.detach().clone() if conv.bias is not None else None
+    if bn is not None:
+        scale, _ = _affine(bn)
+        weight = weight * scale.reshape(-1, 1, 1, 1)
+        base = bias if bias is not None else torch.zeros_like(bn.running_mean)
+        beta = bn.bias if bn.bias is not None else torch.zeros_like(bn.running_var)
+        bias = (base - bn.running_mean) * scale + beta
+    pre_scale = pre_shift = None
+    if pre_bn is not None:
+        pre_scale, pre_shift = (t.reshape(1, -1, 1, 1).detach().clone() for t in _affine(pre_bn))
+    return FoldedConv(weight, bias, tuple(conv.stride), tuple(conv.padding), tuple(conv.dilation), conv.groups,
+                      attrs.get("act"), attrs.get("pre_act"), pre_scale, pre_shift)

@@ -1,0 +1,77 @@
+"""Fake ``torchvision.models``: ``list_models``, ``get_model``, ``get_model_weights`` and a weights enum, as in
+torchvision's ``models/_api.py``: a builder takes ``weights`` (None: random weights) and the enum's members carry
+``transforms``, a preset whose ``crop_size`` is a one-element list."""
+
+from __future__ import annotations
+
+import enum
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from torch import nn
+
+from tests.idiom_models import ResNetStyle, ShuffleNetStyle
+
+
+class ImageClassification:
+    """The preprocessing preset of classification weights (only what its constructor records)."""
+
+    def __init__(self, *, crop_size: int, resize_size: int = 256) -> None:
+        self.crop_size = [crop_size]
+        self.resize_size = [resize_size]
+
+
+@dataclass
+class Weights:
+    """Pretrained weights: where they live, their preprocessing, their metadata."""
+
+    url: str
+    transforms: Callable[..., Any]
+    meta: dict[str, Any]
+
+
+class WeightsEnum(enum.Enum):
+    """An enum of weights whose members show the fields of their Weights, as torchvision's does."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(object.__getattribute__(self, "_value_"), name)
+
+
+class ResNetStyle_Weights(WeightsEnum):
+    IMAGENET1K_V1 = Weights("https://example.invalid/resnet_style.pth",
+                            functools.partial(ImageClassification, crop_size=48), {"min_size": (1, 1)})
+    DEFAULT = IMAGENET1K_V1
+
+
+def resnet_style(*, weights: ResNetStyle_Weights | None = None, progress: bool = True) -> nn.Module:
+    """A small ResNet; pretrained weights would be downloaded, which tests never want."""
+    if weights is not None:
+        raise RuntimeError("the fake torchvision downloads nothing")
+    return ResNetStyle()
+
+
+def shufflenet_style(*, weights: None = None, progress: bool = True) -> nn.Module:
+    """A small ShuffleNet without weights (and so without a preset)."""
+    return ShuffleNetStyle()
+
+
+BUILTIN_MODELS: dict[str, Callable[..., nn.Module]] = {"resnet_style": resnet_style,
+                                                       "shufflenet_style": shufflenet_style}
+_WEIGHTS = {"resnet_style": ResNetStyle_Weights}
+
+
+def list_models(module: Any = None) -> list[str]:
+    return sorted(BUILTIN_MODELS)
+
+
+def get_model(name: str, **config: Any) -> nn.Module:
+    if name.lower() not in BUILTIN_MODELS:
+        raise ValueError(f"Unknown model {name}")
+    return BUILTIN_MODELS[name.lower()](**config)
+
+
+def get_model_weights(name: str) -> type[WeightsEnum]:
+    if name not in _WEIGHTS:
+        raise ValueError("The WeightsEnum class for the specific method couldn't be retrieved.")
+    return _WEIGHTS[name]

@@ -1,0 +1,268 @@
+"""The frontend's rules one at a time, on small modules: each rewrite pass, each pattern, epilogues and prologues.
+
+Every import is also run unit by unit (``Program.run``) against the module itself at batch 1 and 4, so a rule that
+groups nodes wrongly fails on values, not only on counts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ios_ray.frontend import Imported, import_module, opaque_report
+from ios_ray.frontend.activations import activation_fn
+from ios_ray.frontend.rewrites import drop_eval_identities, functionalize
+from ios_ray.frontend.trace import trace
+from ios_ray.runtime import Program
+from tests.helpers import randomise_batchnorm, relative_error
+from tests.idiom_models import DropPath, StochasticDepth, channel_shuffle
+
+SHAPE = (8, 6, 6)
+
+
+class Lambda(nn.Module):
+    """A module whose forward is ``fn(self, x)``, with a conv ``c``, a second conv ``d`` and a batch-norm ``bn``."""
+
+    def __init__(self, fn: Callable[..., torch.Tensor], channels: int = 8) -> None:
+        super().__init__()
+        self.fn = fn
+        self.c = nn.Conv2d(channels, channels, 3, padding=1)
+        self.d = nn.Conv2d(channels, channels, 1)
+        self.bn = nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(self, x)
+
+
+class Apply(nn.Module):
+    """A function as a module (traced through)."""
+
+    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(x)
+
+
+def imported(module: nn.Module, shape: tuple[int, ...] = SHAPE) -> Imported:
+    """Import ``module`` and check that unit-by-unit execution equals it at batch 1 and 4."""
+    torch.manual_seed(0)
+    module = randomise_batchnorm(module)
+    result = import_module(module, torch.randn(1, *shape))
+    program = Program.from_imported(result)
+    for batch in (1, 4):
+        x = torch.randn(batch, *shape)
+        with torch.no_grad():
+            assert relative_error(program.run(x), module(x.clone())) <= 1e-5
+    return result
+
+
+def kinds(result: Imported) -> Counter:
+    return Counter(u.kind for u in result.graph.units)
+
+
+# ---------------------------------------------------------------------------------------------------- rewrites
+
+
+def test_functionalize_makes_in_place_ops_out_of_place_and_keeps_eager_values() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.c(x)
+        y.add_(1.0)
+        z = m.relu(y)         # nn.ReLU(inplace=True): later readers of y see the result
+        return F.relu(x, inplace=True) + y * 2 + z
+    module = Lambda(fn)
+    module.relu = nn.ReLU(inplace=True)
+    gm = functionalize(trace(module))
+    assert not any(n.kwargs.get("inplace") or str(n.target).endswith("_") for n in gm.graph.nodes)
+    assert module.relu.inplace, "the user's module is never changed"
+    imported(module)
+
+
+def test_eval_identities_vanish() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        x = m.drop(m.alpha(m.ident(m.c(x))))
+        x = F.dropout(x, 0.5, training=False) + F.dropout2d(x, 0.3, m.training)
+        x = m.depth(m.path(x.contiguous()))
+        return x
+    module = Lambda(fn)
+    module.drop, module.alpha, module.ident = nn.Dropout2d(0.5), nn.AlphaDropout(0.2), nn.Identity()
+    module.depth, module.path = StochasticDepth(0.3), DropPath(0.3)
+    gm = drop_eval_identities(trace(module.eval()))
+    left = {str(n.target) for n in gm.graph.nodes}
+    assert not any(word in name for name in left for word in ("drop", "alpha", "ident", "depth", "path",
+                                                              "contiguous")), left
+
+
+def test_training_dropout_is_not_an_identity() -> None:
+    gm = drop_eval_identities(trace(Lambda(lambda m, x: F.dropout(m.c(x), 0.5))))
+    assert any(n.target is F.dropout for n in gm.graph.nodes)
+
+
+def test_sizes_fold_into_literals_but_the_batch_size_stays() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.size()
+        y = m.c(x).reshape(b, 2, c // 2, h * w).sum(2)     # opaque: reads the batch size
+        return y.view(y.size(0), -1) + x.shape[1] * 0
+    result = imported(Lambda(fn))
+    assert kinds(result) == Counter({"conv": 1, "opaque": 1, "flatten": 1}), "no unit is a size computation"
+    reshape = next(u for u in result.graph.units if u.kind == "opaque")
+    assert reshape.attrs["args"] == "(('x', getitem(size(tensor(8, 6, 6)), 0), 2, 4, 36), {})"
+
+
+# ------------------------------------------------------------------------------------------------- activations
+
+SPELLINGS: dict[str, list[Callable[[torch.Tensor], torch.Tensor]]] = {
+    "relu": [nn.ReLU(), nn.ReLU(inplace=True), F.relu, lambda x: F.relu(x, inplace=True), torch.relu,
+             lambda x: x.relu(), lambda x: x.relu_()],
+    "relu6": [nn.ReLU6(inplace=True), F.relu6, lambda x: F.hardtanh(x, 0.0, 6.0)],
+    "leaky_relu(0.2)": [nn.LeakyReLU(0.2, inplace=True), lambda x: F.leaky_relu(x, 0.2)],
+    "hardtanh(-2.0, 2.0)": [nn.Hardtanh(-2, 2), lambda x: F.hardtanh(x, -2.0, 2.0)],
+    "hardswish": [nn.Hardswish(inplace=True), F.hardswish],
+    "hardsigmoid": [nn.Hardsigmoid(), lambda x: F.hardsigmoid(x, inplace=True)],
+    "silu": [nn.SiLU(inplace=True), F.silu],
+    "sigmoid": [nn.Sigmoid(), torch.sigmoid, lambda x: x.sigmoid()],
+    "gelu('tanh')": [nn.GELU(approximate="tanh"), lambda x: F.gelu(x, approximate="tanh")],
+    "tanh": [nn.Tanh(), torch.tanh, lambda x: x.tanh()],
+}
+
+
+@pytest.mark.parametrize("text, spelling", [(t, s) for t, spellings in SPELLINGS.items() for s in spellings])
+def test_every_spelling_of_an_activation_fuses_into_the_conv(text: str, spelling: Callable) -> None:
+    module = Lambda(lambda m, x: m.act(m.bn(m.c(x))))
+    module.act = spelling if isinstance(spelling, nn.Module) else Apply(spelling)
+    result = imported(module)
+    assert [(u.kind, u.attrs["act"]) for u in result.graph.units] == [("conv", text)]
+    assert activation_fn(text)(torch.tensor([-3.0, 0.5])).shape == (2,)
+
+
+def test_activation_after_a_residual_add_fuses_into_the_add() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        out = m.bn(m.c(x))
+        out += x
+        out = F.relu(out, inplace=True)
+        return m.d(out) + out       # read twice: the sum cannot fold into one reader
+    result = imported(Lambda(fn))
+    add = [u for u in result.graph.units if u.kind == "add"]
+    assert add[0].attrs["epilogue"] == ("relu",) and kinds(result)["opaque"] == 0
+
+
+def test_activation_read_by_one_conv_is_its_pre_activation() -> None:
+    result = imported(Lambda(lambda m, x: m.d(torch.relu(m.c(x) + x))))
+    assert [u.attrs["pre_act"] for u in result.graph.units if u.id == "d"] == ["relu"]
+
+
+# ----------------------------------------------------------------------------------- epilogues and prologues
+
+
+def test_elementwise_chain_read_by_one_unit_is_its_epilogue() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = F.avg_pool2d(m.c(x), 3, 1, 1)
+        return torch.clamp(F.relu6(y + 3.0) / 6.0 * m.gamma, 0.0, 1.0)
+    module = Lambda(fn)
+    module.gamma = nn.Parameter(torch.rand(8, 1, 1))
+    result = imported(module)
+    pool = next(u for u in result.graph.units if u.kind == "pool")
+    assert pool.attrs["epilogue"] == ("add(x, 3.0)", "relu6", "div(x, 6.0)", "mul(x, const(8, 1, 1))",
+                                      "clamp(x, 0.0, 1.0)")
+    assert len(result.graph.units) == 2
+
+
+def test_activation_of_a_tensor_read_elsewhere_is_an_elementwise_unit() -> None:
+    result = imported(Lambda(lambda m, x: m.c(x) + F.silu(x)))
+    assert kinds(result)["elementwise"] == 1 and kinds(result)["opaque"] == 0
+
+
+def test_pre_activation_batch_norm_is_the_convs_prologue() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = torch.cat([x, m.c(x)], 1)
+        return m.conv(F.relu(m.norm(y)))
+    module = Lambda(fn)
+    module.norm, module.conv = nn.BatchNorm2d(16), nn.Conv2d(16, 8, 3, padding=1)
+    result = imported(module)
+    conv = result.graph.unit("conv")
+    assert conv.attrs["pre_norm"] is True and conv.attrs["pre_act"] == "relu" and len(conv.inputs[0].parts) == 2
+    assert len(result.graph.units) == 2
+
+
+def test_batch_norm_read_by_two_convs_is_no_prologue() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.bn(x)
+        return m.c(y) + m.d(y)
+    result = imported(Lambda(fn))
+    assert not any("pre_norm" in u.attrs for u in result.graph.units)
+    assert kinds(result)["elementwise"] == 1
+
+
+def test_functional_batch_norm_folds_like_the_module() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = F.batch_norm(m.c(x), m.bn.running_mean, m.bn.running_var, m.bn.weight, m.bn.bias, False, 0.1, 1e-3)
+        return F.silu(y)
+    result = imported(Lambda(fn))
+    assert [(u.kind, u.attrs["act"], "bn" in u.refs) for u in result.graph.units] == [("conv", "silu", True)]
+
+
+# ------------------------------------------------------------------------------ shuffles, slices and SE gates
+
+
+def test_channel_shuffle_is_one_unit() -> None:
+    result = imported(Lambda(lambda m, x: channel_shuffle(m.c(x), 2)))
+    assert kinds(result) == Counter({"conv": 1, "shuffle": 1})
+    module = Lambda(lambda m, x: m.shuffle(m.c(x)))
+    module.shuffle = nn.ChannelShuffle(4)
+    assert kinds(imported(module)) == Counter({"conv": 1, "shuffle": 1})
+
+
+def test_channel_slices_are_slice_units() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        a, b = m.c(x).chunk(2, dim=1)
+        c = torch.split(x, [3, 5], dim=1)[1]
+        return torch.cat([m.d(torch.cat([a, b], 1)), c[:, 1:4], x.narrow(1, 2, 1)], 1)
+    result = imported(Lambda(fn))
+    assert kinds(result)["slice"] == 5 and kinds(result)["opaque"] == 0
+
+
+def test_squeeze_excitation_is_its_pool_and_convs_plus_one_scale() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.c(x)
+        gate = torch.sigmoid(m.up(F.relu(m.down(y.mean((2, 3), keepdim=True)))))
+        return y * gate
+    module = Lambda(fn)
+    module.down, module.up = nn.Conv2d(8, 2, 1), nn.Conv2d(2, 8, 1)
+    result = imported(module)
+    assert kinds(result) == Counter({"conv": 3, "pool": 1, "scale": 1})
+
+
+# ----------------------------------------------------------------------------------------------- opaque units
+
+
+def test_opaque_chain_of_single_reader_ops_is_one_unit() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.c(x).permute(0, 2, 3, 1)
+        return m.norm(y).permute(0, 3, 1, 2) * 2.0
+    module = Lambda(fn)
+    module.norm = nn.LayerNorm(8)
+    result = imported(module)
+    opaque = [u for u in result.graph.units if u.kind == "opaque"]
+    assert len(opaque) == 1 and len(opaque[0].attrs["then"]) == 3
+    assert opaque_report(result.graph).ops == (("permute", 2), ("LayerNorm", 1))
+
+
+def test_tuple_results_are_computed_by_the_unit_that_takes_an_item() -> None:
+    result = imported(Lambda(lambda m, x: torch.max(m.c(x), dim=1)[0] * 2.0))
+    opaque = [u for u in result.graph.units if u.kind == "opaque"]
+    assert len(opaque) == 1 and opaque[0].shape == (6, 6) and len(opaque[0].refs["nodes"]) == 3
+
+
+def test_describe_args_leave_names_out_of_stage_keys() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(m.c(x).permute(0, 2, 3, 1), (8,), m.w, None)
+    module = Lambda(fn)
+    module.w = nn.Parameter(torch.ones(8))
+    unit = next(u for u in imported(module).graph.units if u.kind == "opaque")
+    assert "const(8,)" in unit.attrs["then"][0] and ".w" not in unit.attrs["then"][0]

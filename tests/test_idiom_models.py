@@ -1,0 +1,111 @@
+"""Models written in torchvision's and timm's idioms (``tests/idiom_models.py``) import into clean units.
+
+* No opaque unit is an activation, an eval-mode identity or a size computation; a squeeze-excitation gate adds at
+  most two units beyond its convs; a channel shuffle is one unit.
+* Every idiom model equals eager (fp32, relative error <= 1e-5) at batch 1 and 4 under the sequential schedule and
+  the DP's (the zoo models are checked the same way in ``test_runtime_models.py``).
+* The torchvision-style Inception V3 has no opaque unit and plans exactly as many distinct candidate stages as the
+  zoo's ``inception_v3``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+import pytest
+import torch
+from torch import nn
+
+from ios_ray.frontend import Imported, import_module, import_model, opaque_report
+from ios_ray.frontend.activations import ACTIVATIONS
+from ios_ray.frontend.report import op_kind, unit_ops
+from ios_ray.ir import Graph
+from ios_ray.runtime import Program, ScheduleRunner
+from ios_ray.scheduler import SearchParams, plan_graph
+from tests.helpers import randomise_batchnorm, relative_error
+from tests.idiom_models import (SMALL, MobileNetStyle, SqueezeExcitation, SqueezeExcite, inception_v3_style,
+                                shufflenet_style)
+from tests.test_runtime_schedules import BUILDERS, make_schedule
+
+BATCHES = (1, 4)
+#: What an opaque unit must never be: an activation, an eval-mode identity, a size computation.
+NEVER_OPAQUE = {*ACTIVATIONS, "ReLU", "ReLU6", "LeakyReLU", "Hardtanh", "Hardswish", "Hardsigmoid", "SiLU",
+                "Sigmoid", "GELU", "Tanh", "relu_", "sigmoid_", "Dropout", "Dropout2d", "AlphaDropout", "dropout",
+                "Identity", "stochastic_depth", "drop_path", "contiguous", "size", "getattr", "floordiv", "dim"}
+
+
+def assert_clean(graph: Graph) -> None:
+    """No opaque unit runs an activation, an eval identity or a size computation; every unit computes a tensor."""
+    assert all(u.shape for u in graph.units), [u.id for u in graph.units if not u.shape]
+    ops = [op_kind(op) for u in graph.units if u.kind == "opaque" for op in unit_ops(u.attrs)]
+    assert not NEVER_OPAQUE & set(ops), ops
+
+
+class Case:
+    """One idiom model with randomised batch-norms, its inputs and eager outputs per batch size, and its import."""
+
+    def __init__(self, factory: Callable[[], nn.Module]) -> None:
+        torch.manual_seed(0)
+        self.model = randomise_batchnorm(factory())
+        generator = torch.Generator().manual_seed(1)
+        self.inputs = {b: torch.randn(b, *factory.input_shape, generator=generator) for b in BATCHES}  # type: ignore
+        with torch.no_grad():
+            self.expected = {b: self.model(x.clone()) for b, x in self.inputs.items()}
+        self.imported: Imported = import_module(self.model, self.inputs[1])
+
+    def check_schedules(self) -> None:
+        """The sequential and the DP's schedules, run as deployed, give the eager outputs."""
+        program = Program.from_imported(self.imported)
+        for strategy in ("sequential", "dp"):
+            for batch, x in self.inputs.items():
+                runner = ScheduleRunner(program, make_schedule(self.imported.graph, BUILDERS[strategy], batch),
+                                        torch.device("cpu"))
+                with torch.no_grad():
+                    assert relative_error(runner(x), self.expected[batch]) <= 1e-5, (strategy, batch)
+
+
+#: The op kinds that stay opaque, by model: only what no rule knows.
+OPAQUE_OPS = {"convnext": {"permute", "LayerNorm", "layer_norm"}}
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_idiom_model_imports_clean_and_equals_eager(name: str) -> None:
+    case = Case(SMALL[name])
+    assert_clean(case.imported.graph)
+    assert {op for op, _ in opaque_report(case.imported.graph).ops} == OPAQUE_OPS.get(name, set())
+    case.check_schedules()
+
+
+@pytest.mark.parametrize("gate", [
+    lambda: SqueezeExcitation(16, 4, nn.ReLU, nn.Hardsigmoid), lambda: SqueezeExcitation(16, 4, nn.SiLU, nn.Sigmoid),
+    lambda: SqueezeExcite(16, 4),
+])
+def test_squeeze_excitation_adds_at_most_two_units_beyond_its_convs(gate: Callable[[], nn.Module]) -> None:
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), gate()).eval()
+    kinds = Counter(u.kind for u in import_module(model, torch.randn(1, 3, 8, 8)).graph.units)
+    assert kinds["conv"] == 3 and sum(kinds.values()) - kinds["conv"] <= 2, kinds
+
+
+def test_every_gate_of_a_model_is_one_scale_unit() -> None:
+    model = MobileNetStyle(efficientnet=True).eval()
+    gates = sum(isinstance(m, SqueezeExcitation) for m in model.modules())
+    kinds = Counter(u.kind for u in import_module(model, torch.randn(1, 3, 32, 32)).graph.units)
+    assert kinds["scale"] == gates == 2
+
+
+def test_each_channel_shuffle_is_one_unit() -> None:
+    graph = import_module(shufflenet_style(), torch.randn(1, 3, 32, 32)).graph
+    kinds = Counter(u.kind for u in graph.units)
+    assert kinds["shuffle"] == 3 and kinds["concat"] == 0 and kinds["opaque"] == 0
+
+
+def test_torchvision_style_inception_plans_as_many_stages_as_the_zoos() -> None:
+    case = Case(inception_v3_style)
+    graph = case.imported.graph
+    assert opaque_report(graph).opaque == 0
+    params = SearchParams(r=3, s=8)
+    zoo = import_model("inception_v3").graph
+    assert (len(graph.units), len(graph.blocks)) == (len(zoo.units), len(zoo.blocks))
+    assert len(plan_graph(graph, params).stages) == len(plan_graph(zoo, params).stages) == 3711
+    case.check_schedules()
