@@ -6,7 +6,8 @@ Labels:
 * ``cuda`` / ``cuda:<i>``: any GPU / GPU ``i`` of the driver's node, measured for real.
 * a GPU name (``v100``, ``k80``, ``2080ti``, ``a100``, ``h100``, ``t4``, ``a10g``, ``l4``): one GPU of that model
   anywhere in the Ray cluster, measured for real.
-* ``sim:<gpu>`` for the GPUs of the analytical model (``ios_ray.profiler.sim``): simulated, never measured.
+* ``sim:<gpu>`` for the GPUs of the analytical model (``ios_ray.profiler.sim``; their datasheets in
+  ``ios_ray.gpu_sheets``): simulated, never measured.
 
 A GPU label is requested through Ray by either of two resources; a node offers the label when it has either:
 
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from ios_ray.errors import UserError
+from ios_ray.gpu_sheets import SHEETS
 
 if TYPE_CHECKING:
     import torch
@@ -78,8 +80,8 @@ GPU_MODELS: dict[str, GpuModel] = {
     )
 }
 
-#: The GPUs the analytical sim model knows (``sim:<gpu>``).
-SIM_GPUS: tuple[str, ...] = ("v100", "k80", "2080ti", "a100", "h100")
+#: The GPUs the analytical sim model knows (``sim:<gpu>``): those with a datasheet.
+SIM_GPUS: tuple[str, ...] = tuple(SHEETS)
 
 
 @dataclass(frozen=True)

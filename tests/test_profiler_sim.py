@@ -12,7 +12,8 @@ from ios_ray.errors import UserError
 from ios_ray.frontend import import_model
 from ios_ray.ir import GRAPH_INPUT, Graph, Value
 from ios_ray.profiler.jobs import ROW_COLUMNS, MeasureJob, ModelSource
-from ios_ray.profiler.sim import SHEETS, stage_kernels, stage_latency_ms
+from ios_ray.gpu_sheets import SHEETS
+from ios_ray.profiler.sim import stage_kernels, stage_latency_ms
 from ios_ray.profiler.simulated import STAGE_OVERHEAD_S, SimBackend
 from ios_ray.scheduler.baselines import sequential
 from ios_ray.scheduler.dp import optimize_graph

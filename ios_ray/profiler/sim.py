@@ -1,20 +1,6 @@
 """The ``sim:<gpu>`` device model: an analytical stage latency from datasheet figures, for planning and tests.
 
-Datasheet figures (FP32, boost clock; one K80 board holds two GK210 GPUs and the model is one of them, since
-that is what one CUDA device, one Ray GPU, is):
-
-| gpu    | board               | SMs | FP32 cores/SM | peak FP32 TFLOP/s | memory GB/s | launch us* | min kernel us* |
-|--------|---------------------|-----|---------------|-------------------|-------------|------------|----------------|
-| k80    | Tesla K80 (1 GK210) | 13  | 192           | 4.37              | 240         | 10         | 5              |
-| v100   | Tesla V100 SXM2     | 80  | 64            | 15.7              | 900         | 6          | 3              |
-| 2080ti | GeForce RTX 2080 Ti | 68  | 64            | 13.4              | 616         | 6          | 3              |
-| a100   | A100 SXM4 40 GB     | 108 | 64            | 19.5              | 1555        | 5          | 3              |
-| h100   | H100 SXM5           | 132 | 128           | 67.0              | 3350        | 4          | 2.5            |
-
-Sources: NVIDIA Tesla K80 datasheet (2496 cores and 240 GB/s per GPU, 875 MHz boost), Tesla V100 datasheet and
-Volta whitepaper, Turing (TU102) whitepaper, A100 datasheet and Ampere whitepaper, H100 datasheet and Hopper
-whitepaper. (*) Launch and minimum kernel times are assumptions, not datasheet figures: the host cost of
-issuing one kernel from eager PyTorch, and a kernel's fixed ramp-up and tail on the device.
+The datasheet figures of each GPU are in :mod:`ios_ray.gpu_sheets`.
 
 The model, per stage, deterministic and a pure function of (graph units, stage, batch, gpu):
 
@@ -47,6 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from ios_ray.errors import UserError
+from ios_ray.gpu_sheets import SHEETS, GpuSheet
 from ios_ray.ir import Graph, Shape, Unit, Value
 from ios_ray.stage import Stage, can_merge
 
@@ -65,36 +52,6 @@ STAGE_SYNC_LAUNCHES = 1.0
 STREAM_JOIN_LAUNCHES = 0.5
 #: Bytes per element of float32, the one dtype the model covers.
 BYTES_PER_ELEMENT = 4
-
-
-@dataclass(frozen=True)
-class GpuSheet:
-    """Datasheet figures of one GPU (see the table in the module docstring)."""
-
-    name: str
-    sms: int
-    cores_per_sm: int
-    peak_tflops: float
-    bandwidth_gbs: float
-    launch_us: float
-    min_kernel_us: float
-
-    @property
-    def saturating_outputs(self) -> float:
-        """Parallel work (output elements) that fills every SM."""
-        return self.sms * self.cores_per_sm * OUTPUTS_PER_CORE
-
-
-SHEETS: dict[str, GpuSheet] = {
-    s.name: s
-    for s in (
-        GpuSheet("k80", 13, 192, 4.37, 240, 10.0, 5.0),
-        GpuSheet("v100", 80, 64, 15.7, 900, 6.0, 3.0),
-        GpuSheet("2080ti", 68, 64, 13.4, 616, 6.0, 3.0),
-        GpuSheet("a100", 108, 64, 19.5, 1555, 5.0, 3.0),
-        GpuSheet("h100", 132, 128, 67.0, 3350, 4.0, 2.5),
-    )
-}
 
 
 @dataclass(frozen=True)
@@ -165,6 +122,11 @@ def unit_kernels(graph: Graph, unit: Unit, batch: int) -> list[Kernel]:
     return [*prep, kernel]
 
 
+def _saturating_outputs(sheet: GpuSheet) -> float:
+    """Parallel work (output elements) that fills every SM of a GPU."""
+    return sheet.sms * sheet.cores_per_sm * OUTPUTS_PER_CORE
+
+
 def _sheet(gpu: str) -> GpuSheet:
     """The datasheet of a sim GPU; an unknown one is a user error."""
     if gpu not in SHEETS:
@@ -208,8 +170,8 @@ def _cost(kernel: Kernel, sheet: GpuSheet) -> KernelCost:
     peak = sheet.peak_tflops * 1e12
     bandwidth = sheet.bandwidth_gbs * 1e9
     floor = 1 / sheet.sms
-    u_compute = min(1.0, max(floor, kernel.outputs / sheet.saturating_outputs))
-    u_memory = min(1.0, max(floor, kernel.outputs * MEMORY_PARALLELISM / sheet.saturating_outputs))
+    u_compute = min(1.0, max(floor, kernel.outputs / _saturating_outputs(sheet)))
+    u_memory = min(1.0, max(floor, kernel.outputs * MEMORY_PARALLELISM / _saturating_outputs(sheet)))
     work = max(kernel.flops / peak, kernel.bytes / bandwidth)
     alone = max(kernel.flops / (peak * u_compute), kernel.bytes / (bandwidth * u_memory))
     rate = work / alone if alone > 0 else 1.0
