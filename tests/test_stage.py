@@ -6,9 +6,9 @@ import json
 
 from ios_ray.frontend import import_model
 from ios_ray.ir import GRAPH_INPUT, Graph, Value
-from ios_ray.scheduler import SearchParams, plan_graph
-from tests.random_graphs import conv_unit
 from ios_ray.stage import Stage, StageKeys, can_merge
+from tests.helpers import zoo_graph, zoo_plan
+from tests.random_graphs import conv_unit
 
 
 def _fork(prefix: str, kernels: tuple[int, int] = (1, 3)) -> Graph:
@@ -46,8 +46,7 @@ def test_mergeable_convs() -> None:
 
 
 def test_nasnet_normal_cells_share_stage_keys() -> None:
-    graph = import_model("nasnet_a").graph
-    plan = plan_graph(graph, SearchParams(r=2, s=4))
+    graph, plan = zoo_graph("nasnet_a"), zoo_plan("nasnet_a")
     by_size: dict[int, list[frozenset[str]]] = {}
     for block, block_plan in zip(graph.blocks, plan.blocks):
         by_size.setdefault(len(block.units), []).append(block_plan.keys)

@@ -10,28 +10,21 @@ units are now an ``elementwise`` unit (four, each on a tensor several units read
 from __future__ import annotations
 
 import json
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
-from ios_ray.frontend import import_model
-from ios_ray.ir import Graph
-from ios_ray.scheduler import BlockDag, SearchParams, plan_graph
+from ios_ray.scheduler import BlockDag
 from ios_ray.zoo import ZOO
+from tests.helpers import zoo_graph, zoo_plan
 
 BASELINE = json.loads((Path(__file__).parent / "zoo_baseline.json").read_text())
 UNCHANGED = ("inception_v3", "squeezenet", "randwire")
 
 
-@lru_cache(maxsize=None)
-def graph_of(name: str) -> Graph:
-    return import_model(name).graph
-
-
 @pytest.mark.parametrize("name", list(ZOO))
 def test_no_zoo_model_gains_units_or_blocks(name: str) -> None:
-    graph, baseline = graph_of(name), BASELINE[name]
+    graph, baseline = zoo_graph(name), BASELINE[name]
     assert len(graph.units) == baseline["units"]
     assert [len(b.units) for b in graph.blocks] == baseline["blocks"]
     assert [BlockDag.of(graph, b).width for b in graph.blocks] == baseline["widths"]
@@ -39,16 +32,16 @@ def test_no_zoo_model_gains_units_or_blocks(name: str) -> None:
 
 @pytest.mark.parametrize("name", UNCHANGED)
 def test_unchanged_zoo_graphs_keep_their_fingerprint(name: str) -> None:
-    assert graph_of(name).fingerprint == BASELINE[name]["fingerprint"]
+    assert zoo_graph(name).fingerprint == BASELINE[name]["fingerprint"]
 
 
 @pytest.mark.parametrize("name", ["inception_v3", "squeezenet"])
 def test_zoo_distinct_stages_unchanged(name: str) -> None:
-    assert len(plan_graph(graph_of(name), SearchParams(r=3, s=8)).stages) == BASELINE[name]["distinct_stages"]
+    assert len(zoo_plan(name).stages) == BASELINE[name]["distinct_stages"]
 
 
 @pytest.mark.slow
 def test_nasnet_distinct_stages_unchanged() -> None:
-    graph = graph_of("nasnet_a")
+    graph = zoo_graph("nasnet_a")
     assert not [u.id for u in graph.units if u.kind == "opaque" and u.attrs["op"].endswith("ReLU")]
-    assert len(plan_graph(graph, SearchParams(r=3, s=8)).stages) == BASELINE["nasnet_a"]["distinct_stages"]
+    assert len(zoo_plan("nasnet_a").stages) == BASELINE["nasnet_a"]["distinct_stages"]
