@@ -18,7 +18,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
 
-from ios_ray.frontend.nodes import normalized_kwargs
+from ios_ray.frontend.nodes import hashable, normalized_kwargs
 
 #: Activation name -> (torch function, its parameters with their defaults, in order).
 ACTIVATIONS: dict[str, tuple[Callable[..., torch.Tensor], tuple[tuple[str, Any], ...]]] = {
@@ -61,7 +61,7 @@ def activation_of(gm: fx.GraphModule, node: Any) -> str | None:
         return activation_text(name, [getattr(module, p) for p, _ in ACTIVATIONS[name][1]])
     if node.op == "call_method" and node.target in _METHODS:
         return _METHODS[str(node.target)] if len(node.args) == 1 and not node.kwargs else None
-    if node.op == "call_function" and _hashable(node.target) and node.target in _FUNCTIONS:
+    if node.op == "call_function" and hashable(node.target) and node.target in _FUNCTIONS:
         return _function_activation(gm, node, _FUNCTIONS[node.target])
     return None
 
@@ -103,14 +103,6 @@ def _function_activation(gm: fx.GraphModule, node: fx.Node, name: str) -> str | 
     if extra or any(isinstance(v, fx.Node) for v in values):
         return None
     return activation_text(name, values)
-
-
-def _hashable(target: Any) -> bool:
-    try:
-        hash(target)
-    except TypeError:
-        return False
-    return True
 
 
 def _identity(x: torch.Tensor) -> torch.Tensor:

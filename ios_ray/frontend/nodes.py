@@ -13,6 +13,15 @@ from torch import nn
 F32 = 4
 
 
+def hashable(target: Any) -> bool:
+    """Whether a node's target can be looked up in a dict (fx does not require targets to be hashable)."""
+    try:
+        hash(target)
+    except TypeError:
+        return False
+    return True
+
+
 def shape(node: Any) -> tuple[int, ...]:
     """The per-sample shape (batch dimension dropped) of a tensor node; () for anything else."""
     meta = node.meta.get("tensor_meta") if isinstance(node, fx.Node) else None

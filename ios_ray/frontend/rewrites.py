@@ -29,7 +29,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
 
-from ios_ray.frontend.nodes import call_arguments, full_shape
+from ios_ray.frontend.nodes import call_arguments, full_shape, hashable
 
 _OUT_OF_PLACE_FUNCTIONS: dict[Any, Any] = {
     operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
@@ -58,7 +58,7 @@ def functionalize(gm: fx.GraphModule) -> fx.GraphModule:
 
 def _make_out_of_place(gm: fx.GraphModule, node: fx.Node) -> bool:
     """Turn one in-place op into its out-of-place form; True where it was one."""
-    if node.op == "call_function" and _hashable(node.target) and node.target in _OUT_OF_PLACE_FUNCTIONS:
+    if node.op == "call_function" and hashable(node.target) and node.target in _OUT_OF_PLACE_FUNCTIONS:
         node.target = _OUT_OF_PLACE_FUNCTIONS[node.target]
         return True
     if node.op == "call_method" and node.target in _IN_PLACE_METHODS:
@@ -180,14 +180,6 @@ def _add_module(gm: fx.GraphModule, near: str, module: nn.Module) -> str:
         name, n = f"{base}_{n}", n + 1
     gm.add_submodule(name, module)
     return name
-
-
-def _hashable(target: Any) -> bool:
-    try:
-        hash(target)
-    except TypeError:
-        return False
-    return True
 
 
 def _finish(gm: fx.GraphModule) -> fx.GraphModule:
