@@ -100,8 +100,10 @@ def search(
     address: Optional[str] = typer.Option(None, "--address", help="join a Ray cluster (auto or ray://...); "
                                           "default: start Ray locally in-process"),
     sim_actors: int = typer.Option(2, "--sim-actors", help="actors per sim: device where no node offers its GPU"),
-    warmup: Optional[int] = typer.Option(None, "--warmup", help="untimed runs per stage (default: cpu 3, gpu 10)"),
-    repeat: Optional[int] = typer.Option(None, "--repeat", help="timed runs per stage (default: cpu 10, gpu 30)"),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help="untimed runs per stage (default: cpu 3 calls; "
+                                         "gpu 3 replays of its CUDA graph)"),
+    repeat: Optional[int] = typer.Option(None, "--repeat", help="timed runs per stage (default: cpu 10 calls; "
+                                         "gpu 10 replays of a graph of 8 copies)"),
     check_rounds: int = typer.Option(10, "--check-rounds", help="rounds of the end-to-end check that times the IOS "
                                      "and sequential schedules whole and keeps the faster (0: no check)"),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
