@@ -35,7 +35,7 @@ def time_callable(
 
 def time_stage(
     fn: Callable[[], object], device: torch.device | str, warmup: int | None = None, repeat: int | None = None,
-    before: Callable[[], object] | None = None, stream: "torch.cuda.Stream | None" = None,
+    before: Callable[[], object] | None = None, stream: torch.cuda.Stream | None = None,
 ) -> Timing:
     """Time a compiled stage as deployed: call by call on a CPU (``before`` untimed before each call); on a GPU
     captured into a CUDA graph on ``stream`` (the caller's capture stream, kept for all its stages) and replayed,
