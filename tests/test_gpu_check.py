@@ -4,16 +4,23 @@ it shows up here rather than on the GPU host."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
-from bench.gpu_check import SAFETY, choose_protocol
+import bench.gpu_check as gpu_check_module
+from bench import gpu_steps
+from bench.gpu_check import SAFETY, Completed, choose_protocol, run_command
 from bench.gpu_report import Target, markdown, targets
+from ios_ray.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "gpu_check.py"
@@ -47,6 +54,14 @@ def test_a_search_gets_the_most_repeats_that_fit_its_budget() -> None:
     assert choose_protocol(1000, 0.005, 0.001, 1000 * 0.017 * SAFETY, 2, 3, 10) == (2, 10)
     assert choose_protocol(1000, 0.005, 0.001, 1000 * 0.0125 * SAFETY, 2, 3, 10) == (2, 5)
     assert choose_protocol(1000, 0.005, 0.001, 1.0, 2, 3, 10) == (2, 3)  # nothing fits: the least
+
+
+def test_a_command_past_its_time_limit_is_interrupted_and_keeps_its_output() -> None:
+    child = ("import os, sys, time; print(os.environ['PYTHONPATH'].split(os.pathsep)[0], flush=True)\n"
+             "try:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('stored', flush=True); sys.exit(3)")
+    done = run_command([sys.executable, "-c", child], 1.0, ROOT)
+    assert done.timed_out and done.returncode == 3 and 1.0 <= done.wall_s < 10
+    assert done.stdout.splitlines() == [str(ROOT), "stored"]  # this tree first; Ctrl-C lets the child finish
 
 
 def bench_rows(ios: float, seq: float, eager: float, compiled: float | None, predicted: float) -> dict:
@@ -83,12 +98,34 @@ def test_a_target_reads_its_range() -> None:
     assert Target("x", 480.5, high=480).result == "MISS" and Target("x", None, 1.2).result == "no figure"
 
 
-@pytest.mark.slow
-def test_the_whole_pipeline_runs_on_the_cpu_with_tiny_repeats(tmp_path: Path) -> None:
+def run_in_process(args: list[str], timeout_s: float, cwd: Path) -> Completed:
+    """gpu_check's commands run in this process instead of a child (the session's Ray, torch already imported):
+    ``python -m ios_ray``, ``python -m pytest`` and ``python bench/gpu_steps.py``, with their own arguments."""
+    assert args[0] == sys.executable and cwd == ROOT
+    stdout, stderr = io.StringIO(), io.StringIO()
+    started = time.monotonic()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        if args[1:3] == ["-m", "ios_ray"]:
+            result = CliRunner().invoke(app, args[3:], prog_name="ios-ray")
+            print(result.stdout, end="")
+            print(result.stderr, end="", file=sys.stderr)
+            code = result.exit_code
+        elif args[1:3] == ["-m", "pytest"]:
+            code = int(pytest.main(args[3:]))
+        else:
+            assert Path(args[1]) == ROOT / "bench" / "gpu_steps.py", args
+            code = gpu_steps.main(args[2:])
+    return Completed(code, stdout.getvalue(), stderr.getvalue(), time.monotonic() - started, False)
+
+
+def test_the_whole_pipeline_runs_on_the_cpu_with_tiny_repeats(
+    tmp_path: Path, ray_local: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gpu_check_module, "run_command", run_in_process)
     out = tmp_path / "out"
-    done = gpu_check("--out", str(out), "--work", str(tmp_path / "work"), "--device", "cpu", "--model",
-                     "tests.api_model:build", "--quick", timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
+    code = gpu_check_module.main(["--out", str(out), "--work", str(tmp_path / "work"), "--device", "cpu", "--model",
+                                  "tests.api_model:build", "--quick"])
+    assert code == 0, (out / "log.txt").read_text()
     assert sorted(p.name for p in out.iterdir()) == ["latency.duckdb", "log.txt", "profile.txt", "report.json",
                                                      "report.md"]
     report = json.loads((out / "report.json").read_text())
