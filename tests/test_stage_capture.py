@@ -16,8 +16,9 @@ from ios_ray.profiler.protocol import DEFAULT_PROTOCOL, STAGE_COPIES, Timing
 from ios_ray.profiler.timing import time_stage
 from ios_ray.runtime.cuda_graph import CapturedForward, CaptureError, capture
 from ios_ray.runtime.graph_timing import graph_samples_ms
+from ios_ray.runtime.streams import StreamPool
 from ios_ray.stage import Stage, StageKeys
-from tests.fake_cuda import REPLAY_START_MS, FakeCuda, FakeStream
+from tests.fake_cuda import REPLAY_START_MS, UNJOINED, FakeCuda, FakeStream
 
 NOT_CAPTURABLE = "CUDA error: operation not permitted when stream is capturing"
 
@@ -42,6 +43,51 @@ def test_a_stage_is_timed_per_copy_from_replays_enqueued_behind_the_warm_up(cuda
     assert samples == [pytest.approx(0.5 + REPLAY_START_MS / 8)] * 4  # the replay's start-up spread over 8 copies
     [graph] = cuda.graphs
     assert graph.resets == 1 and cuda.current is cuda.default  # the graph is released, the caller's stream back
+
+
+def test_a_parallel_stage_forks_its_side_streams_from_the_capture_stream_and_joins_them_back(cuda: FakeCuda) -> None:
+    ran_on: list[FakeStream] = []
+
+    def group(name: str):
+        def run(env: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            ran_on.append(torch.cuda.current_stream())
+            cuda.launch(0.1)
+            return {name: env["x"] + 1}
+        return run
+
+    fork = StreamPool(torch.device("cuda", 0)).fork(3)
+    capture_stream = FakeStream()
+    outputs: list[dict[str, torch.Tensor]] = []
+    samples = graph_samples_ms(lambda: outputs.append(fork.run([group(n) for n in "abc"], {"x": torch.zeros(1)})),
+                               capture_stream, warmup=1, repeat=2, copies=STAGE_COPIES)
+    # each group on its own side stream, in the eager warm-up and in every captured copy, all inside the graph
+    assert len(set(fork.streams)) == 3 and capture_stream not in fork.streams
+    assert ran_on == list(fork.streams) * (1 + STAGE_COPIES)
+    assert samples == [pytest.approx(0.3 + REPLAY_START_MS / STAGE_COPIES)] * 2
+    assert sorted(outputs[-1]) == ["a", "b", "c"] and cuda.current is cuda.default
+
+
+def test_the_fake_holds_side_streams_to_the_capture_rules(cuda: FakeCuda) -> None:
+    """What makes the test above mean something: a fork not joined back, or work on a stream outside the capture,
+    fails here as it would on a GPU."""
+    side, fork = torch.cuda.Stream(), torch.cuda.Event()
+
+    def unjoined() -> None:
+        fork.record()
+        side.wait_event(fork)
+        with torch.cuda.stream(side):
+            cuda.launch(0.1)
+
+    with pytest.raises(CaptureError, match=f"^{UNJOINED}$"):
+        capture(unjoined, FakeStream())
+    assert cuda.current is cuda.default
+
+    def escaped() -> None:
+        with torch.cuda.stream(torch.cuda.Stream()):
+            cuda.launch(0.1)
+
+    with pytest.raises(AssertionError, match="outside the capture"):
+        capture(escaped, FakeStream())
 
 
 def test_a_failed_capture_names_the_op_and_restores_the_callers_stream(cuda: FakeCuda) -> None:
