@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -21,6 +22,7 @@ from bench import gpu_steps
 from bench.gpu_check import SAFETY, Completed, choose_protocol, run_command
 from bench.gpu_report import Target, markdown, targets
 from ios_ray.cli import app
+from ios_ray.profiler.fingerprint import GPU_TIMING
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "gpu_check.py"
@@ -91,6 +93,22 @@ def test_targets_are_judged_from_the_figures_and_missing_ones_are_said_so() -> N
     assert found["search's check, batch 1: sequential / DP schedule, both in a graph"].result == "-"
     report["quick"] = True
     assert {t.result for t in targets(report)} == {"n/a", "-"}
+
+
+def test_the_report_shows_the_gpu_and_the_copies_calibration(monkeypatch: pytest.MonkeyPatch) -> None:
+    props = SimpleNamespace(name="NVIDIA H100 80GB HBM3", major=9, minor=0, multi_processor_count=132,
+                            total_memory=80 << 30)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=0: props)
+    copies = {"stages": 2, "ms_sum": {"1": 0.4, "2": 0.3, "4": 0.25, "8": 0.2, "eager": 1.0}}
+    report = {"kind": "GPU validation", "device": "cuda", "model": "inception_v3", "batches": [1, 32], "quick": False,
+              "wall_s": 1.0, "started": "now", "command": "gpu_check", "steps": [], "tests": None, "searches": {},
+              "bench": {}, "profile": None, "environment": gpu_steps.environment("cuda"),
+              "calibration": {"cuda": {"sample": 24, "stages": 3711, "batches": {
+                  "1": {"fixed_s": 0.01, "per_replay_s": 0.0002, "copies": copies}}}}}
+    text = markdown(report)
+    assert "| GPU | NVIDIA H100 80GB HBM3 (compute capability 9.0, 132 SMs, 80.0 GiB) |" in text
+    assert f"| stage timing protocol | {GPU_TIMING} |" in text
+    assert "| cuda bs1 | 24 of 3711 | 10.00 | 0.200 | 0.2000 / 0.1500 / 0.1250 / 0.1000 / 0.5000 |" in text
 
 
 def test_a_target_reads_its_range() -> None:
