@@ -283,6 +283,9 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path) -> None:
     assert set(rows) == {"eager", "sequential", "greedy", "IOS"}
     assert report["notes"] == ["torch.compile skipped (--no-compile)"]
     assert rows["eager"]["predicted_ms"] is None and rows["eager"]["speedup"] == 1.0
+    assert rows["sequential"]["speedup_vs_sequential"] == 1.0 and rows["sequential"]["baseline"] == "sequential"
+    assert rows["IOS"]["speedup_vs_sequential"] == pytest.approx(rows["sequential"]["median_ms"]
+                                                                 / rows["IOS"]["median_ms"])
     for row in rows.values():
         assert (row["model"], row["device"], row["batch"], row["schedule_batch"]) == ("squeezenet", "cpu", 1, 1)
         assert 0 < row["p10_ms"] <= row["median_ms"] <= row["p90_ms"] and row["error"] <= 1e-5
@@ -294,6 +297,7 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path) -> None:
                     "--no-compile", cwd=tmp_path)
     assert table.returncode == 0, table.stderr
     assert "squeezenet on cpu, batch 1" in table.stdout and "torch.compile skipped" in table.stdout
+    assert "vs sequential" in table.stdout
 
     evaluated = ios_ray("evaluate", "--schedules", str(out), "--store", str(store), "--rounds", "2", cwd=tmp_path)
     assert evaluated.returncode == 0, evaluated.stderr

@@ -1,9 +1,16 @@
-"""``ios-ray bench`` and ``run``: execute a model eagerly and under schedules, measured side by side.
+"""``ios-ray bench`` and ``run``: execute a model eagerly, under schedules and compiled, measured side by side.
 
 Side by side means interleaved rounds (:func:`~ios_ray.runtime.timing.interleaved_samples_ms`), so that a noisy
-neighbour slows all variants alike. Each variant's output is checked against eager.
-The predicted latency of a schedule (the sum of its stage latencies from the latency store, for the device
-fingerprint and batch) is reported beside what was measured end to end.
+neighbour slows all variants alike. Each variant's output is checked against eager. The predicted latency of a
+schedule (the sum of its stage latencies from the latency store, for the device fingerprint and batch) is reported
+beside what was measured end to end.
+
+The variants are the baselines a schedule must beat where it is deployed. On a CPU: eager, the sequential, greedy
+and IOS schedules, and ``torch.compile``. On a GPU, where launching kernels from the host costs more than running
+small ones, the fair baseline is sequential execution without launch overhead: eager, eager captured whole in a
+CUDA graph, the sequential and greedy schedules in a graph, the IOS schedule without and with a graph, and
+``torch.compile`` (default and ``mode="reduce-overhead"``, which replays CUDA graphs). Every row gives its speedup
+over eager and over the sequential schedule as deployed (:data:`SEQUENTIAL_BASELINE`).
 """
 
 from __future__ import annotations
@@ -11,20 +18,31 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import torch
+from torch import nn
 
-from ios_ray.errors import UserError
 from ios_ray.app.evaluation import Lookup, predicted_ms
+from ios_ray.errors import UserError, first_line
+from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
 from ios_ray.runtime import Program, ScheduleRunner, read_schedules
+from ios_ray.runtime.cuda_graph import CapturedForward
 from ios_ray.runtime.timing import interleaved_samples_ms, summary_ms
 from ios_ray.schedule import BlockSchedule, Schedule
 from ios_ray.scheduler import greedy_stages, sequential_stages
 from ios_ray.stage import StageKeys
 
 Forward = Callable[[torch.Tensor], torch.Tensor]
+
+#: Per device type, the variant every speedup is also given against: the sequential schedule as deployed there.
+SEQUENTIAL_BASELINE = {"cpu": "sequential", "cuda": "sequential + graph"}
+#: The ``torch.compile`` variants per device type: name -> mode.
+COMPILE_MODES: dict[str, dict[str, str | None]] = {
+    "cpu": {"torch.compile": None},
+    "cuda": {"torch.compile": None, "torch.compile reduce-overhead": "reduce-overhead"},
+}
 
 
 @dataclass(frozen=True)
@@ -38,7 +56,8 @@ class Variant:
 
 @dataclass(frozen=True)
 class BenchRow:
-    """A variant's measured latency at one batch size, its speedup over eager, prediction and output error."""
+    """A variant's measured latency at one batch size, its speedups over eager and over the sequential baseline,
+    its prediction and its output error against eager."""
 
     name: str
     batch: int
@@ -46,8 +65,54 @@ class BenchRow:
     p10_ms: float
     p90_ms: float
     speedup: float
+    speedup_vs_sequential: float | None
     predicted_ms: float | None
     error: float
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """One model's variants timed side by side at one batch size, with the IOS schedule they ran and the notes
+    (a variant unavailable here, say)."""
+
+    model: str
+    device: str
+    batch: int
+    schedule: Schedule
+    baseline: str
+    rows: tuple[BenchRow, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def title(self) -> str:
+        """One line naming the setting, and saying where the search kept the sequential schedule."""
+        title = f"{self.model} on {self.device}, batch {self.batch} (IOS schedule made for batch "
+        title += f"{self.schedule.batch})"
+        check = self.schedule.end_to_end
+        if check is not None and check.kept == "sequential":
+            title += "; the search kept the sequential schedule, faster end to end there"
+        return title
+
+
+def bench_model(
+    module: nn.Module, name: str, input_shape: Sequence[int], device: str, target: torch.device,
+    batches: Sequence[int], schedules_dir: Path, lookup: Lookup | None, rounds: int = 10, compile_: bool = True,
+) -> Iterator[BenchResult]:
+    """Time every variant of ``module`` (on ``target``, with the schedules of device label ``device`` found under
+    ``schedules_dir``) side by side at each batch size; one result per batch, as soon as it is measured."""
+    imported = import_module(module, torch.randn(1, *input_shape, device=target), name)
+    program = Program.from_imported(imported, target)
+    keys = StageKeys(imported.graph)
+    for batch in batches:
+        ios = find_schedule(schedules_dir, imported.graph, device, batch)
+        named = {"sequential": baseline_schedule(imported.graph, ios, "sequential"),
+                 "greedy": baseline_schedule(imported.graph, ios, "greedy"), "IOS": ios}
+        x = torch.randn(batch, *input_shape, device=target)
+        variants = [*eager_variants(module, target), *schedule_variants(program, named)]
+        compiled, notes = compiled_variants(module, x) if compile_ else ([], ["torch.compile skipped (--no-compile)"])
+        baseline = SEQUENTIAL_BASELINE[target.type]
+        rows = bench_rows([*variants, *compiled], x, keys, lookup, baseline, rounds=rounds)
+        yield BenchResult(name, device, batch, ios, baseline, tuple(rows), tuple(notes))
 
 
 def find_schedule(schedules_dir: Path, graph: Graph, device: str, batch: int) -> Schedule:
@@ -69,6 +134,68 @@ def baseline_schedule(graph: Graph, like: Schedule, name: str) -> Schedule:
                     like.device_fingerprint, like.device_info, {"baseline": name}, like.source)
 
 
+def eager_variants(module: nn.Module, device: torch.device) -> list[Variant]:
+    """Eager; on a GPU also eager captured whole into a CUDA graph."""
+    variants = [Variant("eager", module)]
+    if device.type == "cuda":
+        variants.append(Variant("eager + graph", CapturedForward(module, device)))
+    return variants
+
+
+def schedule_variants(program: Program, schedules: Mapping[str, Schedule]) -> list[Variant]:
+    """A runner per named schedule (sequential, greedy, IOS...) on the program's device. On a CPU each runs as
+    deployed there; on a GPU each runs in a CUDA graph, as deployed (``<name> + graph``), and the IOS schedule also
+    without one."""
+    device = program.device
+    if device.type != "cuda":
+        return [Variant(name, ScheduleRunner(program, s, device, cuda_graph=False), s) for name, s in schedules.items()]
+    variants = []
+    for name, schedule in schedules.items():
+        if name == "IOS":
+            variants.append(Variant(name, ScheduleRunner(program, schedule, device, cuda_graph=False), schedule))
+        graphed = ScheduleRunner(program, schedule, device, cuda_graph=True)
+        variants.append(Variant(f"{name} + graph", graphed, schedule))
+    return variants
+
+
+def compiled_variants(module: nn.Module, x: torch.Tensor) -> tuple[list[Variant], list[str]]:
+    """``torch.compile`` of the module in each mode of :data:`COMPILE_MODES` for ``x``'s device (compiled for
+    ``x``'s shape by one call), and one note per mode that is unavailable here."""
+    variants, notes = [], []
+    for name, mode in COMPILE_MODES[x.device.type].items():
+        try:
+            compiled = torch.compile(module, mode=mode, dynamic=False)
+            with torch.inference_mode():
+                compiled(x)
+        except Exception as exc:  # noqa: BLE001 - any compiler failure is reported, not fatal
+            notes.append(f"{name} unavailable: {first_line(exc)}")
+            continue
+        variants.append(Variant(name, compiled))
+    return variants, notes
+
+
+def bench_rows(
+    variants: Sequence[Variant], x: torch.Tensor, keys: StageKeys, lookup: Lookup | None, baseline: str | None = None,
+    warmup: int = 3, rounds: int = 10,
+) -> list[BenchRow]:
+    """Time the variants side by side on ``x`` and check each output against the first (eager) variant; speedups
+    are over the first variant and over the one named ``baseline`` (where present)."""
+    with torch.inference_mode():
+        expected = variants[0].forward(x)
+        errors = {v.name: relative_error(v.forward(x), expected) for v in variants}
+    timings = side_by_side(variants, x, warmup, rounds)
+    eager = timings[variants[0].name][0]
+    reference = timings[baseline][0] if baseline in timings else None
+    batch = x.shape[0]
+    return [
+        BenchRow(v.name, batch, *timings[v.name], eager / timings[v.name][0],
+                 reference / timings[v.name][0] if reference is not None else None,
+                 predicted_ms(v.schedule, keys, lookup, batch) if v.schedule is not None and lookup else None,
+                 errors[v.name])
+        for v in variants
+    ]
+
+
 def side_by_side(
     variants: Sequence[Variant], x: torch.Tensor, warmup: int, rounds: int
 ) -> dict[str, tuple[float, float, float]]:
@@ -76,48 +203,6 @@ def side_by_side(
     timed call preceded by an untimed call of the same variant)."""
     calls = {v.name: functools.partial(v.forward, x) for v in variants}
     return {name: summary_ms(times) for name, times in interleaved_samples_ms(calls, x.device, warmup, rounds).items()}
-
-
-def bench_rows(
-    variants: Sequence[Variant], x: torch.Tensor, keys: StageKeys, lookup: Lookup | None,
-    warmup: int = 3, rounds: int = 10,
-) -> list[BenchRow]:
-    """Time the variants side by side on ``x`` and check each output against the first (eager) variant."""
-    with torch.inference_mode():
-        expected = variants[0].forward(x)
-        errors = {v.name: relative_error(v.forward(x), expected) for v in variants}
-    timings = side_by_side(variants, x, warmup, rounds)
-    eager = timings[variants[0].name][0]
-    batch = x.shape[0]
-    return [
-        BenchRow(v.name, batch, *timings[v.name], eager / timings[v.name][0],
-                 predicted_ms(v.schedule, keys, lookup, batch) if v.schedule is not None and lookup else None,
-                 errors[v.name])
-        for v in variants
-    ]
-
-
-def schedule_variants(program: Program, schedules: Mapping[str, Schedule]) -> list[Variant]:
-    """A runner per named schedule (sequential, greedy, IOS...) on the program's device; on CUDA the IOS
-    schedule is run both without and with a CUDA graph."""
-    variants = [Variant(name, ScheduleRunner(program, s, program.device, cuda_graph=False), s)
-                for name, s in schedules.items()]
-    if program.device.type == "cuda" and "IOS" in schedules:
-        variants.append(Variant("IOS + CUDA graph", ScheduleRunner(program, schedules["IOS"], program.device,
-                                                                    cuda_graph=True), schedules["IOS"]))
-    return variants
-
-
-def compiled_variant(module: torch.nn.Module, x: torch.Tensor) -> Variant | str:
-    """torch.compile of the module, or the one-line reason it is unavailable here."""
-    try:
-        compiled = torch.compile(module)
-        with torch.inference_mode():
-            compiled(x)
-    except Exception as exc:  # noqa: BLE001 - any compiler failure is reported, not fatal
-        text = str(exc).strip().splitlines()
-        return f"torch.compile unavailable: {text[0] if text else type(exc).__name__}"
-    return Variant("torch.compile", compiled)
 
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:

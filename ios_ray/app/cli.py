@@ -19,7 +19,7 @@ from ios_ray.store import DEFAULT_STORE_PATH
 if TYPE_CHECKING:
     import torch
 
-    from ios_ray.app.bench import BenchRow
+    from ios_ray.app.bench import BenchResult
 
 app = typer.Typer(
     help="ios-ray: find and deploy the fastest inter-operator schedule of a CNN per device and batch size.",
@@ -102,8 +102,10 @@ def search(
     address: Optional[str] = typer.Option(None, "--address", help="join a Ray cluster (auto or ray://...); "
                                           "default: start Ray locally in-process"),
     sim_actors: int = typer.Option(2, "--sim-actors", help="actors per sim: device where no node offers its GPU"),
-    warmup: Optional[int] = typer.Option(None, "--warmup", help="untimed runs per stage (default: cpu 3, gpu 10)"),
-    repeat: Optional[int] = typer.Option(None, "--repeat", help="timed runs per stage (default: cpu 10, gpu 30)"),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help="untimed runs per stage (default: cpu 3 calls; "
+                                         "gpu 3 replays of its CUDA graph)"),
+    repeat: Optional[int] = typer.Option(None, "--repeat", help="timed runs per stage (default: cpu 10 calls; "
+                                         "gpu 10 replays of a graph of 8 copies)"),
     check_rounds: int = typer.Option(10, "--check-rounds", help="rounds of the end-to-end check that times the IOS "
                                      "and sequential schedules whole and keeps the faster (0: no check)"),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
@@ -209,61 +211,45 @@ def bench(
     compile_: bool = typer.Option(True, "--compile/--no-compile", help="include torch.compile"),
     as_json: bool = typer.Option(False, "--json", help="print JSON (rows and notes) instead of tables"),
 ) -> None:
-    """Eager vs sequential, greedy and IOS schedules vs torch.compile, measured side by side."""
+    """Eager, the sequential, greedy and IOS schedules and torch.compile, measured side by side (on a GPU also
+    with CUDA graphs)."""
     import torch
 
     at_least_one(rounds=rounds)
 
-    from ios_ray.app.bench import (Variant, baseline_schedule, bench_rows, compiled_variant, find_schedule,
-                                      schedule_variants)
-    from ios_ray.frontend import import_module
+    from ios_ray.app.bench import bench_model
     from ios_ray.models import resolve_model
-    from ios_ray.runtime import Program
-    from ios_ray.stage import StageKeys
 
     target = _bench_target(device)
     spec = resolve_model(model)
+    input_shape = spec.input_shape
     torch.manual_seed(0)
     module = spec.build().eval().to(target)
-    imported = import_module(module, torch.randn(1, *spec.input_shape, device=target), spec.name)
-    program = Program.from_imported(imported, target)
-    keys = StageKeys(imported.graph)
-    lookup = store_lookup(store)
     report: dict[str, list] = {"rows": [], "notes": []}
-    for batch in parse_batches(batches):
-        ios = find_schedule(schedules, imported.graph, device, batch)
-        named = {"sequential": baseline_schedule(imported.graph, ios, "sequential"),
-                 "greedy": baseline_schedule(imported.graph, ios, "greedy"), "IOS": ios}
-        x = torch.randn(batch, *spec.input_shape, device=target)
-        variants = [Variant("eager", module), *schedule_variants(program, named)]
-        compiled = compiled_variant(module, x) if compile_ else "torch.compile skipped (--no-compile)"
-        if isinstance(compiled, Variant):
-            variants.append(compiled)
-        rows = bench_rows(variants, x, keys, lookup, rounds=rounds)
-        title = f"{spec.name} on {device}, batch {batch} (IOS schedule made for batch {ios.batch})"
-        if ios.end_to_end is not None and ios.end_to_end.kept == "sequential":
-            title += "; the search kept the sequential schedule, faster end to end there"
-        notes = [compiled] if isinstance(compiled, str) else []
-        if as_json:
-            context = {"model": spec.name, "device": device, "schedule_batch": ios.batch,
-                       "search_kept": ios.end_to_end.kept if ios.end_to_end is not None else None}
-            report["rows"] += [{**context, **dataclasses.asdict(row)} for row in rows]
-            report["notes"] += notes
-        else:
-            _print_bench_table(title, rows, notes)
+    for result in bench_model(module, spec.name, input_shape, device, target, parse_batches(batches), schedules,
+                              store_lookup(store), rounds, compile_):
+        if not as_json:
+            _print_bench_table(result)
+            continue
+        check = result.schedule.end_to_end
+        context = {"model": result.model, "device": result.device, "schedule_batch": result.schedule.batch,
+                   "search_kept": check.kept if check is not None else None, "baseline": result.baseline}
+        report["rows"] += [{**context, **dataclasses.asdict(row)} for row in result.rows]
+        report["notes"] += list(result.notes)
     if as_json:
         print(json.dumps(report, indent=1))
 
 
-def _print_bench_table(title: str, rows: list["BenchRow"], notes: list[str]) -> None:
-    table = Table("variant", "median ms", "p10 ms", "p90 ms", "speedup vs eager", "predicted ms", "max rel err",
-                  title=title)
-    for row in rows:
+def _print_bench_table(result: "BenchResult") -> None:
+    table = Table("variant", "median ms", "p10 ms", "p90 ms", "vs eager", f"vs {result.baseline}", "predicted ms",
+                  "max rel err", title=result.title)
+    for row in result.rows:
         predicted = f"{row.predicted_ms:.3f}" if row.predicted_ms is not None else "-"
+        versus = f"{row.speedup_vs_sequential:.2f}x" if row.speedup_vs_sequential is not None else "-"
         table.add_row(row.name, f"{row.median_ms:.3f}", f"{row.p10_ms:.3f}", f"{row.p90_ms:.3f}",
-                      f"{row.speedup:.2f}x", predicted, f"{row.error:.1e}")
+                      f"{row.speedup:.2f}x", versus, predicted, f"{row.error:.1e}")
     console.print(table)
-    for note in notes:
+    for note in result.notes:
         console.print(note)
 
 

@@ -1,9 +1,9 @@
 """Device fingerprints: what a device really is, so measurements are only reused on the same device and software.
 
 A fingerprint is a short content hash of the device's info: for a GPU its model, compute capability, SM count,
-driver and torch/CUDA/cuDNN versions; for a CPU its model name, thread count, torch version and timing protocol;
-for a simulated GPU the sim model's name, version and parameters. This module probes the machine (torch, CUDA,
-``/proc/cpuinfo``, ``nvidia-smi``); the label grammar it starts from is :mod:`ios_ray.devices`.
+driver, torch/CUDA/cuDNN versions and timing protocol; for a CPU its model name, thread count, torch version and
+timing protocol; for a simulated GPU the sim model's name, version and parameters. This module probes the machine
+(torch, CUDA, ``/proc/cpuinfo``, ``nvidia-smi``); the label grammar it starts from is :mod:`ios_ray.devices`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from ios_ray.devices import DeviceSpec, parse_device
 from ios_ray.errors import first_line
 from ios_ray.ir import content_hash
+from ios_ray.profiler.protocol import STAGE_COPIES
 
 
 def device_fingerprint(
@@ -36,6 +37,9 @@ def device_fingerprint(
 
 #: The version of the CPU timing protocol, part of a CPU's fingerprint: rows timed another way are not reused.
 CPU_TIMING = "primed-1"
+#: The GPU timing protocol, part of a GPU's fingerprint: each stage captured STAGE_COPIES times into a CUDA graph
+#: and its replays timed with events (:mod:`ios_ray.runtime.graph_timing`); rows timed eagerly are not reused.
+GPU_TIMING = f"graph-x{STAGE_COPIES}-1"
 
 
 def cpu_info() -> dict[str, Any]:
@@ -53,7 +57,8 @@ def cpu_info() -> dict[str, Any]:
 
 
 def gpu_info(index: int = 0) -> dict[str, Any]:
-    """What a GPU measurement depends on: model, compute capability, SMs, driver, torch/CUDA/cuDNN versions."""
+    """What a GPU measurement depends on: model, compute capability, SMs, driver, torch/CUDA/cuDNN versions, timing
+    protocol."""
     import torch
 
     props = torch.cuda.get_device_properties(index)
@@ -66,6 +71,7 @@ def gpu_info(index: int = 0) -> dict[str, Any]:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version(),
+        "timing": GPU_TIMING,
     }
 
 

@@ -100,12 +100,18 @@ def local_identity(label: str, fingerprint: str, info: Mapping[str, Any], source
 
 
 def make_row(job: MeasureJob, timing: Timing, device: DeviceIdentity) -> dict[str, Any]:
-    """One latency row with exactly :data:`ROW_COLUMNS`."""
+    """One latency row with exactly :data:`ROW_COLUMNS`.
+
+    A GPU stage timed uncaptured (it could not be captured into a CUDA graph) says so in its ``device_info``, under
+    ``uncaptured`` (why); the fingerprint stays the device's, so the row is reused like any other: the same stage
+    on the same device and software would fail to capture again.
+    """
+    info = dict(device.info) if timing.uncaptured is None else {**device.info, "uncaptured": timing.uncaptured}
     return {
         "stage_key": job.key,
         "device": device.label,
         "device_fingerprint": device.fingerprint,
-        "device_info": json.dumps(dict(device.info), sort_keys=True),
+        "device_info": json.dumps(info, sort_keys=True),
         "batch": job.batch,
         "dtype": job.dtype,
         "strategy": job.stage.strategy,

@@ -1,4 +1,5 @@
-"""The timing protocol's numbers: default warmup and repeat counts, and the Timing summary of a stage's samples."""
+"""The timing protocol's numbers: default warmup and repeat counts, stage copies per CUDA graph, and the Timing
+summary of a stage's samples."""
 
 from __future__ import annotations
 
@@ -6,13 +7,18 @@ from dataclasses import dataclass
 
 from ios_ray.runtime.timing import summary_ms
 
-#: Default (warmup, repeat) for CPUs and GPUs (real or simulated); GPU stages are short and noisier.
-DEFAULT_PROTOCOL: dict[str, tuple[int, int]] = {"cpu": (3, 10), "gpu": (10, 30)}
+#: Default (warmup, repeat) per way of timing: ``cpu`` and ``gpu`` count calls (``gpu``: a GPU stage that cannot be
+#: captured, and what the sim model sleeps for), ``graph`` counts replays of a CUDA graph of the stage.
+DEFAULT_PROTOCOL: dict[str, tuple[int, int]] = {"cpu": (3, 10), "gpu": (10, 30), "graph": (3, 10)}
+
+#: Calls of a stage captured into one CUDA graph: a replay's own start-up cost on the device is spread over them.
+STAGE_COPIES = 8
 
 
-def resolve_protocol(on_gpu: bool, warmup: int | None, repeat: int | None) -> tuple[int, int]:
-    """(warmup, repeat) with the device's defaults filled in where None; rejects repeat < 1 or warmup < 0."""
-    default_warmup, default_repeat = DEFAULT_PROTOCOL["gpu" if on_gpu else "cpu"]
+def resolve_protocol(kind: str, warmup: int | None, repeat: int | None) -> tuple[int, int]:
+    """(warmup, repeat) for a way of timing (a key of :data:`DEFAULT_PROTOCOL`), its defaults filled in where None;
+    rejects repeat < 1 or warmup < 0."""
+    default_warmup, default_repeat = DEFAULT_PROTOCOL[kind]
     warmup = default_warmup if warmup is None else warmup
     repeat = default_repeat if repeat is None else repeat
     if repeat < 1 or warmup < 0:
@@ -22,7 +28,8 @@ def resolve_protocol(on_gpu: bool, warmup: int | None, repeat: int | None) -> tu
 
 @dataclass(frozen=True)
 class Timing:
-    """The result of timing one stage: summary statistics in ms, how many samples they summarise, the protocol."""
+    """The result of timing one stage: summary statistics in ms, how many samples they summarise, the protocol,
+    and, for a GPU stage that could not be captured into a CUDA graph, why (it was then timed call by call)."""
 
     median_ms: float
     p10_ms: float
@@ -30,9 +37,10 @@ class Timing:
     samples: int
     warmup: int
     repeat: int
+    uncaptured: str | None = None
 
     @staticmethod
-    def of_samples(samples: list[float], warmup: int) -> "Timing":
+    def of_samples(samples: list[float], warmup: int, uncaptured: str | None = None) -> "Timing":
         """Summarise samples (ms) taken after ``warmup`` untimed runs."""
         if not samples:
             raise ValueError("a timing needs at least one sample")
@@ -44,5 +52,5 @@ class Timing:
             samples=len(samples),
             warmup=warmup,
             repeat=len(samples),
+            uncaptured=uncaptured,
         )
-

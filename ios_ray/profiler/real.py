@@ -4,7 +4,8 @@ The stage runs exactly as deployed: ``compile_stage`` from ``ios_ray.runtime.sta
 model (built from its spec, or fetched as the driver's object; :mod:`~ios_ray.profiler.model_source`) on this
 process's device. Its external inputs are random (``torch.randn``) tensors of the
 graph's shapes with the batch dimension prepended. On a CPU each call follows a small untimed op on the same thread
-(:func:`~ios_ray.runtime.timing.cpu_primer`), as in a pass.
+(:func:`~ios_ray.runtime.timing.cpu_primer`), as in a pass; on a GPU the stage is timed inside a CUDA graph, as a
+deployed schedule runs (:func:`~ios_ray.profiler.timing.time_stage`), captured on one stream kept for all stages.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource, local_identity, make_row
 from ios_ray.profiler.model_source import import_source
-from ios_ray.profiler.timing import time_callable
+from ios_ray.profiler.timing import time_stage
 from ios_ray.runtime.executor import ScheduleRunner
 from ios_ray.runtime.program import Program
 from ios_ray.runtime.stages import Lanes, compile_stage, make_lanes
@@ -45,6 +46,7 @@ class RealBackend:
         self.identity: DeviceIdentity | None = None
         self._programs: dict[str, Program] = {}
         self._lanes: Lanes | None = None
+        self._capture_stream: torch.cuda.Stream | None = None
         self._primer = cpu_primer() if self.device.type == "cpu" else None
 
     def start(self) -> DeviceIdentity:
@@ -66,10 +68,12 @@ class RealBackend:
         identity = self.identity or self.start()
         if self._lanes is None:
             self._lanes = make_lanes(self.device)
+            self._capture_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         run = compile_stage(self._program(job.model, job.graph, identity.host), job.stage, self.device, self._lanes)
         env = random_inputs(job.graph, job.stage, job.batch, _dtype(job.dtype), self.device)
-        with _fits(self.spec.label, job.model, job.batch):
-            timing = time_callable(lambda: run(env), self.device, self.warmup, self.repeat, self._primer)
+        with _fits(self.spec.label, job.model.name, job.batch):
+            timing = time_stage(lambda: run(env), self.device, self.warmup, self.repeat, self._primer,
+                                self._capture_stream)
         return make_row(job, timing, identity)
 
     def time_schedules(self, job: CheckJob) -> list[float]:
@@ -79,7 +83,7 @@ class RealBackend:
         program = self._program(job.model, job.graph, identity.host)
         runners = {str(i): ScheduleRunner(program, s, self.device) for i, s in enumerate(job.schedules)}
         x = torch.randn(job.batch, *job.graph.input_shape, device=self.device)
-        with _fits(self.spec.label, job.model, job.batch):
+        with _fits(self.spec.label, job.model.name, job.batch):
             samples = interleaved_samples_ms({name: functools.partial(run, x) for name, run in runners.items()},
                                              self.device, job.warmup, job.rounds)
         return [statistics.median(samples[name]) for name in runners]

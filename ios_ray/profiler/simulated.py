@@ -25,7 +25,7 @@ class SimBackend:
             raise ValueError(f"{spec.label} is not a sim device")
         self.spec = spec
         self.gpu = spec.gpu
-        self.warmup, self.repeat = resolve_protocol(True, warmup, repeat)
+        self.warmup, self.repeat = resolve_protocol("gpu", warmup, repeat)
         self.identity: DeviceIdentity | None = None
 
     def start(self) -> DeviceIdentity:

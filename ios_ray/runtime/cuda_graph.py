@@ -1,26 +1,75 @@
-"""Capturing a whole forward into CUDA graphs: one per input shape, replayed from a static input buffer.
+"""Capturing work into CUDA graphs: the one capture routine, and whole forwards replayed per input shape.
 
-The first call with a new (shape, dtype) warms the forward up on a side stream, then captures it with
-``torch.cuda.graph`` (which synchronises the device once, at capture time only). A multi-stream forward is
-captured as it runs: its side streams fork from the capture stream with events and join back before the
-forward returns, which is what stream capture requires. Later calls copy the input into the graph's static
-input, replay the graph on the caller's stream and return a copy of the static output (so a result survives
-the next call). At most ``max_graphs`` shapes stay captured (each graph keeps a private memory pool); the oldest
-is dropped first. Where capture fails (an op in the forward cannot be captured), that shape runs the forward
-uncaptured, with a one-time warning.
+:func:`capture` is how ios-ray captures anything (a whole forward here, a profiled stage in
+:mod:`~ios_ray.runtime.graph_timing`): the work first runs eagerly on the capture stream, after the caller's
+pending work (lazy initialisations such as cuBLAS workspaces and kernel loading must not happen inside a capture),
+then one call is captured with ``torch.cuda.graph`` on that same stream, in ``thread_local`` error mode (Ray's
+and torch's own threads may call CUDA meanwhile). Multi-stream work is captured as it runs: its side streams fork
+from the capture stream with events and join back before the work returns, which is what stream capture
+requires. Where a capture fails (an op synchronises with the host or is otherwise not capturable), the current
+stream is restored and :class:`CaptureError` says which op failed; such a failed capture keeps the few blocks it
+allocated in a private pool until the process ends (torch offers no way to release it).
+
+:class:`CapturedForward` replays a forward from a static input buffer: the first call with a new (shape, dtype)
+captures, later calls copy the input into the graph's static input, replay the graph on the caller's stream and
+return a copy of the static output (so a result survives the next call). At most ``max_graphs`` shapes stay
+captured (each graph keeps a private memory pool); the oldest is dropped first. Where capture fails, that shape
+runs the forward uncaptured, with a one-time warning.
 """
 
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeVar
 
 import torch
 
 from ios_ray.errors import first_line
 
 GraphKey = tuple[tuple[int, ...], torch.dtype]
+T = TypeVar("T")
+
+
+class CaptureError(RuntimeError):
+    """Work that cannot be captured into a CUDA graph; the message is the first line of the op's own error."""
+
+
+def capture(
+    fn: Callable[[], T], stream: torch.cuda.Stream, warmup: int = 1, warm: Callable[[], object] | None = None,
+) -> tuple[torch.cuda.CUDAGraph, T]:
+    """Run ``warm`` (default: ``fn``) ``warmup`` times on ``stream``, then capture one call of ``fn`` there into a
+    new CUDA graph.
+
+    Returns the graph and what the captured call returned (its tensors live in the graph's private memory pool and
+    are rewritten by every replay). Raises :class:`CaptureError` where the capture fails, with the caller's stream
+    current again; running out of memory is raised as it is.
+    """
+    caller = torch.cuda.current_stream(stream.device)
+    stream.wait_stream(caller)
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            (warm or fn)()
+    caller.wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+            result = fn()
+    except RuntimeError as exc:
+        torch.cuda.set_stream(caller)  # a failed capture_end leaves the capture stream current
+        graph.reset()
+        cause = _first_cause(exc)
+        if isinstance(cause, torch.cuda.OutOfMemoryError):
+            raise cause from None
+        raise CaptureError(first_line(cause)) from exc
+    return graph, result
+
+
+def _first_cause(error: BaseException) -> BaseException:
+    """The error that started a chain: a failed op inside a capture is masked by capture_end's own failure."""
+    while error.__context__ is not None and error.__context__ is not error:
+        error = error.__context__
+    return error
 
 
 @dataclass(frozen=True)
@@ -41,6 +90,7 @@ class CapturedForward:
         self.device = device
         self.warmup = warmup
         self.max_graphs = max_graphs
+        self._stream = torch.cuda.Stream(device)
         self._graphs: dict[GraphKey, _Captured] = {}
         self._uncapturable: set[GraphKey] = set()
 
@@ -64,22 +114,12 @@ class CapturedForward:
 
     def _capture(self, x: torch.Tensor, key: GraphKey) -> _Captured | None:
         static = torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)
-        caller = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(caller)
-        with torch.cuda.stream(side):
-            for _ in range(self.warmup):
-                self.forward(static)
-        caller.wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
-                output = self.forward(static)
-        except RuntimeError as exc:
-            torch.cuda.set_stream(caller)  # a failed capture can leave the capture stream current
+            graph, output = capture(lambda: self.forward(static), self._stream, self.warmup)
+        except CaptureError as exc:
             self._uncapturable.add(key)
-            warnings.warn(f"the forward for input shape {key[0]} cannot be captured into a CUDA graph "
-                          f"({first_line(exc)}); it runs uncaptured (pass cuda_graph=False to skip capturing).", stacklevel=3)
+            warnings.warn(f"the forward for input shape {key[0]} cannot be captured into a CUDA graph ({exc}); it "
+                          "runs uncaptured (pass cuda_graph=False to skip capturing).", stacklevel=3)
             return None
         if len(self._graphs) >= self.max_graphs:
             self._graphs.pop(next(iter(self._graphs)))

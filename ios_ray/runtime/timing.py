@@ -1,6 +1,7 @@
-"""Timing on a device: one sample, a run of samples after a warm-up, and their median, p10 and p90 in ms.
+"""Timing calls on a device: one sample, a run of samples after a warm-up, and their median, p10 and p90 in ms.
 
-This is the one timing protocol of ios-ray: the profiler times stages with it and ``ios-ray run``/``bench`` time
+The profiler times CPU stages with it (and GPU stages that cannot be captured: GPU stages are timed inside CUDA
+graphs, :mod:`~ios_ray.runtime.graph_timing`), and ``ios-ray run``/``bench`` and the search's end-to-end check time
 whole models with it (it lives in the runtime because the runtime may not import the profiler).
 
 * On a GPU a sample is the time between two CUDA events on the current stream, synchronised on the end event

@@ -1,0 +1,469 @@
+"""Validate ios-ray on a GPU host with one command, offline, in under 8 minutes, and write the report.
+
+    source .gpukit/install.sh                                 # on the GPU host, from the repository root
+    PYTHONUNBUFFERED=1 python3 bench/gpu_check.py --out $OUT/gpu
+
+Steps, in order, each a fresh process with a time limit (a step that fails or runs out of time costs only its own
+figures; the report is rewritten after every step; a step starts only while the later steps keep their minimum):
+
+1. environment: the GPU, driver, torch/CUDA/cuDNN versions, CPU and date (``bench/gpu_steps.py env``);
+2. the GPU tests (``pytest -m gpu``): all must pass, none be skipped;
+3. calibration: what measuring one planned stage costs on the GPU at both batch sizes (``gpu_steps.py
+   calibrate``); each search's warmup and repeat are then sized to fit its time limit;
+4. at batch 1: ``ios-ray search --devices cuda`` on a fresh store (stages timed in CUDA graphs), ``ios-ray bench
+   --device cuda --json`` (retried without torch.compile if compiling runs out of time), and a PyTorch profiler
+   summary of the DP's and the sequential schedule in a graph (``profile.txt``);
+5. at batch 32: the search, on the same store, and the bench (without torch.compile, whose targets are at batch 1);
+6. calibration and ``ios-ray search --devices cpu`` at batch 1 on this host's CPU, on a store of its own.
+
+Writes ``DIR/report.md`` and ``DIR/report.json`` (device, versions, date, every figure and its target; targets in
+bench/gpu_report.py), ``DIR/profile.txt``, ``DIR/log.txt`` (each command and the end of its output) and
+``DIR/latency.duckdb`` (every GPU stage measured). Working files go to ``--work`` (a temporary folder by default),
+outside DIR. Exit code 0 when every step ran to its end (targets may still be missed: the report says which),
+1 when some step did not, 2 when there is nothing to check.
+
+``--device cpu --model squeezenet --quick`` runs the same pipeline on this machine's CPU with tiny repeats (batches
+1 and 2, no torch.compile) so that a crash in this script shows up here, not on the GPU host; its report says it is
+no validation and holds no GPU figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this tree's ios_ray and bench, however the script is started
+from bench.gpu_report import markdown, targets  # noqa: E402
+STEPS_SCRIPT = Path(__file__).resolve().with_name("gpu_steps.py")
+#: Seconds from start by which the report is final (8 minutes, less a margin for writing it).
+DEFAULT_BUDGET_S = 465.0
+#: What a search costs besides measuring stages: Ray and the actor starting, importing and planning, the DP, the check.
+SEARCH_OVERHEAD_S = {"cuda": 30.0, "cpu": 20.0}
+#: Measured cost over the calibrated estimate that a search's protocol is sized for.
+SAFETY = 1.3
+#: Per device: (warmup, least repeat, most repeat) for a search's stages; --quick: the least there is.
+PROTOCOL_BOUNDS = {"cuda": (1, 3, 10), "cpu": (1, 3, 10)}
+QUICK_PROTOCOL = (0, 1, 1)
+#: The GPU test files, for --quick (a full run collects every test file of the suite).
+QUICK_TEST_FILES = ("tests/test_stage_capture_cuda.py", "tests/test_bench_cuda.py")
+KEEP_STORE_BYTES = 15 << 20
+
+
+class StepFailed(Exception):
+    """A step that did not produce its figures; the message is the report's note."""
+
+
+class StepSkipped(Exception):
+    """A step that cannot run because an earlier one did not finish."""
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What to check and where: the device, the model, tiny repeats or not, the report and working folders."""
+
+    device: str
+    model: str
+    quick: bool
+    out: Path
+    work: Path
+    budget_s: float
+
+    @property
+    def batches(self) -> tuple[int, int]:
+        """The small and the large batch size."""
+        return (1, 2) if self.quick else (1, 32)
+
+    @property
+    def schedules(self) -> Path:
+        """The searches' schedule folder."""
+        return self.work / "schedules"
+
+    @property
+    def store(self) -> Path:
+        """The store of the searches on the device."""
+        return self.work / "latency.duckdb"
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A finished command: exit code, output, wall time, and whether it was stopped at its time limit."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    wall_s: float
+    timed_out: bool
+
+
+@dataclass(frozen=True)
+class Step:
+    """A step: its name, the longest it may run, the least time worth starting it with, and what it does."""
+
+    name: str
+    cap_s: float
+    need_s: float
+    run: Callable[["Check", float], str]
+
+
+class Check:
+    """One run of the check: runs the steps in order within the deadline, keeps the report and rewrites it."""
+
+    def __init__(self, setup: Setup, command: str) -> None:
+        self.setup = setup
+        self.started = time.monotonic()
+        self.reserve_s = 0.0
+        kind = ("GPU validation" if setup.device == "cuda" and not setup.quick else
+                f"pipeline check on {setup.device} with tiny repeats (--quick): not a validation, no target applies")
+        self.report: dict[str, Any] = {
+            "kind": kind, "device": setup.device, "model": setup.model, "batches": list(setup.batches),
+            "quick": setup.quick, "command": command, "started": _now(), "wall_s": 0.0, "environment": None,
+            "steps": [], "tests": None, "calibration": {}, "searches": {}, "bench": {}, "profile": None,
+            "schedules": {}, "targets": [],
+        }
+        setup.out.mkdir(parents=True, exist_ok=True)
+        setup.work.mkdir(parents=True, exist_ok=True)
+        (setup.out / "log.txt").write_text(f"gpu_check {command}\n")
+
+    def elapsed(self) -> float:
+        """Seconds since the check started."""
+        return time.monotonic() - self.started
+
+    def available(self) -> float:
+        """Seconds the current step may still use, keeping the later steps' minimum."""
+        return self.setup.budget_s - self.elapsed() - self.reserve_s
+
+    def run_all(self, steps: list[Step]) -> bool:
+        """Run every step that still fits; True where all of them ran to their end."""
+        for index, step in enumerate(steps):
+            self.reserve_s = sum(later.need_s for later in steps[index + 1:])
+            self.run(step)
+        self.write()
+        return all(entry["status"] == "ok" for entry in self.report["steps"])
+
+    def run(self, step: Step) -> None:
+        """Run one step within its time limit; record its status and note, then rewrite the report."""
+        timeout = min(step.cap_s, self.available())
+        started = time.monotonic()
+        if timeout < step.need_s:
+            status, note = "skipped", f"not enough time left ({max(timeout, 0):.0f} s, needs {step.need_s:.0f})"
+        else:
+            try:
+                status, note = "ok", step.run(self, timeout)
+            except StepSkipped as exc:
+                status, note = "skipped", str(exc)
+            except StepFailed as exc:
+                status, note = "failed", str(exc)
+            except Exception as exc:  # noqa: BLE001 - a broken step must not cost the others' figures
+                status, note = "failed", f"{type(exc).__name__}: {exc}"
+                self.log(f"{step.name} raised:\n{traceback.format_exc()}")
+        wall = time.monotonic() - started
+        self.report["steps"].append({"name": step.name, "status": status, "wall_s": round(wall, 1),
+                                     "timeout_s": round(max(timeout, 0), 1), "note": note})
+        print(f"[{self.elapsed():5.0f} s] {step.name}: {status} in {wall:.1f} s; {note}", flush=True)
+        self.write()
+
+    def python(self, args: list[str], timeout_s: float, quiet_timeout: bool = False) -> Completed:
+        """Run ``python ARGS`` from the repository root; StepFailed (with the end of its errors) unless it
+        succeeds, or where ``quiet_timeout``, returns a run stopped at its time limit too."""
+        done = run_command([sys.executable, *args], timeout_s, ROOT)
+        self.log(f"$ python {' '.join(args)}\nexit {done.returncode} after {done.wall_s:.1f} s"
+                 f"{' (stopped at its time limit)' if done.timed_out else ''}\n--- stdout\n{done.stdout[-4000:]}\n"
+                 f"--- stderr\n{done.stderr[-4000:]}\n")
+        if done.timed_out and quiet_timeout:
+            return done
+        if done.timed_out:
+            raise StepFailed(f"stopped at its time limit of {timeout_s:.0f} s")
+        if done.returncode != 0:
+            lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
+            print("\n".join(f"    {line}" for line in lines[-12:]), flush=True)
+            raise StepFailed(f"exit {done.returncode}: {lines[-1] if lines else 'no output'}")
+        return done
+
+    def log(self, text: str) -> None:
+        """Append to DIR/log.txt."""
+        with open(self.setup.out / "log.txt", "a", encoding="utf-8") as log:
+            log.write(f"\n[{self.elapsed():.0f} s] {text}")
+
+    def write(self) -> None:
+        """Rewrite report.json and report.md from the report so far."""
+        self.report["wall_s"] = round(self.elapsed(), 1)
+        self.report["targets"] = [t.as_json() for t in targets(self.report)]
+        _write_atomically(self.setup.out / "report.json", json.dumps(self.report, indent=1))
+        _write_atomically(self.setup.out / "report.md", markdown(self.report))
+
+
+def run_command(args: list[str], timeout_s: float, cwd: Path) -> Completed:
+    """Run a command in its own process group with this tree first on PYTHONPATH; at the time limit it gets Ctrl-C
+    (a search then stores what it measured) and, 15 s later, its whole group is killed."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    started = time.monotonic()
+    proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=max(timeout_s, 1.0))
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            stdout, stderr = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+        timed_out = True
+    return Completed(proc.returncode, stdout, stderr, time.monotonic() - started, timed_out)
+
+
+def environment_step(check: Check, timeout: float) -> str:
+    """The device, driver and software versions."""
+    out = check.setup.work / "environment.json"
+    check.python([str(STEPS_SCRIPT), "env", "--device", check.setup.device, "--out", str(out)], timeout)
+    env = check.report["environment"] = json.loads(out.read_text())
+    gpu = env.get("gpu")
+    cpu = f"{env['cpu']['model']} ({env['cpu']['cores']} cores)"
+    return f"{gpu['model']}, driver {gpu['driver']}, torch {gpu['torch']}, CUDA {gpu['cuda']}; {cpu}" if gpu else cpu
+
+
+def tests_step(check: Check, timeout: float) -> str:
+    """The tests marked gpu, counted from their JUnit XML."""
+    xml = check.setup.work / "gpu-tests.xml"
+    files = QUICK_TEST_FILES if check.setup.quick else ("tests",)
+    done = check.python(["-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *files],
+                        timeout, quiet_timeout=True)
+    counts = check.report["tests"] = junit_counts(xml) if xml.exists() else None
+    if done.timed_out or counts is None:
+        stopped = ", stopped at its time limit" if done.timed_out else ""
+        raise StepFailed(f"no test results (exit {done.returncode}{stopped})")
+    note = ", ".join(f"{counts[k]} {k}" for k in ("tests", "failures", "errors", "skipped"))
+    if done.returncode not in (0, 5):
+        raise StepFailed(note)
+    return note
+
+
+def junit_counts(xml: Path) -> dict[str, int]:
+    """Tests, failures, errors and skipped of a pytest JUnit XML file."""
+    root = ElementTree.parse(xml).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    assert suite is not None, f"{xml} holds no test suite"
+    return {key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")}
+
+
+def calibrate_step(check: Check, timeout: float, key: str, device: str, batches: tuple[int, ...]) -> str:
+    """The fixed and per-replay cost of measuring a planned stage, per batch (``gpu_steps.py calibrate``)."""
+    out = check.setup.work / f"calibration-{key.replace(' ', '-')}.json"
+    sample = 4 if check.setup.quick else 24 if device == "cuda" else 12
+    check.python([str(STEPS_SCRIPT), "calibrate", "--device", device, "--model", check.setup.model, "--batches",
+                  ",".join(map(str, batches)), "--sample", str(sample), "--out", str(out)], timeout)
+    found = check.report["calibration"][key] = json.loads(out.read_text())
+    return "; ".join(f"bs{batch}: {entry['fixed_s'] * 1e3:.1f} ms per stage + {entry['per_replay_s'] * 1e3:.2f} ms "
+                     "per replay" for batch, entry in found["batches"].items())
+
+
+def choose_protocol(
+    stages: int, fixed_s: float, per_replay_s: float, budget_s: float, warmup: int, least: int, most: int
+) -> tuple[int, int]:
+    """(warmup, repeat) with the most repeats in [least, most] whose estimated measuring time, with
+    :data:`SAFETY`, fits ``budget_s``; ``least`` where none does."""
+    for repeat in range(most, least - 1, -1):
+        if stages * (fixed_s + (warmup + repeat) * per_replay_s) * SAFETY <= budget_s:
+            return warmup, repeat
+    return warmup, least
+
+
+def search_protocol(check: Check, key: str, device: str, batch: int, measure_s: float) -> tuple[int, int]:
+    """The warmup and repeat for a search, sized from the calibration under ``key`` to measure in ``measure_s``."""
+    warmup, least, most = QUICK_PROTOCOL if check.setup.quick else PROTOCOL_BOUNDS[device]
+    found = check.report["calibration"].get(key)
+    entry = found["batches"].get(str(batch)) if found else None
+    if entry is None:
+        return warmup, least
+    return choose_protocol(found["stages"], entry["fixed_s"], entry["per_replay_s"], measure_s, warmup, least, most)
+
+
+def search_step(
+    check: Check, timeout: float, key: str, calibration: str, device: str, batch: int, store: Path, out: Path,
+    measure_s: float,
+) -> str:
+    """``ios-ray search`` of the model on ``device`` at one batch size, its protocol sized by the calibration under
+    key ``calibration`` to measure for about ``measure_s`` (less where the time limit is shorter); its figures (under
+    ``key``) from the schedule file and the store."""
+    budget = min(measure_s, timeout - SEARCH_OVERHEAD_S[device])
+    warmup, repeat = search_protocol(check, calibration, device, batch, budget)
+    rounds = 2 if check.setup.quick else 10
+    done = check.python(["-m", "ios_ray", "search", "--model", check.setup.model, "--devices", device, "--batches",
+                         str(batch), "--store", str(store), "--out", str(out), "--warmup", str(warmup), "--repeat",
+                         str(repeat), "--check-rounds", str(rounds)], timeout)
+    from ios_ray.app.job import schedule_path
+
+    path = schedule_path(out, check.setup.model, device, batch)
+    found = check.report["searches"][key] = {"warmup": warmup, "repeat": repeat, "wall_s": round(done.wall_s, 1),
+                                             **search_figures(store, path, device, batch)}
+    check.report["schedules"][key] = json.loads(path.read_text())
+    if store == check.setup.store and store.stat().st_size <= KEEP_STORE_BYTES:
+        shutil.copyfile(store, check.setup.out / "latency.duckdb")
+    return (f"{found['stages']} stages ({found['uncaptured']} uncaptured) with warmup {warmup}, repeat {repeat}; "
+            f"check DP {found['dp_ms']:.3f} ms, sequential {found['sequential_ms']:.3f} ms; kept {found['kept']}")
+
+
+def search_figures(store: Path, schedule_path: Path, device: str, batch: int) -> dict[str, Any]:
+    """What a search produced: stages in the store (and how many timed uncaptured), predictions and its check."""
+    from ios_ray.schedule import read_schedule
+    from ios_ray.store import LatencyStore
+
+    rows = LatencyStore(store, create=False).query(device=device, batch=batch).column("device_info").to_pylist()
+    schedule = read_schedule(schedule_path)
+    check = schedule.end_to_end
+    if check is None:
+        raise StepFailed(f"{schedule_path.name} has no end-to-end check")
+    kept_ms = check.dp_ms if check.kept == "dp" else check.sequential_ms
+    return {"stages": len(rows), "uncaptured": sum("uncaptured" in json.loads(info) for info in rows),
+            "dp_predicted_ms": check.dp_predicted_ms, "sequential_predicted_ms": check.sequential_predicted_ms,
+            "dp_ms": check.dp_ms, "sequential_ms": check.sequential_ms, "kept": check.kept,
+            "kept_over_predicted": _ratio(kept_ms, schedule.predicted_latency),
+            "sequential_over_dp": _ratio(check.sequential_ms, check.dp_ms)}
+
+
+def bench_step(check: Check, timeout: float, batch: int) -> str:
+    """``ios-ray bench --json`` at one batch size, with torch.compile at the small batch only (its targets are
+    there); where compiling runs it out of time, again without it."""
+    setup = check.setup
+    if f"{setup.device} bs{batch}" not in check.report["searches"]:
+        raise StepSkipped(f"the search at batch {batch} did not finish, so there is no schedule for it")
+    args = ["-m", "ios_ray", "bench", "--model", setup.model, "--device", setup.device, "--batches", str(batch),
+            "--schedules", str(setup.schedules), "--store", str(setup.store), "--rounds",
+            "2" if setup.quick else "20", "--json"]
+    compiled = not setup.quick and batch == setup.batches[0]
+    done = check.python([*args, *([] if compiled else ["--no-compile"])], timeout, quiet_timeout=True)
+    notes = []
+    if done.timed_out and not compiled:
+        raise StepFailed(f"stopped at its time limit of {timeout:.0f} s")
+    if done.timed_out:
+        retry_s = min(90.0, check.available())
+        if retry_s < 30:
+            raise StepFailed(f"stopped at its time limit of {timeout:.0f} s, no time left to retry without "
+                             "torch.compile")
+        notes.append(f"with torch.compile the bench did not finish within {timeout:.0f} s; measured without it")
+        done = check.python([*args, "--no-compile"], retry_s)
+    found = json.loads(done.stdout)
+    check.report["bench"][str(batch)] = {"rows": found["rows"], "notes": [*found["notes"], *notes]}
+    rows = {row["name"]: row for row in found["rows"]}
+    ios = "IOS + graph" if setup.device == "cuda" else "IOS"
+    return (f"{len(rows)} variants; {ios} {rows[ios]['median_ms']:.3f} ms, "
+            f"{rows[ios]['speedup_vs_sequential']:.2f}x sequential, {rows[ios]['speedup']:.2f}x eager"
+            + "".join(f"; {note}" for note in [*found["notes"], *notes]))
+
+
+def profile_step(check: Check, timeout: float) -> str:
+    """The PyTorch profiler's tables for the DP's and the sequential schedule at the small batch."""
+    setup = check.setup
+    small = setup.batches[0]
+    if f"{setup.device} bs{small}" not in check.report["searches"]:
+        raise StepSkipped(f"the search at batch {small} did not finish")
+    out = setup.work / "profile.json"
+    check.python([str(STEPS_SCRIPT), "profile", "--device", setup.device, "--model", setup.model, "--batch",
+                  str(small), "--store", str(setup.store), "--schedules", str(setup.schedules), "--calls",
+                  "3" if setup.quick else "20", "--out", str(out), "--text", str(setup.out / "profile.txt")], timeout)
+    found = check.report["profile"] = json.loads(out.read_text())
+    return "; ".join(f"{name}: {p['median_ms']:.3f} ms, {p['kernels_per_forward']} kernels per forward"
+                     for name, p in found.items())
+
+
+def steps(setup: Setup) -> list[Step]:
+    """The check's steps in order, with their time limits and the least time each is worth starting with."""
+    small, large = setup.batches
+    device = setup.device
+    cpu_store, cpu_out = setup.work / "cpu-latency.duckdb", setup.work / "cpu-schedules"
+
+    def search(batch: int, measure_s: float) -> Callable[[Check, float], str]:
+        return partial(search_step, key=f"{device} bs{batch}", calibration=device, device=device, batch=batch,
+                       store=setup.store, out=setup.schedules, measure_s=measure_s)
+
+    # (name, time limit, least time worth starting with, what it does); the batch-1 figures (most targets) first;
+    # searches are sized to measure for about 45 and 60 s, with room in their limits where calibration was optimistic
+    return [
+        Step("environment", 40, 10, environment_step),
+        Step("GPU tests", 100, 30, tests_step),
+        Step(f"calibrate {device}", 60, 20, partial(calibrate_step, key=device, device=device, batches=(small, large))),
+        Step(f"search {device} bs{small}", 150, 40, search(small, 45)),
+        Step(f"bench {device} bs{small}", 110, 30, partial(bench_step, batch=small)),
+        Step(f"profile {device} bs{small}", 40, 15, profile_step),
+        Step(f"search {device} bs{large}", 160, 50, search(large, 60)),
+        Step(f"bench {device} bs{large}", 60, 25, partial(bench_step, batch=large)),
+        Step("calibrate host cpu", 30, 10, partial(calibrate_step, key="host cpu", device="cpu", batches=(1,))),
+        Step("search host cpu bs1", 100, 35, partial(search_step, key="host cpu bs1", calibration="host cpu",
+                                                      device="cpu", batch=1, store=cpu_store, out=cpu_out,
+                                                      measure_s=35)),
+    ]
+
+
+def refusal(device: str, quick: bool) -> str | None:
+    """Why there is nothing to check here, in one sentence, or None."""
+    if device == "cpu":
+        return None if quick else ("gpu_check: a run on the CPU only exercises the pipeline and validates nothing, "
+                                   "so it needs --quick.")
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return (f"gpu_check: torch {torch.__version__} sees no CUDA GPU on this machine, so there is nothing to validate "
+            "(run it on a GPU host; `--device cpu --model squeezenet --quick` only exercises the pipeline).")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check this host and write the report; the exit code says whether every step ran to its end."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for report.md, report.json and the rest")
+    parser.add_argument("--work", type=Path, help="folder for stores and schedules (default: a temporary one)")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--model", default="inception_v3")
+    parser.add_argument("--quick", action="store_true", help="tiny repeats, small batches, no torch.compile: "
+                        "exercises the pipeline, validates nothing")
+    parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="seconds by which all is done")
+    args = parser.parse_args(argv)
+    problem = refusal(args.device, args.quick)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
+    work = args.work or Path(tempfile.mkdtemp(prefix="ios-ray-gpu-check-"))
+    setup = Setup(args.device, args.model, args.quick, args.out, work, args.budget_s)
+    check = Check(setup, " ".join(["bench/gpu_check.py", *(argv if argv is not None else sys.argv[1:])]))
+    print(f"gpu_check: {check.report['kind']}; report in {setup.out}, working files in {work}", flush=True)
+    complete = check.run_all(steps(setup))
+    for target in check.report["targets"]:
+        print(f"  {target['result']:>9}  {target['what']}: {target['figure']} (target {target['target']})")
+    print(f"gpu_check: {'every step ran' if complete else 'some steps did not run to their end'}; "
+          f"{check.report['wall_s']:.0f} s; report: {setup.out / 'report.md'}", flush=True)
+    return 0 if complete else 1
+
+
+def _ratio(numerator: float, denominator: float | None) -> float | None:
+    return round(numerator / denominator, 3) if denominator else None
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    partial_path = path.with_name(path.name + ".tmp")
+    partial_path.write_text(text, encoding="utf-8")
+    os.replace(partial_path, path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

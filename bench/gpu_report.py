@@ -1,0 +1,217 @@
+"""The targets of bench/gpu_check.py and its report in Markdown, both computed from the report's JSON (pure).
+
+Targets (issue 13), for the model at the small batch (1) unless said: the IOS schedule in a CUDA graph at least
+1.2x the sequential schedule in a graph, at least 1.5x eager, and not slower than ``torch.compile(mode=
+"reduce-overhead")``; predicted against measured within 10%; at the large batch (32) never slower than sequential
+in a graph; the whole check under 8 minutes; every GPU test passing, none skipped. A speedup is the other
+variant's median latency over the IOS schedule's (above 1: IOS is faster). Figures that no step produced are
+reported as such, never estimated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Iterable
+
+#: The whole check must finish within this many seconds (8 minutes).
+WALL_TARGET_S = 480.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """One figure and the range it should fall in (``low``/``high`` None: unbounded; both None: shown only)."""
+
+    what: str
+    figure: float | None
+    low: float | None = None
+    high: float | None = None
+    applies: bool = True
+
+    @property
+    def goal(self) -> str:
+        """The range in words."""
+        if self.low is not None and self.high is not None:
+            return f"{self.low:g} to {self.high:g}"
+        if self.low is not None:
+            return f">= {self.low:g}"
+        return f"<= {self.high:g}" if self.high is not None else "-"
+
+    @property
+    def result(self) -> str:
+        """PASS, MISS, ``no figure`` where no step produced it, ``-`` where nothing is asked, ``n/a`` where the
+        run validates nothing (--quick, or on a CPU)."""
+        if self.low is None and self.high is None:
+            return "-"
+        if not self.applies:
+            return "n/a"
+        if self.figure is None:
+            return "no figure"
+        inside = (self.low is None or self.figure >= self.low) and (self.high is None or self.figure <= self.high)
+        return "PASS" if inside else "MISS"
+
+    def as_json(self) -> dict[str, Any]:
+        """The target with its goal and result, for report.json."""
+        return {"what": self.what, "figure": self.figure, "target": self.goal, "result": self.result}
+
+
+def variant_names(device: str) -> dict[str, str]:
+    """The bench variants the targets compare, as deployed on ``device``."""
+    if device == "cuda":
+        return {"ios": "IOS + graph", "seq": "sequential + graph", "compiled": "torch.compile reduce-overhead"}
+    return {"ios": "IOS", "seq": "sequential", "compiled": "torch.compile"}
+
+
+def targets(report: dict[str, Any]) -> list[Target]:
+    """Every target of the check, with the figure the report holds for it (None where a step did not produce it)."""
+    names = variant_names(report["device"])
+    ios, seq, compiled = names["ios"], names["seq"], names["compiled"]
+    small, large = report["batches"]
+    rows_small, rows_large = _rows(report, small), _rows(report, large)
+    found = [
+        Target(f"{ios} vs {seq}, batch {small}", _speedup(rows_small, seq, ios), 1.2),
+        Target(f"{ios} vs eager, batch {small}", _speedup(rows_small, "eager", ios), 1.5),
+        Target(f"{ios} vs {compiled}, batch {small}", _speedup(rows_small, compiled, ios), 1.0),
+        Target(f"{ios}: measured / predicted, batch {small}", _over_predicted(rows_small, ios), 0.9, 1.1),
+        Target(f"{seq}: measured / predicted, batch {small}", _over_predicted(rows_small, seq), 0.9, 1.1),
+        Target(f"search's check, batch {small}: kept schedule measured / predicted",
+               _check_figure(report, small, "kept_over_predicted"), 0.9, 1.1),
+        Target(f"{ios} vs {seq}, batch {large}", _speedup(rows_large, seq, ios), 1.0),
+    ]
+    for batch in (small, large):
+        found.append(Target(f"search's check, batch {batch}: sequential / DP schedule, both in a graph"
+                            if report["device"] == "cuda" else f"search's check, batch {batch}: sequential / DP",
+                            _check_figure(report, batch, "sequential_over_dp")))
+    if report["device"] == "cuda":
+        tests = report.get("tests")
+        found.append(Target("GPU tests failed, errored or skipped",
+                            None if tests is None else tests["failures"] + tests["errors"] + tests["skipped"], high=0))
+    found.append(Target("whole check, s", report.get("wall_s"), high=WALL_TARGET_S))
+    applies = report["device"] == "cuda" and not report["quick"]
+    return [replace(target, applies=applies) for target in found]
+
+
+def _rows(report: dict[str, Any], batch: int) -> dict[str, dict[str, Any]]:
+    """The bench rows at one batch size, by variant name (empty where that bench did not run)."""
+    bench = report.get("bench", {}).get(str(batch))
+    return {row["name"]: row for row in bench["rows"]} if bench else {}
+
+
+def _speedup(rows: dict[str, dict[str, Any]], other: str, ios: str) -> float | None:
+    if other not in rows or ios not in rows:
+        return None
+    return round(rows[other]["median_ms"] / rows[ios]["median_ms"], 3)
+
+
+def _over_predicted(rows: dict[str, dict[str, Any]], name: str) -> float | None:
+    row = rows.get(name)
+    if row is None or not row.get("predicted_ms"):
+        return None
+    return round(row["median_ms"] / row["predicted_ms"], 3)
+
+
+def _check_figure(report: dict[str, Any], batch: int, figure: str) -> float | None:
+    search = report.get("searches", {}).get(f"{report['device']} bs{batch}")
+    return None if search is None else search.get(figure)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The whole report as Markdown."""
+    found = targets(report)
+    asked = [t for t in found if t.result in ("PASS", "MISS", "no figure")]
+    verdict = (f"{sum(t.result == 'PASS' for t in asked)} of {len(asked)} targets pass" if asked
+               else "no target applies")
+    failed = [s["name"] for s in report["steps"] if s["status"] != "ok"]
+    lines = [f"# ios-ray gpu_check: {report['kind']}", "",
+             f"{report['model']} at batches {', '.join(map(str, report['batches']))} on `{report['device']}`; "
+             f"{verdict}; steps {'all ok' if not failed else 'not ok: ' + ', '.join(failed)}; "
+             f"{report.get('wall_s', 0):.0f} s of {WALL_TARGET_S:.0f}.", "",
+             f"Started {report['started']}; command `{report['command']}`.", ""]
+    lines += _environment(report.get("environment"))
+    lines += ["## Targets", "", *_table(["what", "figure", "target", "result"],
+                                        [[t.what, _num(t.figure), t.goal, t.result] for t in found])]
+    lines += ["## Steps", "", *_table(["step", "status", "wall s", "time limit s", "note"],
+                                      [[s["name"], s["status"], f"{s['wall_s']:.1f}", f"{s['timeout_s']:.0f}",
+                                        s["note"]] for s in report["steps"]])]
+    lines += _searches(report.get("searches", {}))
+    for batch, bench in report.get("bench", {}).items():
+        lines += _bench(batch, bench)
+    lines += _calibration(report.get("calibration", {}))
+    lines += _profile(report.get("profile"))
+    return "\n".join(lines) + "\n"
+
+
+def _environment(env: dict[str, Any] | None) -> list[str]:
+    if env is None:
+        return ["## Device and software", "", "not recorded (the environment step did not finish)", ""]
+    rows = [["date (UTC)", env["date"]], ["host", env["host"]], ["Python", env["python"]],
+            ["packages", ", ".join(f"{k} {v}" for k, v in env["packages"].items() if v)],
+            ["CPU", f"{env['cpu']['model']}, {env['cpu']['cores']} cores, torch threads {env['cpu']['threads']}"]]
+    gpu = env.get("gpu")
+    if gpu:
+        rows += [["GPU", f"{gpu['model']} (compute capability {gpu['capability']}, {gpu['sm_count']} SMs, "
+                         f"{gpu['memory_gib']} GiB)"], ["driver", gpu["driver"]],
+                 ["torch / CUDA / cuDNN", f"{gpu['torch']} / {gpu['cuda']} / {gpu['cudnn']}"],
+                 ["TF32", f"cuDNN convolutions {gpu['tf32_conv']}, matmul {gpu['tf32_matmul']}"],
+                 ["nvidia-smi", gpu.get("nvidia_smi") or "-"], ["stage timing protocol", gpu["timing"]]]
+    return ["## Device and software", "", *_table(["", ""], rows)]
+
+
+def _searches(searches: dict[str, dict[str, Any]]) -> list[str]:
+    if not searches:
+        return []
+    header = ["search", "warmup / repeat", "stages in store", "uncaptured", "wall s", "DP predicted ms",
+              "seq predicted ms", "check DP / seq ms", "kept", "kept measured / predicted"]
+    rows = [[name, f"{s['warmup']} / {s['repeat']}", s["stages"], s["uncaptured"], f"{s['wall_s']:.1f}",
+             _num(s["dp_predicted_ms"]), _num(s["sequential_predicted_ms"]),
+             f"{_num(s['dp_ms'])} / {_num(s['sequential_ms'])}", s["kept"], _num(s["kept_over_predicted"])]
+            for name, s in searches.items()]
+    return ["## Searches", "", "Each on a fresh store; predictions are sums of stage latencies; the check runs the "
+            "DP's and the sequential schedule whole, as deployed, and keeps the faster.", "", *_table(header, rows)]
+
+
+def _bench(batch: str, bench: dict[str, Any]) -> list[str]:
+    header = ["variant", "median ms", "p10 ms", "p90 ms", "vs eager", "vs sequential as deployed", "predicted ms",
+              "max rel err"]
+    rows = [[r["name"], _num(r["median_ms"]), _num(r["p10_ms"]), _num(r["p90_ms"]), _num(r["speedup"]),
+             _num(r["speedup_vs_sequential"]), _num(r["predicted_ms"]), f"{r['error']:.1e}"] for r in bench["rows"]]
+    kept = bench["rows"][0].get("search_kept") if bench["rows"] else None
+    notes = [*bench.get("notes", []), *([f"the search kept the {kept} schedule"] if kept == "sequential" else [])]
+    return [f"## Bench, batch {batch}", "", *_table(header, rows), *(f"- {note}" for note in notes),
+            *([""] if notes else [])]
+
+
+def _calibration(calibration: dict[str, Any]) -> list[str]:
+    rows = []
+    for device, found in calibration.items():
+        for batch, entry in found["batches"].items():
+            copies = entry.get("copies")
+            spread = "-" if not copies or not copies["stages"] else " / ".join(
+                f"{copies['ms_sum'][k] / copies['stages']:.4f}" for k in copies["ms_sum"])
+            rows.append([f"{device} bs{batch}", f"{found['sample']} of {found['stages']}",
+                         f"{entry['fixed_s'] * 1e3:.2f}", f"{entry['per_replay_s'] * 1e3:.3f}", spread])
+    if not rows:
+        return []
+    return ["## Calibration", "", "Sampled planned stages measured through the profiler's backend with 4 and 12 "
+            "replays (calls on a CPU); on a GPU the last column is the mean ms per stage with 1 / 2 / 4 / 8 copies "
+            "per graph / uncaptured.", "",
+            *_table(["setting", "sample", "fixed ms per stage", "ms per replay", "ms per stage by copies"], rows)]
+
+
+def _profile(profile: dict[str, Any] | None) -> list[str]:
+    if not profile:
+        return []
+    rows = [[name, p["stages"], p["multi_group_stages"], _num(p["median_ms"]), _num(p["predicted_ms"]),
+             _num(p["kernels_per_forward"]), _num(p["kernel_ms_per_forward"])] for name, p in profile.items()]
+    return ["## Profile (batch 1, as deployed; tables in profile.txt)", "",
+            *_table(["schedule", "stages", "with several groups", "median ms", "predicted ms", "kernels / forward",
+                     "kernel ms / forward"], rows)]
+
+
+def _table(header: list[str], rows: Iterable[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)

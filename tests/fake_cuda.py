@@ -1,0 +1,174 @@
+"""A stand-in for the parts of ``torch.cuda`` that capture and timing code calls, so that their control flow runs
+on a machine without a GPU (the real thing runs in the tests marked ``gpu``).
+
+Work is simulated: a callable under test calls :meth:`FakeCuda.launch` with a device time in ms. Outside a
+capture that advances the fake device clock at once; during a capture it is added to the graph, and each replay
+advances the clock by the graph's work plus :data:`REPLAY_START_MS`. Events read the clock. A capture whose work
+raises fails the way torch's does: ``capture_end`` raises its own error and leaves the capture stream current.
+
+The stream capture rules that multi-stream work must follow are enforced: a side stream joins a capture by waiting
+on an event recorded on a stream in it; work launched during a capture on a stream outside it fails (on a GPU it
+would run eagerly, outside the graph); and the capture fails as CUDA's does where a side stream that joined is not
+joined back into the capture stream (an event recorded after its last work, waited on by the capture stream).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+from typing import Any, Iterator
+
+import pytest
+import torch
+
+#: The fake device's cost of starting one graph replay, in ms.
+REPLAY_START_MS = 0.004
+#: The error of a capture that ends with a side stream not joined back (CUDA's cudaErrorStreamCaptureUnjoined).
+UNJOINED = "CUDA error: the capture sequence contains a fork that was not joined to the primary stream"
+
+
+class FakeStream:
+    """A stream: whether it takes part in the capture underway, and how much work it has been given."""
+
+    def __init__(self) -> None:
+        self.device = torch.device("cuda", 0)
+        self.in_capture = False
+        self.launches = 0
+        self.joined_at: int | None = None  # its launches when the capture stream last waited on it
+
+    def wait_stream(self, other: "FakeStream") -> None:
+        """ios-ray calls this outside captures only; streams are ordered by the fake's single clock."""
+        assert not (self.in_capture or other.in_capture), "wait_stream during a capture"
+
+    def wait_event(self, event: "FakeEvent") -> None:
+        """Join the capture where the event was recorded in it; the capture stream waiting joins the event's
+        stream back."""
+        if event.in_capture:
+            self.in_capture = True
+            if event.cuda.origin is self:
+                event.stream.joined_at = event.launches
+
+
+class FakeEvent:
+    """An event that records the fake device clock, its stream and that stream's work so far."""
+
+    def __init__(self, cuda: "FakeCuda") -> None:
+        self.cuda = cuda
+        self.time_ms: float | None = None
+        self.stream: FakeStream | None = None
+        self.launches = 0
+        self.in_capture = False
+
+    def record(self, stream: FakeStream | None = None) -> None:
+        """Remember the clock and the stream's state."""
+        self.stream = stream or self.cuda.current
+        self.time_ms, self.launches, self.in_capture = self.cuda.clock_ms, self.stream.launches, self.stream.in_capture
+
+    def synchronize(self) -> None:
+        """Nothing runs asynchronously here."""
+
+    def elapsed_time(self, end: "FakeEvent") -> float:
+        """ms between two recorded events."""
+        assert self.time_ms is not None and end.time_ms is not None, "elapsed_time of an unrecorded event"
+        return end.time_ms - self.time_ms
+
+
+class FakeGraph:
+    """A captured graph: the work launched while it was being captured."""
+
+    def __init__(self, cuda: "FakeCuda") -> None:
+        self.cuda = cuda
+        self.work_ms = 0.0
+        self.captured = False
+        self.resets = 0
+        cuda.graphs.append(self)
+
+    def replay(self) -> None:
+        """Run the captured work on the fake device."""
+        assert self.captured, "replay of a graph that was never captured"
+        self.cuda.clock_ms += self.work_ms + REPLAY_START_MS
+        self.cuda.replays += 1
+
+    def reset(self) -> None:
+        """Drop the graph."""
+        self.captured = False
+        self.resets += 1
+
+
+class FakeCuda:
+    """The fake ``torch.cuda``: streams, events, graphs and a device clock; :meth:`install` patches torch."""
+
+    def __init__(self) -> None:
+        self.default = FakeStream()
+        self.current = self.default
+        self.clock_ms = 0.0
+        self.capturing: FakeGraph | None = None
+        self.origin: FakeStream | None = None
+        self.streams: list[FakeStream] = [self.default]
+        self.graphs: list[FakeGraph] = []
+        self.replays = 0
+
+    def launch(self, ms: float) -> None:
+        """Launch work of ``ms`` device time: into the graph being captured, else run it now."""
+        if self.capturing is not None:
+            assert self.current.in_capture, "work launched on a stream outside the capture would run eagerly"
+            self.current.launches += 1
+            self.capturing.work_ms += ms
+        else:
+            self.clock_ms += ms
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> "FakeCuda":
+        """Replace the torch.cuda names that ios-ray's capture and timing code use."""
+        fakes: dict[str, Any] = {
+            "Stream": self._new_stream,
+            "current_stream": lambda device=None: self.current,
+            "set_stream": self._set_stream,
+            "stream": self._stream,
+            "graph": self._graph,
+            "CUDAGraph": lambda: FakeGraph(self),
+            "Event": lambda enable_timing=False: FakeEvent(self),
+            "device": lambda device=None: nullcontext(),
+            "synchronize": lambda device=None: None,
+        }
+        for name, fake in fakes.items():
+            monkeypatch.setattr(torch.cuda, name, fake)
+        return self
+
+    def _new_stream(self, device: object = None, priority: int = 0) -> FakeStream:
+        stream = FakeStream()
+        self.streams.append(stream)
+        return stream
+
+    def _set_stream(self, stream: FakeStream) -> None:
+        self.current = stream
+
+    @contextmanager
+    def _stream(self, stream: FakeStream) -> Iterator[None]:
+        saved, self.current = self.current, stream
+        try:
+            yield
+        finally:
+            self.current = saved
+
+    @contextmanager
+    def _graph(self, graph: FakeGraph, stream: FakeStream, capture_error_mode: str = "global") -> Iterator[None]:
+        assert capture_error_mode == "thread_local" and stream is not self.default and self.capturing is None
+        if stream not in self.streams:
+            self.streams.append(stream)
+        saved, self.current, self.capturing, self.origin = self.current, stream, graph, stream
+        stream.in_capture = True
+        try:
+            yield
+            unjoined = [s for s in self.streams if s.in_capture and s is not stream and s.joined_at != s.launches]
+            if unjoined:
+                raise RuntimeError(UNJOINED)
+        except RuntimeError as exc:
+            self._end_capture()
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture") from exc
+        self._end_capture()
+        graph.captured = True
+        self.current = saved
+
+    def _end_capture(self) -> None:
+        self.capturing = self.origin = None
+        for stream in self.streams:
+            stream.in_capture, stream.launches, stream.joined_at = False, 0, None

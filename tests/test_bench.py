@@ -1,0 +1,45 @@
+"""The pieces of ``bench`` around the variants: speedups over eager and over the sequential baseline, and a
+compiler that fails becoming a note (the whole command on the CPU: tests/test_search_cli.py; on a GPU:
+tests/test_bench_cuda.py)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from ios_ray.app.bench import Variant, bench_rows, compiled_variants
+from ios_ray.ir import Graph
+from ios_ray.stage import StageKeys
+
+
+def sleeper(ms: float) -> Variant:
+    """A variant that takes about ``ms`` and returns its input doubled."""
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        time.sleep(ms / 1e3)
+        return x * 2
+
+    return Variant(f"{ms:g} ms", forward)
+
+
+def test_rows_give_speedups_over_eager_and_over_the_named_baseline(small_graph: Graph) -> None:
+    eager, baseline, fast = sleeper(30), sleeper(20), sleeper(10)
+    rows = bench_rows([eager, baseline, fast], torch.ones(2), StageKeys(small_graph), None, baseline="20 ms",
+                      warmup=0, rounds=3)
+    by_name = {row.name: row for row in rows}
+    assert by_name["30 ms"].speedup == 1.0 and by_name["20 ms"].speedup_vs_sequential == 1.0
+    assert by_name["10 ms"].speedup > by_name["10 ms"].speedup_vs_sequential > 1.2
+    assert all(row.error == 0.0 and row.predicted_ms is None for row in rows)
+    unnamed = bench_rows([eager, fast], torch.ones(2), StageKeys(small_graph), None, warmup=0, rounds=1)
+    assert [row.speedup_vs_sequential for row in unnamed] == [None, None]
+
+
+def test_a_compiler_that_fails_is_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found\nmore detail")
+
+    monkeypatch.setattr(torch, "compile", broken)
+    variants, notes = compiled_variants(torch.nn.Linear(2, 2), torch.ones(1, 2))
+    assert variants == [] and notes == ["torch.compile unavailable: InvalidCxxCompiler: No working C++ compiler found"]
+

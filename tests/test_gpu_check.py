@@ -1,0 +1,163 @@
+"""bench/gpu_check.py without a GPU: it refuses in one sentence, sizes searches and judges targets as documented, and
+its whole pipeline runs on the CPU with a small model and tiny repeats (``--device cpu --quick``), so that a crash in
+it shows up here rather than on the GPU host."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import bench.gpu_check as gpu_check_module
+from bench import gpu_steps
+from bench.gpu_check import SAFETY, Completed, choose_protocol, run_command
+from bench.gpu_report import Target, markdown, targets
+from ios_ray.cli import app
+from ios_ray.profiler.fingerprint import GPU_TIMING
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "bench" / "gpu_check.py"
+
+
+def gpu_check(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the script as a user would, from the repository root."""
+    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is there to check")
+def test_without_a_gpu_it_says_so_in_one_sentence(tmp_path: Path) -> None:
+    done = gpu_check("--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and done.stdout == ""
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"gpu_check: torch {torch.__version__} sees no CUDA GPU on this machine")
+    assert line.endswith(".") and line.count(". ") == 0
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_cpu_run_needs_quick(tmp_path: Path) -> None:
+    done = gpu_check("--out", str(tmp_path / "out"), "--device", "cpu")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "gpu_check: a run on the CPU only exercises the pipeline and validates nothing, so it needs --quick."]
+
+
+def test_a_search_gets_the_most_repeats_that_fit_its_budget() -> None:
+    # 1,000 stages at 5 ms fixed + 1 ms per replay: warmup 2 + repeat r replays take 1000 * (5 + 2 + r) ms
+    assert choose_protocol(1000, 0.005, 0.001, 1000 * 0.017 * SAFETY, 2, 3, 10) == (2, 10)
+    assert choose_protocol(1000, 0.005, 0.001, 1000 * 0.0125 * SAFETY, 2, 3, 10) == (2, 5)
+    assert choose_protocol(1000, 0.005, 0.001, 1.0, 2, 3, 10) == (2, 3)  # nothing fits: the least
+
+
+def test_a_command_past_its_time_limit_is_interrupted_and_keeps_its_output() -> None:
+    child = ("import os, sys, time; print(os.environ['PYTHONPATH'].split(os.pathsep)[0], flush=True)\n"
+             "try:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('stored', flush=True); sys.exit(3)")
+    done = run_command([sys.executable, "-c", child], 1.0, ROOT)
+    assert done.timed_out and done.returncode == 3 and 1.0 <= done.wall_s < 10
+    assert done.stdout.splitlines() == [str(ROOT), "stored"]  # this tree first; Ctrl-C lets the child finish
+
+
+def bench_rows(ios: float, seq: float, eager: float, compiled: float | None, predicted: float) -> dict:
+    rows = [{"name": "eager", "median_ms": eager, "predicted_ms": None},
+            {"name": "sequential + graph", "median_ms": seq, "predicted_ms": seq},
+            {"name": "IOS + graph", "median_ms": ios, "predicted_ms": predicted}]
+    if compiled is not None:
+        rows.append({"name": "torch.compile reduce-overhead", "median_ms": compiled, "predicted_ms": None})
+    return {"rows": rows, "notes": []}
+
+
+def test_targets_are_judged_from_the_figures_and_missing_ones_are_said_so() -> None:
+    report = {"device": "cuda", "quick": False, "batches": [1, 32], "wall_s": 400.0,
+              "tests": {"tests": 20, "failures": 0, "errors": 0, "skipped": 0},
+              "bench": {"1": bench_rows(ios=1.0, seq=1.3, eager=1.6, compiled=0.9, predicted=1.05)},
+              "searches": {"cuda bs1": {"kept_over_predicted": 1.2, "sequential_over_dp": 1.25}}}
+    found = {t.what: t for t in targets(report)}
+    results = {what: t.result for what, t in found.items()}
+    assert results["IOS + graph vs sequential + graph, batch 1"] == "PASS"  # 1.3 >= 1.2
+    assert results["IOS + graph vs eager, batch 1"] == "PASS"  # 1.6 >= 1.5
+    assert results["IOS + graph vs torch.compile reduce-overhead, batch 1"] == "MISS"  # 0.9 < 1.0
+    assert found["IOS + graph: measured / predicted, batch 1"].figure == pytest.approx(0.952)
+    assert results["IOS + graph: measured / predicted, batch 1"] == "PASS"
+    assert results["search's check, batch 1: kept schedule measured / predicted"] == "MISS"  # 1.2 > 1.1
+    assert results["IOS + graph vs sequential + graph, batch 32"] == "no figure"  # that bench did not run
+    assert results["GPU tests failed, errored or skipped"] == "PASS" and results["whole check, s"] == "PASS"
+    assert found["search's check, batch 1: sequential / DP schedule, both in a graph"].result == "-"
+    report["quick"] = True
+    assert {t.result for t in targets(report)} == {"n/a", "-"}
+
+
+def test_the_report_shows_the_gpu_and_the_copies_calibration(monkeypatch: pytest.MonkeyPatch) -> None:
+    props = SimpleNamespace(name="NVIDIA H100 80GB HBM3", major=9, minor=0, multi_processor_count=132,
+                            total_memory=80 << 30)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=0: props)
+    copies = {"stages": 2, "ms_sum": {"1": 0.4, "2": 0.3, "4": 0.25, "8": 0.2, "eager": 1.0}}
+    report = {"kind": "GPU validation", "device": "cuda", "model": "inception_v3", "batches": [1, 32], "quick": False,
+              "wall_s": 1.0, "started": "now", "command": "gpu_check", "steps": [], "tests": None, "searches": {},
+              "bench": {}, "profile": None, "environment": gpu_steps.environment("cuda"),
+              "calibration": {"cuda": {"sample": 24, "stages": 3711, "batches": {
+                  "1": {"fixed_s": 0.01, "per_replay_s": 0.0002, "copies": copies}}}}}
+    text = markdown(report)
+    assert "| GPU | NVIDIA H100 80GB HBM3 (compute capability 9.0, 132 SMs, 80.0 GiB) |" in text
+    assert f"| stage timing protocol | {GPU_TIMING} |" in text
+    assert "| cuda bs1 | 24 of 3711 | 10.00 | 0.200 | 0.2000 / 0.1500 / 0.1250 / 0.1000 / 0.5000 |" in text
+
+
+def test_a_target_reads_its_range() -> None:
+    assert Target("x", 1.0, 0.9, 1.1).goal == "0.9 to 1.1" and Target("x", 1.2, 0.9, 1.1).result == "MISS"
+    assert Target("x", 480.5, high=480).result == "MISS" and Target("x", None, 1.2).result == "no figure"
+
+
+def run_in_process(args: list[str], timeout_s: float, cwd: Path) -> Completed:
+    """gpu_check's commands run in this process instead of a child (the session's Ray, torch already imported):
+    ``python -m ios_ray``, ``python -m pytest`` and ``python bench/gpu_steps.py``, with their own arguments."""
+    assert args[0] == sys.executable and cwd == ROOT
+    stdout, stderr = io.StringIO(), io.StringIO()
+    started = time.monotonic()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        if args[1:3] == ["-m", "ios_ray"]:
+            result = CliRunner().invoke(app, args[3:], prog_name="ios-ray")
+            print(result.stdout, end="")
+            print(result.stderr, end="", file=sys.stderr)
+            code = result.exit_code
+        elif args[1:3] == ["-m", "pytest"]:
+            code = int(pytest.main(args[3:]))
+        else:
+            assert Path(args[1]) == ROOT / "bench" / "gpu_steps.py", args
+            code = gpu_steps.main(args[2:])
+    return Completed(code, stdout.getvalue(), stderr.getvalue(), time.monotonic() - started, False)
+
+
+def test_the_whole_pipeline_runs_on_the_cpu_with_tiny_repeats(
+    tmp_path: Path, ray_local: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gpu_check_module, "run_command", run_in_process)
+    out = tmp_path / "out"
+    code = gpu_check_module.main(["--out", str(out), "--work", str(tmp_path / "work"), "--device", "cpu", "--model",
+                                  "tests.api_model:build", "--quick"])
+    assert code == 0, (out / "log.txt").read_text()
+    assert sorted(p.name for p in out.iterdir()) == ["latency.duckdb", "log.txt", "profile.txt", "report.json",
+                                                     "report.md"]
+    report = json.loads((out / "report.json").read_text())
+    assert [s["status"] for s in report["steps"]] == ["ok"] * 10, report["steps"]
+    assert report["environment"]["cpu"]["cores"] >= 1 and "gpu" not in report["environment"]  # no GPU figure
+    assert set(report["searches"]) == {"cpu bs1", "cpu bs2", "host cpu bs1"}
+    for search in report["searches"].values():
+        assert search["stages"] > 0 and search["kept"] in ("dp", "sequential") and search["dp_ms"] > 0
+        assert (search["warmup"], search["repeat"]) == (0, 1)
+    for batch in ("1", "2"):
+        assert [row["name"] for row in report["bench"][batch]["rows"]] == ["eager", "sequential", "greedy", "IOS"]
+    assert set(report["profile"]) == {"DP schedule", "sequential schedule"}
+    assert {t["result"] for t in report["targets"]} <= {"n/a", "-"}
+    text = (out / "report.md").read_text()
+    assert "not a validation" in text and "no target applies" in text
+    assert text == markdown(report)
+    assert "== DP schedule" in (out / "profile.txt").read_text()

@@ -1,0 +1,191 @@
+"""Timing stages inside CUDA graphs, without a GPU: the control flow of capture, replay timing and the fall-back
+to uncaptured timing runs against a fake ``torch.cuda`` (tests/fake_cuda.py); the rows and fingerprints around it
+are real. The same code on a real GPU: tests/test_stage_capture_cuda.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from ios_ray.ir import Graph
+from ios_ray.profiler.fingerprint import CPU_TIMING, GPU_TIMING, cpu_info
+from ios_ray.profiler.jobs import MeasureJob, ModelSource, local_identity, make_row
+from ios_ray.profiler.protocol import DEFAULT_PROTOCOL, STAGE_COPIES, Timing
+from ios_ray.profiler.timing import time_stage
+from ios_ray.runtime.cuda_graph import CapturedForward, CaptureError, capture
+from ios_ray.runtime.graph_timing import graph_samples_ms
+from ios_ray.runtime.streams import StreamPool
+from ios_ray.stage import Stage, StageKeys
+from tests.fake_cuda import REPLAY_START_MS, UNJOINED, FakeCuda, FakeStream
+
+NOT_CAPTURABLE = "CUDA error: operation not permitted when stream is capturing"
+
+
+@pytest.fixture
+def cuda(monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
+    return FakeCuda().install(monkeypatch)
+
+
+def test_a_stage_is_timed_per_copy_from_replays_enqueued_behind_the_warm_up(cuda: FakeCuda) -> None:
+    calls: list[bool] = []
+
+    def stage() -> None:
+        calls.append(cuda.capturing is not None)
+        cuda.launch(0.5)
+
+    stream = FakeStream()
+    samples = graph_samples_ms(stage, stream, warmup=2, repeat=4, copies=8)
+    # one eager warm-up call, then 8 copies captured into one graph
+    assert calls == [False] + [True] * 8
+    assert cuda.replays == 2 + 4
+    assert samples == [pytest.approx(0.5 + REPLAY_START_MS / 8)] * 4  # the replay's start-up spread over 8 copies
+    [graph] = cuda.graphs
+    assert graph.resets == 1 and cuda.current is cuda.default  # the graph is released, the caller's stream back
+
+
+def test_a_parallel_stage_forks_its_side_streams_from_the_capture_stream_and_joins_them_back(cuda: FakeCuda) -> None:
+    ran_on: list[FakeStream] = []
+
+    def group(name: str):
+        def run(env: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            ran_on.append(torch.cuda.current_stream())
+            cuda.launch(0.1)
+            return {name: env["x"] + 1}
+        return run
+
+    fork = StreamPool(torch.device("cuda", 0)).fork(3)
+    capture_stream = FakeStream()
+    outputs: list[dict[str, torch.Tensor]] = []
+    samples = graph_samples_ms(lambda: outputs.append(fork.run([group(n) for n in "abc"], {"x": torch.zeros(1)})),
+                               capture_stream, warmup=1, repeat=2, copies=STAGE_COPIES)
+    # each group on its own side stream, in the eager warm-up and in every captured copy, all inside the graph
+    assert len(set(fork.streams)) == 3 and capture_stream not in fork.streams
+    assert ran_on == list(fork.streams) * (1 + STAGE_COPIES)
+    assert samples == [pytest.approx(0.3 + REPLAY_START_MS / STAGE_COPIES)] * 2
+    assert sorted(outputs[-1]) == ["a", "b", "c"] and cuda.current is cuda.default
+
+
+def test_the_fake_holds_side_streams_to_the_capture_rules(cuda: FakeCuda) -> None:
+    """What makes the test above mean something: a fork not joined back, or work on a stream outside the capture,
+    fails here as it would on a GPU."""
+    side, fork = torch.cuda.Stream(), torch.cuda.Event()
+
+    def unjoined() -> None:
+        fork.record()
+        side.wait_event(fork)
+        with torch.cuda.stream(side):
+            cuda.launch(0.1)
+
+    with pytest.raises(CaptureError, match=f"^{UNJOINED}$"):
+        capture(unjoined, FakeStream())
+    assert cuda.current is cuda.default
+
+    def escaped() -> None:
+        with torch.cuda.stream(torch.cuda.Stream()):
+            cuda.launch(0.1)
+
+    with pytest.raises(AssertionError, match="outside the capture"):
+        capture(escaped, FakeStream())
+
+
+def test_a_failed_capture_names_the_op_and_restores_the_callers_stream(cuda: FakeCuda) -> None:
+    def stage() -> None:
+        if cuda.capturing is not None:
+            raise RuntimeError(NOT_CAPTURABLE + "\nCUDA kernel errors might be asynchronously reported")
+        cuda.launch(0.5)
+
+    with pytest.raises(CaptureError, match=f"^{NOT_CAPTURABLE}$"):
+        graph_samples_ms(stage, FakeStream(), warmup=1, repeat=3, copies=STAGE_COPIES)
+    assert cuda.current is cuda.default and cuda.replays == 0
+    assert cuda.graphs[0].resets == 1
+
+
+def test_running_out_of_memory_in_a_capture_is_not_a_capture_failure(cuda: FakeCuda) -> None:
+    def stage() -> None:
+        if cuda.capturing is not None:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        capture(stage, FakeStream())
+    assert cuda.current is cuda.default
+
+
+def test_bad_counts_are_refused_before_anything_runs(cuda: FakeCuda) -> None:
+    for warmup, repeat, copies in ((0, 0, 8), (-1, 3, 8), (1, 3, 0)):
+        with pytest.raises(ValueError):
+            graph_samples_ms(lambda: cuda.launch(1.0), FakeStream(), warmup, repeat, copies)
+    assert cuda.clock_ms == 0.0 and not cuda.graphs
+
+
+def test_time_stage_on_a_gpu_captures_with_the_graph_protocol(cuda: FakeCuda) -> None:
+    timing = time_stage(lambda: cuda.launch(0.25), "cuda", stream=FakeStream())
+    warmup, repeat = DEFAULT_PROTOCOL["graph"]
+    assert (timing.warmup, timing.repeat, timing.samples, timing.uncaptured) == (warmup, repeat, repeat, None)
+    assert timing.median_ms == pytest.approx(0.25 + REPLAY_START_MS / STAGE_COPIES)
+    assert cuda.replays == warmup + repeat
+
+
+def test_time_stage_times_an_uncapturable_stage_call_by_call_and_says_why(cuda: FakeCuda) -> None:
+    def stage() -> None:
+        if cuda.capturing is not None:
+            raise RuntimeError(NOT_CAPTURABLE)
+        cuda.launch(0.25)
+
+    timing = time_stage(stage, "cuda", warmup=1, repeat=5, stream=FakeStream())
+    assert timing.uncaptured == NOT_CAPTURABLE
+    assert (timing.warmup, timing.repeat) == (1, 5) and cuda.replays == 0
+    assert timing.median_ms == pytest.approx(0.25)  # events around each eager call
+
+
+def test_time_stage_on_a_cpu_is_call_by_call_and_primed() -> None:
+    order: list[str] = []
+    timing = time_stage(lambda: order.append("stage"), "cpu", warmup=1, repeat=2, before=lambda: order.append("primer"))
+    assert order == ["primer", "stage"] * 3 and timing.uncaptured is None and timing.repeat == 2
+
+
+def test_an_uncaptured_row_says_so_and_keeps_the_devices_fingerprint(small_graph: Graph) -> None:
+    stage = Stage("concurrent", (("b1",),))
+    keys = StageKeys(small_graph)
+    job = MeasureJob(keys.key(stage), stage, keys.describe_json(stage), small_graph,
+                     ModelSource(small_graph.name, small_graph.input_shape), 1)
+    identity = local_identity("cuda", "f" * 24, {"kind": "gpu", "timing": GPU_TIMING}, "measured")
+    captured = make_row(job, Timing.of_samples([1.0, 2.0], warmup=1), identity)
+    uncaptured = make_row(job, Timing.of_samples([1.0, 2.0], warmup=1, uncaptured=NOT_CAPTURABLE), identity)
+    assert json.loads(captured["device_info"]) == {"kind": "gpu", "timing": GPU_TIMING}
+    assert json.loads(uncaptured["device_info"]) == {"kind": "gpu", "timing": GPU_TIMING, "uncaptured": NOT_CAPTURABLE}
+    assert captured["device_fingerprint"] == uncaptured["device_fingerprint"] == identity.fingerprint
+
+
+def test_fingerprints_name_their_timing_protocol() -> None:
+    assert GPU_TIMING == f"graph-x{STAGE_COPIES}-1"
+    assert cpu_info()["timing"] == CPU_TIMING != GPU_TIMING
+
+
+def test_a_forward_that_cannot_be_captured_runs_uncaptured_with_one_warning(cuda: FakeCuda) -> None:
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        if cuda.capturing is not None:
+            raise RuntimeError(NOT_CAPTURABLE)
+        return x + 1
+
+    captured = CapturedForward(forward, torch.device("cuda", 0))
+    with pytest.warns(UserWarning, match="cannot be captured into a CUDA graph"):
+        assert torch.equal(captured(torch.zeros(2)), torch.ones(2))
+    assert torch.equal(captured(torch.ones(2)), torch.full((2,), 2.0))  # no second capture, no second warning
+    assert len(cuda.graphs) == 1 and captured.captured_shapes == () and cuda.current is cuda.default
+
+
+def test_a_captured_forward_replays_from_its_static_input(cuda: FakeCuda) -> None:
+    forward_calls: list[bool] = []
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        forward_calls.append(cuda.capturing is not None)
+        cuda.launch(1.0)
+        return x * 2
+
+    captured = CapturedForward(forward, torch.device("cuda", 0), warmup=2)
+    first = captured(torch.ones(3))
+    captured(torch.ones(3))
+    assert forward_calls == [False, False, True] and cuda.replays == 2
+    assert captured.captured_shapes == (((3,), torch.float32),) and torch.equal(first, torch.full((3,), 2.0))

@@ -1,0 +1,101 @@
+"""Stage timing inside CUDA graphs on a real GPU: every kind of stage captures, timings are device time (not launch
+time), graph memory is released after each stage, an uncapturable stage is timed uncaptured and says so, and the
+real backend's rows and fingerprint name the protocol. Skipped without CUDA; the control flow is also tested
+without a GPU in tests/test_stage_capture.py.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+import torch
+
+from ios_ray.devices import parse_device
+from ios_ray.frontend import import_model, import_module
+from ios_ray.profiler.fingerprint import GPU_TIMING
+from ios_ray.profiler.jobs import MeasureJob, ModelSource
+from ios_ray.profiler.real import RealBackend, random_inputs
+from ios_ray.profiler.timing import time_stage
+from ios_ray.runtime import Program, compile_stage, make_lanes
+from ios_ray.runtime.graph_timing import graph_samples_ms
+from ios_ray.runtime.stages import InlineStage, MergeStage, ParallelStage
+from ios_ray.runtime.timing import samples_ms
+from ios_ray.stage import Stage, StageKeys
+from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+CUDA = torch.device("cuda", 0)
+
+
+@pytest.fixture(scope="module")
+def program() -> Program:
+    return Program.from_imported(import_module(tiny(), torch.randn(1, *Tiny.input_shape)), CUDA)
+
+
+@pytest.fixture(scope="module")
+def stages(program: Program) -> dict[str, tuple[Stage, object]]:
+    """One compiled stage of each kind (inline, parallel on side streams, merge), with random inputs at batch 1."""
+    lanes = make_lanes(CUDA)
+    found: dict[str, tuple[Stage, object]] = {}
+    kinds = {InlineStage: "inline", ParallelStage: "parallel", MergeStage: "merge"}
+    for stage in make_schedule(program.graph, BUILDERS["ios_like"], 1).stages:
+        compiled = compile_stage(program, stage, CUDA, lanes)
+        env = random_inputs(program.graph, stage, 1, torch.float32, CUDA)
+        found.setdefault(kinds[type(compiled)], (stage, lambda compiled=compiled, env=env: compiled(env)))
+    assert set(found) == {"inline", "parallel", "merge"}
+    return found
+
+
+@pytest.mark.parametrize("kind", ["inline", "parallel", "merge"])
+def test_every_kind_of_stage_is_captured_and_timed(stages: dict, kind: str) -> None:
+    _, run = stages[kind]
+    timing = time_stage(run, CUDA, warmup=2, repeat=5, stream=torch.cuda.Stream(CUDA))
+    assert timing.uncaptured is None and timing.samples == 5
+    assert 0 < timing.p10_ms <= timing.median_ms <= timing.p90_ms < 50
+
+
+def test_captured_timing_leaves_out_the_hosts_launches(stages: dict) -> None:
+    _, run = stages["parallel"]
+    captured = statistics.median(graph_samples_ms(run, torch.cuda.Stream(CUDA), 3, 20, 8))
+    eager = statistics.median(samples_ms(run, CUDA, 3, 20))
+    assert captured < eager  # tiny kernels at batch 1: eager timing is mostly the host launching them
+
+
+def test_graph_memory_is_released_after_each_stage(stages: dict) -> None:
+    _, run = stages["merge"]
+    stream = torch.cuda.Stream(CUDA)
+    graph_samples_ms(run, stream, 1, 2, 8)
+    torch.cuda.synchronize()
+    allocated, reserved = torch.cuda.memory_allocated(CUDA), torch.cuda.memory_reserved(CUDA)
+    for _ in range(10):
+        graph_samples_ms(run, stream, 1, 2, 8)
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated(CUDA) == allocated
+    assert torch.cuda.memory_reserved(CUDA) <= reserved + (2 << 20)
+
+
+def test_an_uncapturable_stage_is_timed_uncaptured_and_capture_works_after_it(stages: dict) -> None:
+    x = torch.randn(64, device=CUDA)
+    stream = torch.cuda.Stream(CUDA)
+    caller = torch.cuda.current_stream(CUDA)
+    timing = time_stage(lambda: x.sum().item(), CUDA, warmup=1, repeat=3, stream=stream)
+    assert timing.uncaptured and timing.samples == 3 and timing.median_ms > 0
+    assert torch.cuda.current_stream(CUDA) == caller
+    _, run = stages["inline"]
+    assert time_stage(run, CUDA, warmup=1, repeat=3, stream=stream).uncaptured is None
+
+
+def test_the_real_backend_times_gpu_stages_in_graphs_and_names_the_protocol() -> None:
+    graph = import_model("squeezenet").graph
+    stage = Stage("concurrent", (("fire2.expand1x1",), ("fire2.expand3x3",)))  # two groups on side streams
+    keys = StageKeys(graph)
+    backend = RealBackend(parse_device("cuda"), warmup=1, repeat=4)
+    assert backend.start().info["timing"] == GPU_TIMING
+    row = backend.measure(MeasureJob(keys.key(stage), stage, keys.describe_json(stage), graph,
+                                     ModelSource.of_spec("squeezenet"), 2))
+    assert row["samples"] == row["repeat"] == 4 and row["warmup"] == 1 and row["median_ms"] > 0
+    assert json.loads(row["device_info"])["timing"] == GPU_TIMING
+    assert "uncaptured" not in json.loads(row["device_info"])
