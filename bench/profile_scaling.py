@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ios_ray.frontend import import_model
-from ios_ray.profiler import DevicePool, MeasureJob
+from ios_ray.profiler import DevicePool, MeasureJob, ModelSource
 from ios_ray.scheduler.plan import plan_graph
 from ios_ray.scheduler.space import SearchParams
 
@@ -34,7 +34,7 @@ def planned_jobs() -> list[MeasureJob]:
     graph = import_model(MODEL).graph
     plan = plan_graph(graph, SearchParams(r=3, s=8))
     chosen = [plan.stages[key] for key in sorted(plan.stages)[:STAGES]]
-    return [MeasureJob(p.key, p.stage, p.description, graph, MODEL, BATCH) for p in chosen]
+    return [MeasureJob(p.key, p.stage, p.description, graph, ModelSource.of_spec(MODEL), BATCH) for p in chosen]
 
 
 def stages_per_second(jobs: list[MeasureJob], actors: int) -> float:

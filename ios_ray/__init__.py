@@ -1,1 +1,33 @@
-"""ios-ray: the IOS inter-operator scheduler, measured through Ray."""
+"""ios-ray: the IOS inter-operator scheduler, measured through Ray.
+
+::
+
+    import ios_ray
+
+    result = ios_ray.search(model, devices=["cpu"], batches=[1, 8])    # find and check the schedules
+    fast = result.deploy(model)                                        # run them: a ScheduledModule
+    fast = ios_ray.optimize(model, example_input)                      # both in one call, on this machine
+
+The API loads on first use, so importing a part of the package (``ios_ray.runtime`` to deploy, say) does not load
+Ray or DuckDB.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_API = ("search", "optimize", "SearchResult")
+
+if TYPE_CHECKING:
+    from ios_ray.app.api import SearchResult, optimize, search
+
+
+def __getattr__(name: str) -> Any:
+    """Load the API (``ios_ray.app.api``) when one of its names is first asked for."""
+    if name not in _API:
+        raise AttributeError(f"module 'ios_ray' has no attribute {name!r}")
+    return getattr(importlib.import_module("ios_ray.app.api"), name)
+
+
+__all__ = ["search", "optimize", "SearchResult"]

@@ -15,6 +15,8 @@ the runtime binds it to.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -57,11 +59,13 @@ def import_module(module: nn.Module, example_input: torch.Tensor, name: str | No
     module = module.eval()
     name = name or type(module).__name__
     gm = trace(module)
-    with torch.no_grad():
+    with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):  # ShapeProp prints a traceback on failure
         try:
             ShapeProp(gm).propagate(example_input)
         except Exception as exc:  # noqa: BLE001 - any failure of the user's forward is reported in one line
-            raise UserError(f"running {name} on an input of shape {tuple(example_input.shape)} failed: {exc}") from None
+            cause = exc.__cause__ or exc  # ShapeProp wraps the model's own error
+            raise UserError(f"running {name} on an input of shape {tuple(example_input.shape)} failed: "
+                            f"{type(cause).__name__}: {first_line(cause)}") from cause
     return _Importer(gm, name, tuple(example_input.shape[1:])).run()
 
 
@@ -103,7 +107,7 @@ def trace(module: nn.Module) -> fx.GraphModule:
     except Exception as exc:  # noqa: BLE001 - fx raises many kinds; all become one sentence
         where = f"submodule {tracer.failed_in!r} ({type(module.get_submodule(tracer.failed_in)).__name__})" \
             if tracer.failed_in else f"module {type(module).__name__}"
-        raise UserError(f"torch.fx cannot trace {where}: {first_line(exc)}") from None
+        raise UserError(f"torch.fx cannot trace {where}: {first_line(exc)}") from exc
     return fx.GraphModule(tracer.root, graph)
 
 

@@ -1,4 +1,4 @@
-"""Resolving ``--model``: a zoo name or ``package.module:factory`` for any fx-traceable nn.Module."""
+"""Resolving a model spec: a zoo name or ``package.module:factory`` for any fx-traceable nn.Module."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Callable
 
 from torch import nn
 
-from ios_ray.errors import UserError
+from ios_ray.errors import UserError, first_line
 
 DEFAULT_INPUT_SHAPE = (3, 224, 224)
 
@@ -35,7 +35,10 @@ def resolve_model(spec: str) -> ModelSpec:
     try:
         factory = getattr(importlib.import_module(module_name), factory_name)
     except (ImportError, AttributeError) as exc:
-        raise UserError(f"cannot load model factory {spec!r}: {exc}.") from None
+        raise UserError(f"cannot load model factory {spec!r}: {exc}.") from exc
+    except Exception as exc:  # noqa: BLE001 - the user's module failed while being imported
+        raise UserError(f"importing the module of model {spec!r} failed: {type(exc).__name__}: {first_line(exc)}.") \
+            from exc
     if not callable(factory):
         raise UserError(f"{spec!r} is not a callable factory of an nn.Module.")
     shape = tuple(getattr(factory, "input_shape", DEFAULT_INPUT_SHAPE))
@@ -43,8 +46,12 @@ def resolve_model(spec: str) -> ModelSpec:
 
 
 def _checked(factory: Callable[[], object], spec: str) -> Callable[[], nn.Module]:
+    """The factory, with whatever it raises or returns other than an nn.Module turned into one sentence."""
     def build() -> nn.Module:
-        module = factory()
+        try:
+            module = factory()
+        except Exception as exc:  # noqa: BLE001 - any failure of the user's factory is reported in one line
+            raise UserError(f"building model {spec!r} failed: {type(exc).__name__}: {first_line(exc)}.") from exc
         if not isinstance(module, nn.Module):
             raise UserError(f"{spec!r} returned a {type(module).__name__}, not an nn.Module.")
         return module

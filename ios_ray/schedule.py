@@ -18,6 +18,9 @@ from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.stage import Stage
 
+#: The largest batch size a schedule (and a stored measurement) can be made for: the store keeps it in 32 bits.
+MAX_BATCH = 2**31 - 1
+
 SCHEDULE_FORMAT = "ios-ray-schedule"
 SCHEDULE_VERSION = 1
 
@@ -174,7 +177,7 @@ def save_schedule(schedule: Schedule, path: Path) -> None:
         tmp.write_text(json.dumps(schedule.to_json(), indent=1))
         tmp.replace(path)
     except OSError as exc:
-        raise UserError(f"cannot write the schedule {path} ({exc.strerror or exc}); pass another --out.") from None
+        raise UserError(f"cannot write the schedule {path} ({exc.strerror or exc}); pass another out folder.") from None
 
 
 def read_schedule(path: Path) -> Schedule:

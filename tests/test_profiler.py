@@ -16,7 +16,7 @@ from ios_ray.devices import parse_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
-from ios_ray.profiler import ROW_COLUMNS, CheckJob, DevicePool, MeasureJob
+from ios_ray.profiler import ROW_COLUMNS, CheckJob, DevicePool, MeasureJob, ModelSource
 from ios_ray.profiler.protocol import DEFAULT_PROTOCOL, Timing
 from ios_ray.profiler.real import RealBackend, random_inputs
 from ios_ray.profiler.timing import time_callable
@@ -25,8 +25,14 @@ from ios_ray.scheduler import greedy_stages, sequential_stages
 from ios_ray.stage import Stage, StageKeys
 from ios_ray.store.schema import STORE_SCHEMA, conform, rows_to_table
 
-def jobs_for(graph: Graph, batches: tuple[int, ...] = (1, 8), model: str = "test") -> list[MeasureJob]:
-    """Every single-unit stage, the heads as one concurrent stage, and a chain, at each batch size."""
+#: The zoo's SqueezeNet, as actors build it.
+SQUEEZENET = ModelSource.of_spec("squeezenet")
+
+
+def jobs_for(graph: Graph, batches: tuple[int, ...] = (1, 8)) -> list[MeasureJob]:
+    """Every single-unit stage, the heads as one concurrent stage, and a chain, at each batch size (no model code:
+    for sim devices)."""
+    model = ModelSource(graph.name, graph.input_shape)
     keys = StageKeys(graph)
     stages = [Stage("concurrent", ((u.id,),)) for u in graph.units]
     stages += [Stage("concurrent", (("b1",), ("b7a",), ("bda",), ("bp",))), Stage("concurrent", (("b7a", "b7b"),))]
@@ -71,7 +77,7 @@ def test_real_backend_measures_a_cpu_stage() -> None:
     keys = StageKeys(graph)
     backend = RealBackend(parse_device("cpu"), warmup=1, repeat=3)
     identity = backend.start()
-    row = backend.measure(MeasureJob(keys.key(stage), stage, keys.describe_json(stage), graph, "squeezenet", 2))
+    row = backend.measure(MeasureJob(keys.key(stage), stage, keys.describe_json(stage), graph, SQUEEZENET, 2))
     assert tuple(row) == ROW_COLUMNS
     assert row["source"] == "measured" and row["device_fingerprint"] == identity.fingerprint
     assert 0 < row["p10_ms"] <= row["median_ms"] <= row["p90_ms"] and row["samples"] == 3
@@ -88,19 +94,19 @@ def whole_schedules(graph: Graph, model: str) -> tuple[Schedule, Schedule]:
 def test_real_backend_times_whole_schedules() -> None:
     graph = import_model("squeezenet").graph
     backend = RealBackend(parse_device("cpu"))
-    medians = backend.time_schedules(CheckJob("squeezenet", graph, whole_schedules(graph, "squeezenet"), 2, rounds=3))
+    medians = backend.time_schedules(CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), 2, rounds=3))
     assert len(medians) == 2 and all(m > 0 for m in medians)
     # The same forward pass either way: greedy's threads may cost or gain, but not an order of magnitude.
     assert 0.2 < medians[1] / medians[0] < 5
 
     other = import_model("inception_v3").graph
     with pytest.raises(UserError, match="another graph"):
-        backend.time_schedules(CheckJob("squeezenet", graph, whole_schedules(other, "squeezenet"), 2, rounds=1))
+        backend.time_schedules(CheckJob(SQUEEZENET, graph, whole_schedules(other, "squeezenet"), 2, rounds=1))
 
 
 def test_pool_times_schedules_where_the_device_is_real(ray_local: None) -> None:
     graph = import_model("squeezenet").graph
-    job = CheckJob("squeezenet", graph, whole_schedules(graph, "squeezenet"), 1, rounds=2)
+    job = CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), 1, rounds=2)
     with DevicePool.start(["cpu", "sim:v100"], warmup=0, repeat=1) as pool:
         medians = pool.time_schedules("cpu", job)
         assert len(medians) == 2 and all(m > 0 for m in medians)
@@ -143,7 +149,7 @@ def test_cpu_pool_measures_for_real(ray_local: None) -> None:
     graph = import_model("squeezenet").graph
     keys = StageKeys(graph)
     stages = [Stage("concurrent", ((u,),)) for u in graph.blocks[1].units]
-    jobs = [MeasureJob(keys.key(s), s, keys.describe_json(s), graph, "squeezenet", 1) for s in stages]
+    jobs = [MeasureJob(keys.key(s), s, keys.describe_json(s), graph, SQUEEZENET, 1) for s in stages]
     rows: list[dict[str, Any]] = []
     with DevicePool.start(["cpu"], warmup=1, repeat=2) as pool:
         assert pool.identities()["cpu"].info["threads"] == ray.cluster_resources()["CPU"]

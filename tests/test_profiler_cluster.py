@@ -14,7 +14,7 @@ from ray.cluster_utils import Cluster
 from ios_ray.devices import parse_device
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
-from ios_ray.profiler import DevicePool, MeasureJob
+from ios_ray.profiler import DevicePool, MeasureJob, ModelSource
 from ios_ray.profiler.cluster import Node, check_offered, offered_labels, plan, plan_all
 from ios_ray.stage import Stage, StageKeys
 
@@ -75,7 +75,7 @@ def plan_jobs(graph: Graph) -> list[MeasureJob]:
     keys = StageKeys(graph)
     stages = [Stage("concurrent", ((u.id,),)) for u in graph.units[:-1]]
     stages += [Stage("concurrent", (("b1",), ("b7a",), ("bda",), ("bp",))), Stage("merge", (("b1",), ("bp",)))]
-    return [MeasureJob(keys.key(s), s, keys.describe_json(s), graph, "test", b) for s in stages for b in (1, 4, 16, 64)]
+    return [MeasureJob(keys.key(s), s, keys.describe_json(s), graph, ModelSource(graph.name, graph.input_shape), b) for s in stages for b in (1, 4, 16, 64)]
 
 
 def test_cluster_survives_a_killed_actor(ray_cluster: Cluster, small_graph: Graph) -> None:

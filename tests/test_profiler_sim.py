@@ -11,7 +11,7 @@ from ios_ray.devices import parse_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_model
 from ios_ray.ir import GRAPH_INPUT, Graph, Value
-from ios_ray.profiler.jobs import ROW_COLUMNS, MeasureJob
+from ios_ray.profiler.jobs import ROW_COLUMNS, MeasureJob, ModelSource
 from ios_ray.profiler.sim import SHEETS, stage_kernels, stage_latency_ms
 from ios_ray.profiler.simulated import STAGE_OVERHEAD_S, SimBackend
 from ios_ray.scheduler.baselines import sequential
@@ -160,7 +160,7 @@ def test_sim_backend_rows_are_simulated_and_take_device_time(graph: Graph) -> No
     identity = backend.start()
     stage = one_stage(*([u] for u in HEADS))
     keys = StageKeys(graph)
-    job = MeasureJob(keys.key(stage), stage, keys.describe_json(stage), graph, "test", 32)
+    job = MeasureJob(keys.key(stage), stage, keys.describe_json(stage), graph, ModelSource(graph.name, graph.input_shape), 32)
     start = time.perf_counter()
     row = backend.measure(job)
     elapsed = time.perf_counter() - start

@@ -102,6 +102,9 @@ def filled_store(tmp_path_factory: pytest.TempPathFactory) -> FilledStore:
 BAD_SEARCHES = {
     "unknown model": ["--model", "no_such_net", "--devices", "sim:v100"],
     "unknown model factory": ["--model", "no_such_package.nets:build", "--devices", "sim:v100"],
+    "factory that raises": ["--model", "json:loads", "--devices", "sim:v100"],
+    "bad input shape": ["--model", "squeezenet", "--devices", "sim:v100", "--input-shape", "3x0x9"],
+    "forward fails on the input shape": ["--model", "squeezenet", "--devices", "sim:v100", "--input-shape", "3x64"],
     "unknown device": ["--model", "squeezenet", "--devices", "sim:v100,tpu9"],
     "batch 0": ["--model", "squeezenet", "--devices", "sim:v100", "--batches", "0"],
     "negative batch": ["--model", "squeezenet", "--devices", "sim:v100", "--batches", "-3"],
@@ -165,6 +168,15 @@ def test_bad_search_edge_cases(args: list[str], filled_store: FilledStore, tmp_p
     """Bad input found by these tests once (an address checked only when measuring, --out a file, a stage failing
     inside an actor): one clear line, the store untouched."""
     check_fails_cleanly(args, filled_store, tmp_path)
+
+
+def test_debug_shows_the_traceback_behind_the_sentence(tmp_path: Path) -> None:
+    plain = ios_ray("search", "--model", "json:loads", "--devices", "sim:v100", cwd=tmp_path)
+    debug = ios_ray("--debug", "search", "--model", "json:loads", "--devices", "sim:v100", cwd=tmp_path)
+    sentence = "error: building model 'json:loads' failed: TypeError: loads() missing 1 required positional argument"
+    assert plain.returncode == debug.returncode == 1
+    assert plain.stderr.startswith(sentence) and "Traceback" not in plain.stderr
+    assert "Traceback (most recent call last)" in debug.stderr and sentence in debug.stderr
 
 
 @pytest.mark.slow

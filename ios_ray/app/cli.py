@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Optional
 import typer
 from rich.table import Table
 
-from ios_ray.app.cli_util import at_least_one, make_console, parse_batches, parse_list, store_lookup, user_errors
+from ios_ray.app.cli_util import (at_least_one, debug_option, make_console, parse_batches, parse_input_shape,
+                                  parse_list, store_lookup, user_errors)
 from ios_ray.errors import UserError
 from ios_ray.store import DEFAULT_STORE_PATH
 
@@ -27,8 +28,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = make_console()
+app.callback()(debug_option)
 
 MODEL_HELP = "zoo name (see `ios-ray models`) or package.module:factory"
+INPUT_SHAPE_HELP = "per-sample input shape CxHxW, e.g. 3x299x299 (default: the model's own)"
 STORE_HELP = "latency store file (DuckDB)"
 DEFAULT_OUT = Path("schedules")
 
@@ -101,27 +104,20 @@ def search(
     repeat: Optional[int] = typer.Option(None, "--repeat", help="timed runs per stage (default: cpu 10, gpu 30)"),
     check_rounds: int = typer.Option(10, "--check-rounds", help="rounds of the end-to-end check that times the IOS "
                                      "and sequential schedules whole and keeps the faster (0: no check)"),
+    input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
 ) -> None:
     """Find the fastest schedule of a model for every device and batch size, measuring only what is new."""
+    from ios_ray.app.api import search as run
     from ios_ray.app.progress import RichSearchProgress
-    from ios_ray.scheduler import SearchParams
-    from ios_ray.app.job import SearchRequest, run_search
 
-    request = SearchRequest(
-        model=model, devices=tuple(dict.fromkeys(parse_list(devices, "--devices"))),
-        batches=tuple(dict.fromkeys(parse_batches(batches))), store=store, out=out,
-        params=SearchParams(r=r, s=s, strategies=strategy.strategies), address=address, sim_actors=sim_actors,
-        warmup=warmup, repeat=repeat, check_rounds=check_rounds,
-    )
-    at_least_one(**{"sim-actors": sim_actors, "repeat": 1 if repeat is None else repeat})
-    for name, value in (("--warmup", warmup), ("--check-rounds", check_rounds)):
-        if value is not None and value < 0:
-            raise UserError(f"{name} must be at least 0, not {value}.")
     with RichSearchProgress(console) as progress:
-        outcomes = run_search(request, progress)
+        result = run(model, parse_list(devices, "--devices"), parse_batches(batches), store=store, out=out,
+                     input_shape=parse_input_shape(input_shape), r=r, s=s, strategies=strategy.strategies,
+                     address=address, sim_actors=sim_actors, warmup=warmup, repeat=repeat, check_rounds=check_rounds,
+                     progress=progress)
     table = Table("device", "batch", "IOS ms", "seq ms", "speedup", "measured", "cached", "wall s", "source",
                   "end to end IOS / seq ms", "kept", title=f"ios-ray search: {model} (predicted: sums of stages)")
-    for o in outcomes:
+    for o in result:
         check = o.end_to_end
         table.add_row(o.device, str(o.batch), f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x",
                       str(o.measured), str(o.cached), f"{o.wall_s:.1f}", o.source,
@@ -129,7 +125,7 @@ def search(
                       "IOS" if check is None or check.kept == "dp" else "sequential")
     console.print(table)
     console.print(f"schedules written under {out}/")
-    if any(o.end_to_end is not None and o.end_to_end.kept == "sequential" for o in outcomes):
+    if any(o.end_to_end is not None and o.end_to_end.kept == "sequential" for o in result):
         console.print("kept sequential: the IOS schedule ran slower end to end than the sequential one there")
 
 

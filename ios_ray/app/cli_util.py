@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
@@ -11,24 +12,35 @@ import typer
 from rich.console import Console
 
 from ios_ray.errors import UserError
+from ios_ray.schedule import MAX_BATCH
 
 if TYPE_CHECKING:
     from ios_ray.app.evaluation import Lookup
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: The largest batch size a measurement can be stored under (the store's batch column is a 32-bit integer).
-MAX_BATCH = 2**31 - 1
+
+#: Whether errors show their traceback (``ios-ray --debug ...``).
+_show_tracebacks = False
+
+
+def debug_option(debug: bool = typer.Option(False, "--debug", help="show the traceback behind an error")) -> None:
+    """Options of every command (the typer callback of the ``ios-ray`` app)."""
+    global _show_tracebacks
+    _show_tracebacks = debug
 
 
 def user_errors(command: F) -> F:
-    """Decorate a CLI command: UserError prints one line on stderr and exits 1; Ctrl-C exits 130."""
+    """Decorate a CLI command: UserError prints one line on stderr (with ``--debug`` also the traceback of what
+    caused it) and exits 1; Ctrl-C exits 130."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
         except UserError as exc:
+            if _show_tracebacks:
+                traceback.print_exception(exc.__cause__ or exc, file=sys.stderr)
             print(f"error: {exc}", file=sys.stderr)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
@@ -49,6 +61,19 @@ def parse_batches(text: str) -> list[int]:
     if any(b > MAX_BATCH for b in batches):
         raise UserError(f"batch sizes must be at most {MAX_BATCH:,}, got {text!r}.")
     return batches
+
+
+def parse_input_shape(text: str | None) -> tuple[int, ...] | None:
+    """Parse ``3x224x224`` into a per-sample input shape (None stays None); anything else is a UserError."""
+    if text is None:
+        return None
+    try:
+        shape = tuple(int(part) for part in text.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not shape or any(n < 1 for n in shape):
+        raise UserError(f"--input-shape takes positive sizes joined by x, such as 3x224x224, not {text!r}.")
+    return shape
 
 
 def at_least_one(**counts: int) -> None:

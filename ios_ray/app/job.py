@@ -1,6 +1,9 @@
-"""The main job, ``ios-ray search``: plan, look up, measure what is missing, run the DP, write schedules.
+"""The main job behind ``ios_ray.search`` and ``ios-ray search``: plan, look up, measure what is missing, run the DP,
+check, and hand back (and write) schedules.
 
-The steps follow DESIGN.md's data flow. All candidate stages of a model are known before anything is measured
+The steps follow docs/DESIGN.md's data flow. The model comes as a spec (zoo name, ``package.module:factory``) or as
+an ``nn.Module`` object; actors on real devices rebuild it from the spec or fetch the object through Ray's object
+store (:class:`~ios_ray.profiler.ModelSource`). All candidate stages of a model are known before anything is measured
 (:func:`~ios_ray.scheduler.plan_graph`), so they are deduplicated by stage key, looked up in the latency store for
 every (device, batch), and only the missing ones go out to the device actors, all devices at once. The driver
 alone writes the store, batch by batch as results stream back, so an interrupted search keeps what it measured
@@ -11,7 +14,8 @@ by side, on an actor of the device, and the file keeps the faster. Stages timed 
 between them (on a CPU, handing work to worker threads and back), so the sum of a schedule's stages can favour a
 schedule that is slower as a whole; the check makes sure a search never deploys one slower than sequential.
 
-This module is the one place that joins Ray, the store and the search; it is imported by the CLI command only.
+This module is the one place that joins Ray, the store and the scheduler; the Python API (:mod:`ios_ray.app.api`)
+is its only caller.
 """
 
 from __future__ import annotations
@@ -25,13 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Protocol, Sequence
 
+import torch
+from torch import nn
+
 from ios_ray.devices import parse_device
 from ios_ray.errors import UserError, first_line
-from ios_ray.frontend import import_model
+from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
-from ios_ray.profiler import CheckJob, DevicePool, MeasureJob
-from ios_ray.profiler.jobs import DeviceIdentity
-from ios_ray.schedule import EndToEnd, Schedule, save_schedule
+from ios_ray.models import DEFAULT_INPUT_SHAPE, resolve_model
+from ios_ray.profiler import CheckJob, DeviceIdentity, DevicePool, MeasureJob, ModelSource
+from ios_ray.schedule import MAX_BATCH, EndToEnd, Schedule, save_schedule
 from ios_ray.scheduler import Plan, SearchParams, TableLatency, optimize_graph, plan_graph, sequential
 from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore, rows_to_table
@@ -39,13 +46,16 @@ from ios_ray.store import LatencyStore, rows_to_table
 
 @dataclass(frozen=True)
 class SearchRequest:
-    """What to search: a model, devices, batch sizes, where the store and schedules live, and the DP bounds."""
+    """What to search: a model (spec or object), devices, batch sizes, where the store (and the schedule files, if
+    ``out`` is given) live, and the DP bounds. ``name`` and ``input_shape`` default to the spec's or the object's."""
 
-    model: str
+    model: str | nn.Module
     devices: tuple[str, ...]
     batches: tuple[int, ...]
     store: Path
-    out: Path
+    out: Path | None = None
+    name: str | None = None
+    input_shape: tuple[int, ...] | None = None
     params: SearchParams = SearchParams()
     address: str | None = None
     sim_actors: int = 2
@@ -56,19 +66,25 @@ class SearchRequest:
 
 @dataclass(frozen=True)
 class SearchOutcome:
-    """The result for one (device, batch): the DP's and the sequential schedule's predicted latency, what was
-    measured, where the file went, and on a measured device the end-to-end check (which of the two it keeps)."""
+    """The result for one (device, batch): the schedule kept, the DP's and the sequential schedule's predicted
+    latency, what was measured, where the file went (None: not written), and on a measured device the end-to-end
+    check (which of the two it kept)."""
 
     device: str
     batch: int
+    schedule: Schedule
     predicted_ms: float
     sequential_ms: float
     measured: int
     cached: int
     wall_s: float
-    path: Path
+    path: Path | None
     source: str
-    end_to_end: EndToEnd | None = None
+
+    @property
+    def end_to_end(self) -> EndToEnd | None:
+        """The end-to-end check behind the kept schedule (None on a ``sim:`` device or with no check)."""
+        return self.schedule.end_to_end
 
     @property
     def speedup(self) -> float:
@@ -77,14 +93,39 @@ class SearchOutcome:
 
 
 @dataclass(frozen=True)
+class LoadedModel:
+    """The model of a request, built and imported on the driver: its name, module, input shape and graph."""
+
+    name: str
+    module: nn.Module
+    input_shape: tuple[int, ...]
+    graph: Graph
+    spec: str | None = None
+
+    def source(self, shared: bool) -> ModelSource:
+        """Where actors get the model: its spec, else (where ``shared``: actors on real devices need it) the object,
+        put into Ray's object store (Ray must run)."""
+        import ray
+
+        if self.spec is not None or not shared:
+            return ModelSource(self.name, self.input_shape, spec=self.spec)
+        return ModelSource(self.name, self.input_shape, module_ref=ray.put(self.module))
+
+
+@dataclass(frozen=True)
 class _Search:
-    """What every step of one search shares: the request, the model's graph, its stage keys and plan, the store."""
+    """What every step of one search shares: the request, the model, its stage keys and plan, the store."""
 
     request: SearchRequest
-    graph: Graph
+    model: LoadedModel
     keys: StageKeys
     plan: Plan
     store: LatencyStore
+
+    @property
+    def graph(self) -> Graph:
+        """The model's graph."""
+        return self.model.graph
 
 
 class SearchProgress(Protocol):
@@ -104,30 +145,52 @@ class SearchProgress(Protocol):
 
 
 def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchOutcome]:
-    """Run a whole search; returns one outcome per (device, batch) and writes one schedule file for each."""
+    """Run a whole search; returns one outcome per (device, batch), writing a schedule file for each if ``out``."""
     started = time.perf_counter()
     request = _checked(request)
-    graph = import_model(request.model).graph
-    keys = StageKeys(graph)
-    plan = plan_graph(graph, request.params, keys)
-    progress.planned(graph, plan)
-    search = _Search(request, graph, keys, plan, LatencyStore(request.store))
+    model = load_model(request)
+    keys = StageKeys(model.graph)
+    plan = plan_graph(model.graph, request.params, keys)
+    progress.planned(model.graph, plan)
+    search = _Search(request, model, keys, plan, LatencyStore(request.store))
     identities = _simulated_identities(request.devices)
-    jobs, cached = _missing_jobs(search, identities) if identities else ({}, {})
-    if identities is not None and not any(j for by_batch in jobs.values() for j in by_batch.values()):
-        for label in request.devices:
-            progress.device_started(label, 0, cached[label])
-        return _schedule_all(search, identities, jobs, started, None, progress)
+    if identities is not None:
+        missing = _missing(search, identities)
+        if not any(keys for by_batch in missing.values() for keys in by_batch.values()):
+            for label in request.devices:
+                progress.device_started(label, 0, _cached(search, missing[label]))
+            return _schedule_all(search, identities, missing, started, None, progress)
     with ray_session(request.address), _pool(request) as pool:
         identities = pool.identities()
-        jobs, cached = _missing_jobs(search, identities)
-        _measure(pool, search.store, jobs, cached, request, progress)
-        return _schedule_all(search, identities, jobs, started, pool, progress)
+        missing = _missing(search, identities)
+        measured = any(identity.source == "measured" for identity in identities.values())
+        source = model.source(shared=measured)
+        if measured:
+            pool.prepare(source, model.graph)
+        _measure(pool, search, source, missing, progress)
+        return _schedule_all(search, identities, missing, started, (pool, source), progress)
+
+
+def load_model(request: SearchRequest) -> LoadedModel:
+    """Build the request's model (a spec) or take it (an object), and import it with a seeded batch-1 input."""
+    if isinstance(request.model, str):
+        spec = resolve_model(request.model)
+        shape = request.input_shape or spec.input_shape
+        torch.manual_seed(0)
+        module, name, source_spec = spec.build(), request.name or spec.name, request.model
+    elif isinstance(request.model, nn.Module):
+        module, source_spec = request.model, None
+        name = request.name or type(module).__name__
+        shape = request.input_shape or tuple(getattr(module, "input_shape", DEFAULT_INPUT_SHAPE))
+    else:
+        raise UserError(f"model must be an nn.Module or a model spec string, not a {type(request.model).__name__}.")
+    example = torch.randn(1, *shape, generator=torch.Generator().manual_seed(0))
+    return LoadedModel(name, module, tuple(shape), import_module(module, example, name).graph, source_spec)
 
 
 def _schedule_all(
-    search: _Search, identities: Mapping[str, DeviceIdentity], jobs: Mapping[str, Mapping[int, list[MeasureJob]]],
-    started: float, pool: DevicePool | None, progress: SearchProgress,
+    search: _Search, identities: Mapping[str, DeviceIdentity], missing: Mapping[str, Mapping[int, list[str]]],
+    started: float, checker: tuple[DevicePool, ModelSource] | None, progress: SearchProgress,
 ) -> list[SearchOutcome]:
     """Run the DP for every (device, batch), check it end to end where the device is real, write the files."""
     request = search.request
@@ -136,30 +199,41 @@ def _schedule_all(
         for batch in request.batches:
             dp, plain = _optimize(search, identities[label], batch)
             kept = dp
-            if pool is not None and identities[label].source == "measured" and request.check_rounds > 0:
+            if checker is not None and identities[label].source == "measured" and request.check_rounds > 0:
                 progress.checking(label, batch)
-                kept = _checked_end_to_end(pool, search, dp, plain)
-            path = schedule_path(request.out, request.model, label, batch)
-            save_schedule(kept, path)
-            measured = len(jobs[label][batch])
+                kept = _checked_end_to_end(*checker, search, dp, plain)
+            path = None
+            if request.out is not None:
+                path = schedule_path(request.out, search.model.name, label, batch)
+                save_schedule(kept, path)
+            measured = len(missing[label][batch])
             outcomes.append(SearchOutcome(
-                label, batch, dp.predicted_latency or 0.0, plain.predicted_latency or 0.0, measured,
-                len(search.plan.stages) - measured, time.perf_counter() - started, path, identities[label].source,
-                kept.end_to_end))
+                label, batch, kept, dp.predicted_latency or 0.0, plain.predicted_latency or 0.0, measured,
+                len(search.plan.stages) - measured, time.perf_counter() - started, path, identities[label].source))
     return outcomes
 
 
 def _measure(
-    pool: DevicePool, store: LatencyStore, jobs: Mapping[str, Mapping[int, list[MeasureJob]]],
-    cached: Mapping[str, int], request: SearchRequest, progress: SearchProgress,
+    pool: DevicePool, search: _Search, source: ModelSource, missing: Mapping[str, Mapping[int, list[str]]],
+    progress: SearchProgress,
 ) -> None:
     """Measure every missing stage on all devices at once, storing each batch of rows as it arrives."""
-    for label in request.devices:
-        progress.device_started(label, sum(len(j) for j in jobs[label].values()), cached[label])
-    flat = {label: [job for batch_jobs in by_batch.values() for job in batch_jobs] for label, by_batch in jobs.items()}
-    report = pool.measure(flat, lambda rows: store.put(rows_to_table(rows)), progress.advanced)
+    planned, graph = search.plan.stages, search.graph
+    jobs = {
+        label: [MeasureJob(key, planned[key].stage, planned[key].description, graph, source, batch)
+                for batch, keys in by_batch.items() for key in keys]
+        for label, by_batch in missing.items()
+    }
+    for label in search.request.devices:
+        progress.device_started(label, len(jobs[label]), _cached(search, missing[label]))
+    report = pool.measure(jobs, lambda rows: search.store.put(rows_to_table(rows)), progress.advanced)
     if report.interrupted:
         raise KeyboardInterrupt
+
+
+def _cached(search: _Search, missing: Mapping[int, list[str]]) -> int:
+    """How many (stage, batch) latencies of one device the store already held."""
+    return len(search.plan.stages) * len(search.request.batches) - sum(len(keys) for keys in missing.values())
 
 
 def _simulated_identities(devices: Sequence[str]) -> dict[str, DeviceIdentity] | None:
@@ -173,16 +247,25 @@ def _simulated_identities(devices: Sequence[str]) -> dict[str, DeviceIdentity] |
 
 
 def _checked(request: SearchRequest) -> SearchRequest:
-    """Fail on bad devices, an unwritable --out or an unreachable --address before anything slow starts.
-
-    Device labels come back in their canonical spelling (``SIM:V100`` is ``sim:v100``), without repeats.
+    """Fail on bad devices, batches or counts, an unwritable ``out`` or an unreachable ``address`` before anything
+    slow starts. Device labels come back in their canonical spelling (``SIM:V100`` is ``sim:v100``), without repeats.
     """
     devices = tuple(dict.fromkeys(parse_device(label).label for label in request.devices))
-    if request.out.exists() and not request.out.is_dir():
-        raise UserError(f"--out {request.out} is a file; pass a folder for the schedules.")
+    if not devices:
+        raise UserError("devices must name at least one device, e.g. cpu or sim:v100.")
+    if not request.batches or any(type(b) is not int or not 0 < b <= MAX_BATCH for b in request.batches):
+        raise UserError(f"batch sizes must be integers from 1 to {MAX_BATCH:,}, not {list(request.batches)}.")
+    for name, value, least in (("repeat", request.repeat, 1), ("warmup", request.warmup, 0),
+                               ("check_rounds", request.check_rounds, 0), ("sim_actors", request.sim_actors, 1)):
+        if value is not None and value < least:
+            raise UserError(f"{name} must be at least {least}, not {value}.")
+    if request.input_shape is not None and (not request.input_shape or any(n < 1 for n in request.input_shape)):
+        raise UserError(f"input_shape must be positive sizes such as (3, 224, 224), not {request.input_shape}.")
+    if request.out is not None and request.out.exists() and not request.out.is_dir():
+        raise UserError(f"out={request.out} is a file; pass a folder for the schedules.")
     if request.address not in (None, "auto"):
         _check_reachable(request.address)
-    return dataclasses.replace(request, devices=devices)
+    return dataclasses.replace(request, devices=devices, batches=tuple(dict.fromkeys(request.batches)))
 
 
 @contextmanager
@@ -216,24 +299,12 @@ def _pool(request: SearchRequest) -> Iterator[DevicePool]:
         pool.shutdown()
 
 
-def _missing_jobs(
-    search: _Search, identities: Mapping[str, DeviceIdentity]
-) -> tuple[dict[str, dict[int, list[MeasureJob]]], dict[str, int]]:
-    """Per device and batch, the jobs of the planned stages the store does not hold; and per device the rest."""
-    request, planned = search.request, search.plan.stages
-    keys = list(planned)
-    jobs: dict[str, dict[int, list[MeasureJob]]] = {}
-    cached: dict[str, int] = {}
-    for label in request.devices:
-        jobs[label] = {}
-        for batch in request.batches:
-            missing = search.store.missing(keys, identities[label].fingerprint, batch)
-            jobs[label][batch] = [
-                MeasureJob(key, planned[key].stage, planned[key].description, search.graph, request.model, batch)
-                for key in missing
-            ]
-        cached[label] = len(keys) * len(request.batches) - sum(len(j) for j in jobs[label].values())
-    return jobs, cached
+def _missing(search: _Search, identities: Mapping[str, DeviceIdentity]) -> dict[str, dict[int, list[str]]]:
+    """Per device and batch, the keys of the planned stages the store does not hold."""
+    keys = list(search.plan.stages)
+    return {label: {batch: search.store.missing(keys, identities[label].fingerprint, batch)
+                    for batch in search.request.batches}
+            for label in search.request.devices}
 
 
 def _optimize(search: _Search, identity: DeviceIdentity, batch: int) -> tuple[Schedule, Schedule]:
@@ -248,7 +319,7 @@ def _optimize(search: _Search, identity: DeviceIdentity, batch: int) -> tuple[Sc
     latency = TableLatency(search.keys, table)
     result = optimize_graph(graph, latency, request.params)
     schedule = Schedule(
-        model=request.model, graph_fingerprint=graph.fingerprint, device=identity.label, batch=batch,
+        model=search.model.name, graph_fingerprint=graph.fingerprint, device=identity.label, batch=batch,
         blocks=result.schedules, device_fingerprint=identity.fingerprint, device_info=dict(identity.info),
         params=request.params.to_json(), source=identity.source, input_shape=graph.input_shape,
     )
@@ -256,11 +327,13 @@ def _optimize(search: _Search, identity: DeviceIdentity, batch: int) -> tuple[Sc
     return schedule, plain
 
 
-def _checked_end_to_end(pool: DevicePool, search: _Search, dp: Schedule, plain: Schedule) -> Schedule:
+def _checked_end_to_end(
+    pool: DevicePool, source: ModelSource, search: _Search, dp: Schedule, plain: Schedule
+) -> Schedule:
     """Time the DP's schedule and the sequential one whole, side by side, on the device; keep the faster."""
     rounds = search.request.check_rounds
-    dp_ms, sequential_ms = pool.time_schedules(dp.device, CheckJob(dp.model, search.graph, (dp, plain), dp.batch,
-                                                                   rounds))
+    job = CheckJob(source, search.graph, (dp, plain), dp.batch, rounds)
+    dp_ms, sequential_ms = pool.time_schedules(dp.device, job)
     return keep_faster(dp, plain, EndToEnd(rounds, dp_ms, sequential_ms, dp.predicted_latency,
                                            plain.predicted_latency))
 
@@ -274,12 +347,12 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
     """Fail within seconds where nothing listens at a ``host:port`` or ``ray://host:port`` address."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
-        raise UserError(f"--address must be auto, host:port or ray://host:port, not {address!r}.")
+        raise UserError(f"address must be auto, host:port or ray://host:port, not {address!r}.")
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as exc:
         raise UserError(f"cannot reach a Ray cluster at {address!r} ({exc.strerror or exc}); check the address, "
-                        "or leave out --address to start Ray locally.") from None
+                        "or leave the address out to start Ray locally.") from None
 
 
 def schedule_path(out: Path, model: str, device: str, batch: int) -> Path:

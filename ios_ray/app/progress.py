@@ -23,21 +23,23 @@ class RichSearchProgress:
         self.tasks: dict[str, int] = {}
 
     def __enter__(self) -> "RichSearchProgress":
-        self.bars.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.bars.stop()
+        if self.tasks:
+            self.bars.stop()
 
     def planned(self, graph: Graph, plan: Plan) -> None:
         """Report the model's size and its distinct candidate stages."""
         self.console.print(
-            f"{graph.name}: {len(graph.units)} units in {len(graph.blocks)} blocks, "
+            f"{graph.name}: {len(graph.units)} units in {len(graph.blocks)} block{'s' * (len(graph.blocks) != 1)}, "
             f"{len(plan.stages)} distinct candidate stages (r={plan.params.r}, s={plan.params.s})"
         )
 
     def device_started(self, device: str, total: int, cached: int) -> None:
-        """Add a bar for a device."""
+        """Add a bar for a device (the bars show from the first one on)."""
+        if not self.tasks:
+            self.bars.start()
         self.tasks[device] = self.bars.add_task(device, total=max(total, 0), device=device, cached=cached, rate="")
 
     def advanced(self, device: str, done: int, total: int) -> None:
@@ -50,3 +52,19 @@ class RichSearchProgress:
     def checking(self, device: str, batch: int) -> None:
         """Say which schedules are being timed end to end."""
         self.console.print(f"{device} batch {batch}: timing the IOS and sequential schedules end to end")
+
+
+class SilentProgress:
+    """Reports nothing (``ios_ray.search(..., progress=False)``)."""
+
+    def planned(self, graph: Graph, plan: Plan) -> None:
+        """Say nothing."""
+
+    def device_started(self, device: str, total: int, cached: int) -> None:
+        """Say nothing."""
+
+    def advanced(self, device: str, done: int, total: int) -> None:
+        """Say nothing."""
+
+    def checking(self, device: str, batch: int) -> None:
+        """Say nothing."""

@@ -13,7 +13,8 @@ from ios_ray.devices import parse_device
 from ios_ray.errors import UserError
 from ios_ray.profiler.backends import Backend, make_backend
 from ios_ray.profiler.cluster import Placement
-from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob
+from ios_ray.ir import Graph
+from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,14 @@ class ProfilerActor:
     def pid(self) -> int:
         """This actor's process id (tests kill it to exercise recovery)."""
         return os.getpid()
+
+    def prepare(self, model: ModelSource, graph: Graph) -> str | None:
+        """Build a model on the device before measuring it; the one sentence saying why it cannot be, or None."""
+        try:
+            self.backend.prepare(model, graph)
+        except UserError as error:
+            return str(error)
+        return None
 
     def measure(self, jobs: list[MeasureJob]) -> list[dict[str, Any]]:
         """Measure a batch of stages, one after the other; their rows in order."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ios_ray.devices import DeviceSpec
-from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob
+from ios_ray.ir import Graph
+from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource
 
 
 class Backend(Protocol):
@@ -13,6 +14,9 @@ class Backend(Protocol):
 
     def start(self) -> DeviceIdentity:
         """Check the device, fingerprint it, and say who measures."""
+
+    def prepare(self, model: ModelSource, graph: Graph) -> None:
+        """Get ready to measure stages of a model (build it on the device); UserError where it cannot."""
 
     def measure(self, job: MeasureJob) -> dict[str, Any]:
         """Time one stage and return its latency row (the store's columns)."""

@@ -1,5 +1,5 @@
-"""Measurement jobs (what the driver sends out: stages, or whole schedules to check) and latency rows (what
-comes back, in the store's columns)."""
+"""Measurement jobs (what the driver sends out: stages, or whole schedules to check, and the model they come from)
+and latency rows (what comes back, in the store's columns)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal, Mapping
 
 from ios_ray.ir import Graph
+from ios_ray.models import resolve_model
 from ios_ray.profiler.protocol import Timing
 from ios_ray.schedule import Schedule
 from ios_ray.stage import Stage
@@ -24,18 +25,43 @@ ROW_COLUMNS: tuple[str, ...] = (
 
 
 @dataclass(frozen=True)
+class ModelSource:
+    """A model an actor can rebuild: a spec to build, or a Ray object reference to the driver's ``nn.Module``."""
+
+    name: str
+    input_shape: tuple[int, ...]
+    spec: str | None = None
+    module_ref: Any = None
+
+    @staticmethod
+    def of_spec(spec: str, input_shape: tuple[int, ...] | None = None) -> "ModelSource":
+        """The source of a model spec (its own input shape unless ``input_shape`` overrides it)."""
+        shape = tuple(input_shape) if input_shape is not None else resolve_model(spec).input_shape
+        return ModelSource(spec, shape, spec=spec)
+
+    @property
+    def key(self) -> str:
+        """What identifies the model on an actor (for caching what was built from it)."""
+        if self.spec is not None:
+            return self.spec
+        if self.module_ref is None:
+            raise ValueError(f"model {self.name!r} has neither a spec nor an object to rebuild it from")
+        return f"object:{self.module_ref.hex()}"
+
+
+@dataclass(frozen=True)
 class MeasureJob:
     """One stage to measure: its key and canonical description, the graph it comes from, batch and dtype.
 
-    ``model`` is the model spec the runtime builds the stage's callables from on the actor (a zoo name or
-    ``package.module:factory``); it is also stored with the row.
+    ``model`` says where the actor gets the model whose code the stage's callables run (its name is stored with
+    the row).
     """
 
     key: str
     stage: Stage
     description: str
     graph: Graph
-    model: str
+    model: ModelSource
     batch: int
     dtype: str = "float32"
 
@@ -49,7 +75,7 @@ class MeasureJob:
 class CheckJob:
     """Whole schedules of one model to time end to end, side by side, at one batch size (the search's check)."""
 
-    model: str
+    model: ModelSource
     graph: Graph
     schedules: tuple[Schedule, ...]
     batch: int
@@ -93,5 +119,5 @@ def make_row(job: MeasureJob, timing: Timing, device: DeviceIdentity) -> dict[st
         "host": device.host,
         "measured_at": datetime.now(timezone.utc),
         "stage": job.description,
-        "model": job.model,
+        "model": job.model.name,
     }

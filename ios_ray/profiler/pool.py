@@ -4,6 +4,7 @@ In phases, so that the driver can skip what the store already holds and check th
 
     pool = DevicePool.start(["v100", "sim:k80"])       # fails within seconds if no node offers a label
     fingerprints = pool.fingerprints()                   # {label: fingerprint}, to look up in the store
+    pool.prepare(model, graph)                           # every actor builds the model (fails early if it cannot)
     report = pool.measure({label: missing_jobs}, on_rows, on_progress)
     medians = pool.time_schedules(label, CheckJob(model, graph, (dp, sequential), batch, rounds))
     pool.shutdown()
@@ -24,7 +25,8 @@ from ios_ray.errors import UserError, first_line
 from ios_ray.profiler.actors import Hello, start_actor
 from ios_ray.profiler.cluster import check_offered, live_nodes, plan_all
 from ios_ray.profiler.dispatch import Dispatcher, MeasureReport, ProgressCallback, RowsCallback, task_error
-from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob
+from ios_ray.ir import Graph
+from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource
 
 #: Seconds to wait for a device's actors to start and fingerprint their device.
 START_TIMEOUT_S = 60.0
@@ -77,6 +79,17 @@ class DevicePool:
         """The actors measuring one label."""
         return list(self._actors[label])
 
+    def prepare(self, model: ModelSource, graph: Graph) -> None:
+        """Have every actor build the model on its device; UserError with the first actor's problem, if any."""
+        refs = [actor.prepare.remote(model, graph) for actors in self._actors.values() for actor in actors]
+        try:
+            problems = [problem for problem in ray.get(refs) if problem is not None]
+        except RayActorError as error:
+            raise UserError(f"an actor died while building model {model.name!r} ({first_line(error)}); "
+                            "run the search again.") from None
+        if problems:
+            raise UserError(problems[0])
+
     def measure(
         self,
         jobs: Mapping[str, Sequence[MeasureJob]],
@@ -96,7 +109,7 @@ class DevicePool:
         try:
             return ray.get(self._actors[label][0].time_schedules.remote(job))
         except RayTaskError as error:
-            raise task_error(error, f"timing the schedules of {job.model} end to end on {label} at batch "
+            raise task_error(error, f"timing the schedules of {job.model.name} end to end on {label} at batch "
                                     f"{job.batch}") from None
         except RayActorError as error:
             raise UserError(f"the actor timing schedules on {label} died ({first_line(error)}); the measured stages "

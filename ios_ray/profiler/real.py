@@ -1,7 +1,8 @@
 """The real backend: times a stage with the runtime's own stage executor on a CPU or GPU.
 
-The stage runs exactly as deployed: ``compile_stage`` from ``ios_ray.runtime.stages`` on a ``Program`` built
-from the model spec on this process's device. Its external inputs are random (``torch.randn``) tensors of the
+The stage runs exactly as deployed: ``compile_stage`` from ``ios_ray.runtime.stages`` on a ``Program`` of the job's
+model (built from its spec, or fetched as the driver's object; :mod:`~ios_ray.profiler.model_source`) on this
+process's device. Its external inputs are random (``torch.randn``) tensors of the
 graph's shapes with the batch dimension prepended. On a CPU each call follows a small untimed op on the same thread
 (:func:`~ios_ray.runtime.timing.cpu_primer`), as in a pass.
 """
@@ -18,9 +19,9 @@ import torch
 from ios_ray.devices import DeviceSpec
 from ios_ray.profiler.fingerprint import cuda_problem, device_fingerprint
 from ios_ray.errors import UserError
-from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
-from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, local_identity, make_row
+from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource, local_identity, make_row
+from ios_ray.profiler.model_source import import_source
 from ios_ray.profiler.timing import time_callable
 from ios_ray.runtime.executor import ScheduleRunner
 from ios_ray.runtime.program import Program
@@ -56,6 +57,10 @@ class RealBackend:
         self.identity = local_identity(self.spec.label, fingerprint, info, "measured")
         return self.identity
 
+    def prepare(self, model: ModelSource, graph: Graph) -> None:
+        """Build the model on this device now (once), so that a model this node cannot rebuild fails early."""
+        self._program(model, graph, (self.identity or self.start()).host)
+
     def measure(self, job: MeasureJob) -> dict[str, Any]:
         """Compile the stage with the runtime, feed it random inputs, time it, and return the row."""
         identity = self.identity or self.start()
@@ -79,14 +84,14 @@ class RealBackend:
                                              self.device, job.warmup, job.rounds)
         return [statistics.median(samples[name]) for name in runners]
 
-    def _program(self, model: str, graph: Graph, host: str) -> Program:
-        """A model on this device, built once per model spec and checked against the driver's graph of it."""
-        if model not in self._programs:
-            self._programs[model] = Program.from_imported(import_model(model), self.device)
-        program = self._programs[model]
+    def _program(self, model: ModelSource, graph: Graph, host: str) -> Program:
+        """A model on this device, built once per model and checked against the driver's graph of it."""
+        if model.key not in self._programs:
+            self._programs[model.key] = Program.from_imported(import_source(model), self.device)
+        program = self._programs[model.key]
         if program.graph.fingerprint != graph.fingerprint:
             raise UserError(
-                f"model {model!r} imports to a different graph on {host} than on the driver; install the same "
+                f"model {model.name!r} imports to a different graph on {host} than on the driver; install the same "
                 "ios-ray, torch and model code on every node."
             )
         return program
@@ -115,5 +120,5 @@ def random_inputs(
 def _dtype(name: str) -> torch.dtype:
     """The torch dtype of a dtype name; others are a user error."""
     if name not in DTYPES:
-        raise UserError(f"measuring supports {', '.join(DTYPES)} only, not {name!r}; use --dtype float32.")
+        raise UserError(f"measuring supports {', '.join(DTYPES)} only, not {name!r}; use float32.")
     return DTYPES[name]

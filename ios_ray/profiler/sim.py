@@ -136,7 +136,7 @@ def stage_latency_ms(graph: Graph, stage: Stage, batch: int, gpu: str, dtype: st
     """The predicted latency (ms) of one stage at a batch size on a simulated GPU."""
     sheet = _sheet(gpu)
     if dtype != "float32":
-        raise UserError(f"the sim model covers float32 only, not {dtype!r}; use --dtype float32 with sim devices.")
+        raise UserError(f"the sim model covers float32 only, not {dtype!r}; sim devices take float32.")
     groups = [[_cost(k, sheet) for k in group] for group in stage_kernels(graph, stage, batch)]
     sync = sheet.launch_us * 1e-6 * (STAGE_SYNC_LAUNCHES + STREAM_JOIN_LAUNCHES * (len(groups) - 1))
     return (_run_concurrently(groups) + sync) * 1e3

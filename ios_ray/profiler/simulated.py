@@ -8,7 +8,8 @@ from typing import Any
 from ios_ray.devices import DeviceSpec
 from ios_ray.profiler.fingerprint import device_fingerprint
 from ios_ray.errors import UserError
-from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, local_identity, make_row
+from ios_ray.ir import Graph
+from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource, local_identity, make_row
 from ios_ray.profiler.protocol import Timing, resolve_protocol
 from ios_ray.profiler.sim import sim_parameters, stage_latency_ms
 
@@ -32,6 +33,9 @@ class SimBackend:
         fingerprint, info = device_fingerprint(self.spec, sim_params=sim_parameters(self.gpu))
         self.identity = local_identity(self.spec.label, fingerprint, info, "simulated")
         return self.identity
+
+    def prepare(self, model: ModelSource, graph: Graph) -> None:
+        """Nothing to build: the sim model reads the graph only."""
 
     def measure(self, job: MeasureJob) -> dict[str, Any]:
         """Predict the stage's latency, sleep as long as warmup and repeat runs would take, return the row."""

@@ -26,10 +26,10 @@ def read_schedules(path: Path | str) -> dict[str, Schedule]:
     if path.is_file():
         return {str(path): read_schedule(path)}
     if not path.is_dir():
-        raise UserError(f"no schedule file or folder at {path}; give the --out folder of ios-ray search.")
+        raise UserError(f"no schedule file or folder at {path}; pass a schedule file or the folder a search wrote its schedules to.")
     files = sorted(path.rglob("*.json"))
     if not files:
-        raise UserError(f"no schedule files (*.json) under {path}; write some with ios-ray search --out {path}.")
+        raise UserError(f"no schedule files (*.json) under {path}; write some there with a search (out={path}).")
     return {str(f): read_schedule(f) for f in files}
 
 

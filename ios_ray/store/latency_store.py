@@ -75,7 +75,7 @@ class LatencyStore:
         self._mutex = threading.Lock()
         self._con: duckdb.DuckDBPyConnection | None = None
         if self.path.is_dir():
-            raise UserError(f"{self.path} is a folder, not a latency store file; pass a file path with --store.")
+            raise UserError(f"{self.path} is a folder, not a latency store file; pass a file path as the store.")
         if create and not self.path.exists():
             self._write(lambda con: None)
         else:
@@ -175,7 +175,7 @@ class LatencyStore:
 
     def _read(self, action: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
         if not self.path.exists():
-            raise UserError(f"no latency store at {self.path}; run `ios-ray search` first or pass --store.")
+            raise UserError(f"no latency store at {self.path}; run a search first, or pass another store path.")
         with self._attached(write=False) as con:
             return action(con)
 
@@ -184,7 +184,7 @@ class LatencyStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise UserError(
-                f"cannot create the folder {self.path.parent} ({err.strerror}); pass another --store."
+                f"cannot create the folder {self.path.parent} ({err.strerror}); pass another store path."
             ) from None
         with self._attached(write=True) as con, _registered(con, "incoming", incoming):
             con.begin()
@@ -261,7 +261,7 @@ def _flock(path: Path, exclusive: bool) -> Iterator[None]:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as err:
         raise UserError(
-            f"cannot open the lock file {path} ({err.strerror}); make its folder writable or pass another --store."
+            f"cannot open the lock file {path} ({err.strerror}); make its folder writable or pass another store path."
         ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
@@ -288,11 +288,11 @@ def _check_format(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     except duckdb.Error:
         meta = {}
     if meta.get("format") != FORMAT_NAME:
-        raise UserError(f"{path} is a DuckDB file but not an ios-ray latency store; pass another --store path.")
+        raise UserError(f"{path} is a DuckDB file but not an ios-ray latency store; pass another store path.")
     if meta.get("version") != str(FORMAT_VERSION):
         raise UserError(
             f"{path} is a latency store of format version {meta.get('version')}, but this ios-ray reads version "
-            f"{FORMAT_VERSION}; use a matching ios-ray or pass another --store path."
+            f"{FORMAT_VERSION}; use a matching ios-ray or pass another store path."
         )
 
 
@@ -301,7 +301,7 @@ def _unopenable(path: Path, err: duckdb.Error) -> str:
         return f"{path} is open in another program (not ios-ray); close that program and retry."
     return (
         f"{path} is not a readable latency store (not a DuckDB file, corrupt, or from a newer DuckDB); "
-        "move it away or pass another --store path."
+        "move it away or pass another store path."
     )
 
 

@@ -1,0 +1,164 @@
+"""The Python API: ``ios_ray.search(model, ...)`` finds schedules, ``ios_ray.optimize(model, x)`` hands back a module.
+
+::
+
+    import ios_ray
+
+    result = ios_ray.search(model, devices=["cpu"], batches=[1, 8])   # an nn.Module object, or a spec string
+    print(result)                                                     # per (device, batch): IOS vs sequential
+    fast = result.deploy(model)                                       # a ScheduledModule
+    result.save("schedules")                                          # schedules/<model>/<device>/bs<batch>.json
+
+    fast = ios_ray.optimize(model, torch.randn(8, 3, 224, 224))       # search on this machine, then deploy
+
+The ``ios-ray search`` command is a thin layer over :func:`search`: the same call, a table printed from the result.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ContextManager, Iterator, Sequence
+
+import torch
+from torch import nn
+
+from ios_ray.app.job import SearchOutcome, SearchProgress, SearchRequest, run_search, schedule_path
+from ios_ray.app.progress import RichSearchProgress, SilentProgress
+from ios_ray.errors import UserError
+from ios_ray.runtime import ScheduledModule
+from ios_ray.schedule import Schedule, save_schedule
+from ios_ray.scheduler import SearchParams
+from ios_ray.store import DEFAULT_STORE_PATH
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """What a search found for one model: one :class:`~ios_ray.app.job.SearchOutcome` per (device, batch)."""
+
+    model: str
+    input_shape: tuple[int, ...]
+    outcomes: tuple[SearchOutcome, ...]
+
+    @property
+    def schedules(self) -> tuple[Schedule, ...]:
+        """The schedule kept for every (device, batch)."""
+        return tuple(o.schedule for o in self.outcomes)
+
+    def __getitem__(self, setting: tuple[str, int]) -> SearchOutcome:
+        """The outcome for ``(device, batch)``, e.g. ``result["cpu", 8]``."""
+        for outcome in self.outcomes:
+            if (outcome.device, outcome.batch) == setting:
+                return outcome
+        known = ", ".join(f"({o.device!r}, {o.batch})" for o in self.outcomes)
+        raise KeyError(f"no outcome for {setting!r}; this search has {known}")
+
+    def __iter__(self) -> Iterator[SearchOutcome]:
+        return iter(self.outcomes)
+
+    def __len__(self) -> int:
+        return len(self.outcomes)
+
+    def deploy(self, model: nn.Module, cuda_graph: bool | None = None) -> ScheduledModule:
+        """``model`` wrapped to run, per input, the schedule of this search that fits its device and batch."""
+        return ScheduledModule(model, list(self.schedules), input_shape=self.input_shape, cuda_graph=cuda_graph)
+
+    def save(self, out: str | Path) -> list[Path]:
+        """Write every schedule as ``out/<model>/<device>/bs<batch>.json``; returns the files written."""
+        paths = [schedule_path(Path(out), self.model, o.device, o.batch) for o in self.outcomes]
+        for outcome, path in zip(self.outcomes, paths):
+            save_schedule(outcome.schedule, path)
+        return paths
+
+    def __repr__(self) -> str:
+        lines = [f"SearchResult({self.model!r}, input {'x'.join(map(str, self.input_shape))}):"]
+        for o in self.outcomes:
+            check = o.end_to_end
+            checked = "" if check is None else f"; end to end {check.dp_ms:.3f} / {check.sequential_ms:.3f} ms"
+            kept = "IOS" if check is None or check.kept == "dp" else "sequential"
+            lines.append(f"  {o.device} batch {o.batch}: IOS {o.predicted_ms:.3f} ms, sequential "
+                         f"{o.sequential_ms:.3f} ms predicted ({o.source}){checked}; kept {kept}")
+        return "\n".join(lines)
+
+
+def search(
+    model: nn.Module | str,
+    devices: Sequence[str] | str = ("cpu",),
+    batches: Sequence[int] | int = (1,),
+    *,
+    store: str | Path = DEFAULT_STORE_PATH,
+    out: str | Path | None = None,
+    input_shape: Sequence[int] | None = None,
+    name: str | None = None,
+    r: int | None = 3,
+    s: int | None = 8,
+    strategies: Sequence[str] = ("concurrent", "merge"),
+    address: str | None = None,
+    sim_actors: int = 2,
+    warmup: int | None = None,
+    repeat: int | None = None,
+    check_rounds: int = 10,
+    progress: bool | SearchProgress = True,
+) -> SearchResult:
+    """Find the fastest schedule of ``model`` for every device and batch size, measuring only what the store lacks.
+
+    ``model`` is an ``nn.Module`` object or a spec (a zoo name, ``package.module:factory``); ``input_shape`` is the
+    per-sample input shape (default: the spec's, the object's ``input_shape`` attribute, else 3x224x224). Devices
+    are labels such as ``cpu``, ``cuda``, ``v100`` or ``sim:v100``. Measurements go to the DuckDB file ``store``
+    and are reused by every later search; ``out``, if given, also receives the schedule files. Without ``address``
+    Ray starts locally in this process; ``"auto"`` or ``"ray://host:port"`` joins a cluster. ``r`` and ``s`` bound
+    the units per group and the groups per stage. ``check_rounds`` rounds of the end-to-end check time the DP's
+    schedule against the sequential one on each measured device and keep the faster (0: no check). ``progress``
+    shows progress bars (in a terminal or a notebook), or takes an object of the ``SearchProgress`` protocol.
+    """
+    request = SearchRequest(
+        model=model, devices=_as_tuple(devices), batches=_as_tuple(batches), store=Path(store),
+        out=Path(out) if out is not None else None, name=name,
+        input_shape=tuple(input_shape) if input_shape is not None else None,
+        params=SearchParams(r=r, s=s, strategies=tuple(strategies)),  # type: ignore[arg-type]
+        address=address, sim_actors=sim_actors, warmup=warmup, repeat=repeat, check_rounds=check_rounds,
+    )
+    with _progress(progress) as shown:
+        outcomes = run_search(request, shown)
+    first = outcomes[0].schedule
+    return SearchResult(first.model, tuple(first.input_shape or ()), tuple(outcomes))
+
+
+def optimize(
+    model: nn.Module, example_input: torch.Tensor, device: str | None = None, **options: object
+) -> ScheduledModule:
+    """Search ``model`` on this machine for the example input's shape and batch size, and return it scheduled.
+
+    ``device`` is ``cpu`` or ``cuda[:i]`` (default: the example input's device); ``options`` are :func:`search`'s
+    keyword arguments (``store``, ``r``, ``s``, ``check_rounds``, ``progress``...).
+    """
+    label = device or ("cpu" if example_input.device.type == "cpu" else str(example_input.device))
+    if not (label == "cpu" or label == "cuda" or label.startswith("cuda:")):
+        raise UserError(f"optimize runs on this machine (device cpu or cuda[:i]), not {label!r}; "
+                        "use ios_ray.search for other devices.")
+    if example_input.dim() < 2:
+        raise UserError(f"example_input must be a batch (batch size first), not a tensor of shape "
+                        f"{tuple(example_input.shape)}.")
+    for clash in ("devices", "batches", "input_shape"):
+        if clash in options:
+            raise UserError(f"optimize takes the {clash} from the example input and device; leave {clash} out.")
+    result = search(model, [label], [int(example_input.shape[0])], input_shape=tuple(example_input.shape[1:]),
+                    **options)  # type: ignore[arg-type]
+    return result.deploy(model)
+
+
+def _as_tuple(value: Sequence | str | int) -> tuple:
+    """One item or several, as a tuple."""
+    return (value,) if isinstance(value, (str, int)) else tuple(value)
+
+
+def _progress(progress: bool | SearchProgress) -> ContextManager[SearchProgress]:
+    """Progress bars on a rich console (terminal or notebook), nothing, or the caller's own progress object."""
+    if progress is True:
+        from ios_ray.app.cli_util import make_console
+
+        return RichSearchProgress(make_console())
+    if progress is False:
+        return nullcontext(SilentProgress())
+    return nullcontext(progress)

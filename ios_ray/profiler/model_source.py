@@ -1,0 +1,48 @@
+"""Rebuilding on an actor the model a job names (:class:`~ios_ray.profiler.jobs.ModelSource`): by spec or object.
+
+A model given by spec (a zoo name or ``package.module:factory``) is built on each actor from its own code, seeded,
+so every actor binds the same weights. A model given as an ``nn.Module`` object (from a notebook, say) is put into
+Ray's object store once by the driver and fetched by each actor that measures on a real device. Unpickling it on
+another node needs the model's code there: cloudpickle sends classes defined in ``__main__`` by value, but a class
+from an importable module by reference, and that module must then be importable on the node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ray
+import torch
+from torch import nn
+
+from ios_ray.errors import UserError, first_line
+from ios_ray.frontend import Imported, import_module
+from ios_ray.models import resolve_model
+from ios_ray.profiler.jobs import ModelSource
+
+
+def import_source(source: ModelSource) -> Imported:
+    """Build or fetch the model of a source and import it with a seeded batch-1 input; UserError where it cannot."""
+    module = _fetch(source) if source.spec is None else _build(source)
+    example = torch.randn(1, *source.input_shape, generator=torch.Generator().manual_seed(0))
+    return import_module(module, example, source.name)
+
+
+def _build(source: ModelSource) -> nn.Module:
+    """The module of a spec, built with the global seed fixed so every actor gets the same weights."""
+    spec = dataclasses.replace(resolve_model(source.spec or ""), input_shape=source.input_shape)
+    torch.manual_seed(0)
+    return spec.build()
+
+
+def _fetch(source: ModelSource) -> nn.Module:
+    """The driver's module object from Ray's object store."""
+    try:
+        return ray.get(source.module_ref)
+    except Exception as error:  # noqa: BLE001 - unpickling can fail in many ways; all mean "code not here"
+        host = ray.util.get_node_ip_address()
+        raise UserError(
+            f"the model object {source.name!r} cannot be rebuilt on node {host} ({first_line(error)}); make its code "
+            "importable there: install it on every node, or call ray.init(address=..., runtime_env={'py_modules': "
+            "[your_module]}) before searching, or define the model's class in __main__."
+        ) from None

@@ -1,0 +1,151 @@
+"""The Python API (``ios_ray.search``, ``ios_ray.optimize``, ``SearchResult``) as a user calls it.
+
+The end-to-end test runs in fresh processes, as a notebook or a script would: a model class defined in ``__main__``
+travels to the device actors through Ray's object store, and the CLI then finds everything in the same store and
+gives the same schedule for the same architecture given as a spec.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import ios_ray
+from ios_ray.errors import UserError
+from ios_ray.runtime import read_schedules
+from tests.api_model import INPUT_SHAPE, TwoBranch
+from tests.test_search_cli import search_table
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run a Python command with the repository importable (for ``tests.api_model``)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
+
+
+def test_a_main_module_object_searches_deploys_and_matches_the_cli(tmp_path: Path) -> None:
+    store = tmp_path / "store.duckdb"
+    made = run([str(ROOT / "tests" / "api_model.py"), str(store), str(tmp_path / "api")], tmp_path)
+    assert made.returncode == 0, made.stderr
+    found = json.loads(made.stdout.strip().splitlines()[-1])
+    assert found["class_module"] == "__main__" and found["model"] == "TwoBranch"
+    assert found["measured"] > 0
+    assert found["deployed_error"] <= 1e-5 and found["optimized_error"] <= 1e-5
+    assert found["optimized_type"] == "ScheduledModule" and found["optimized_batches"] == [4]
+    [saved] = read_schedules(tmp_path / "api").values()
+    assert [s.to_json() for s in saved.stages] == found["stages"]
+
+    cli = run(["-m", "ios_ray", "search", "--model", "tests.api_model:build", "--devices", "cpu", "--batches", "1",
+               "--store", str(store), "--out", str(tmp_path / "cli"), "--check-rounds", "0"], tmp_path)
+    assert cli.returncode == 0, cli.stderr
+    [from_cli] = read_schedules(tmp_path / "cli").values()
+    assert from_cli.graph_fingerprint == saved.graph_fingerprint
+    assert [s.to_json() for s in from_cli.stages] == found["stages"]
+    [row] = search_table(cli.stdout)
+    assert (row.measured, row.cached) == (0, found["measured"])  # everything came from the API's measurements
+    assert from_cli.predicted_latency == saved.predicted_latency
+
+
+def test_result_saves_and_deploys(ray_local: None, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = TwoBranch().eval()
+    result = ios_ray.search(model, "sim:v100", [1, 4], input_shape=INPUT_SHAPE, store=tmp_path / "s.duckdb",
+                            progress=False)
+    assert len(result) == 2 and {(o.device, o.batch) for o in result} == {("sim:v100", 1), ("sim:v100", 4)}
+    assert result["sim:v100", 4].schedule.batch == 4 and result["sim:v100", 4].source == "simulated"
+    with pytest.raises(KeyError, match="no outcome for"):
+        result["cpu", 1]
+    paths = result.save(tmp_path / "out")
+    assert sorted(p.relative_to(tmp_path / "out").as_posix() for p in paths) == [
+        "TwoBranch/sim:v100/bs1.json", "TwoBranch/sim:v100/bs4.json"]
+    assert set(read_schedules(tmp_path / "out")) == {str(p) for p in paths}
+    again = ios_ray.search(model, "sim:v100", [1, 4], input_shape=INPUT_SHAPE, store=tmp_path / "s.duckdb",
+                           progress=False)
+    assert [o.measured for o in again] == [0, 0]
+    assert [o.schedule.stages for o in again] == [o.schedule.stages for o in result]
+    assert "sim:v100 batch 4" in repr(result)
+
+
+def test_a_model_object_whose_code_is_missing_on_a_node_fails_in_one_sentence(
+    ray_local: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ghost = types.ModuleType("ghost_models_for_test")
+
+    class Ghost(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.conv(x))
+
+    Ghost.__module__, Ghost.__qualname__ = ghost.__name__, "Ghost"  # pickled by reference, as a library class
+    ghost.Ghost = Ghost  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, ghost.__name__, ghost)
+    with pytest.raises(UserError, match=r"cannot be rebuilt on node .*No module named 'ghost_models_for_test'.*"
+                                        r"install it on every node"):
+        ios_ray.search(Ghost(), "cpu", 1, input_shape=(3, 8, 8), store=tmp_path / "g.duckdb", progress=False)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"batches": [0]}, "batch sizes must be integers from 1"),
+    ({"batches": []}, "batch sizes must be integers from 1"),
+    ({"devices": []}, "devices must name at least one device"),
+    ({"devices": ["tpu"]}, "unknown device 'tpu'"),
+    ({"repeat": 0}, "repeat must be at least 1, not 0"),
+    ({"check_rounds": -1}, "check_rounds must be at least 0, not -1"),
+    ({"input_shape": (3, 0, 8)}, "input_shape must be positive sizes"),
+    ({"r": 0}, "pruning bound r must be a positive integer"),
+    ({"out": "{file}"}, "is a file; pass a folder"),
+])
+def test_bad_arguments_fail_in_one_sentence_before_anything_runs(
+    kwargs: dict[str, object], message: str, tmp_path: Path
+) -> None:
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    kwargs = {k: (str(a_file) if v == "{file}" else v) for k, v in kwargs.items()}
+    options = {"devices": ["sim:v100"], "batches": [1], "store": tmp_path / "s.duckdb", "progress": False, **kwargs}
+    with pytest.raises(UserError, match=message):
+        ios_ray.search(TwoBranch(), input_shape=options.pop("input_shape", INPUT_SHAPE), **options)
+    assert not (tmp_path / "s.duckdb").exists() or kwargs.get("r") == 0
+
+
+def test_model_must_be_a_module_or_a_spec(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="model must be an nn.Module or a model spec string, not a int"):
+        ios_ray.search(42, "sim:v100", store=tmp_path / "s.duckdb", progress=False)  # type: ignore[arg-type]
+
+
+def test_optimize_runs_on_this_machine_only() -> None:
+    x = torch.randn(1, *INPUT_SHAPE)
+    with pytest.raises(UserError, match="optimize runs on this machine"):
+        ios_ray.optimize(TwoBranch(), x, device="sim:v100")
+    with pytest.raises(UserError, match="optimize takes the batches from the example input"):
+        ios_ray.optimize(TwoBranch(), x, batches=[2])
+    with pytest.raises(UserError, match="example_input must be a batch"):
+        ios_ray.optimize(TwoBranch(), torch.randn(5))
+
+
+def readme_example() -> str:
+    """The Python example of the README's "From Python" section, verbatim."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## From Python"):]
+    return section[section.index("```python\n") + len("```python\n"):section.index("\n```\n")]
+
+
+def test_the_readme_python_example_runs_as_it_stands(tmp_path: Path) -> None:
+    (tmp_path / "example.py").write_text(readme_example())
+    done = run(["example.py"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "SearchResult('Mixed', input 32x17x17):" in done.stdout
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "schedules").rglob("*.json")) == [
+        "schedules/Mixed/cpu/bs1.json", "schedules/Mixed/cpu/bs8.json"]
