@@ -22,23 +22,38 @@ import argparse
 import math
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
+import numpy as np
+import torch
 from rich.console import Console
 from rich.table import Table
 
-from ios_ray.frontend import import_model
+from ios_ray.app.bench import baseline_schedule, schedule_variants, side_by_side
+from ios_ray.app.job import LAZY_MARGIN, SearchRequest, run_search
+from ios_ray.app.progress import SilentProgress
+from ios_ray.frontend import import_model, import_module
 from ios_ray.ir import Graph
+from ios_ray.models import resolve_model
 from ios_ray.profiler.sim import stage_latency_ms
+from ios_ray.runtime import Program
+from ios_ray.schedule import Schedule
 from ios_ray.scheduler import SearchParams, TableLatency, optimize_graph, plan_graph
+from ios_ray.scheduler.estimate import estimate
 from ios_ray.scheduler.lazy import LazyParams, LazySpace, next_round
 from ios_ray.stage import Stage, StageKeys
+from ios_ray.store import LatencyStore
 
 SIM_MODELS = ("inception_v3", "nasnet_a", "randwire")
 SIM_GPUS = ("v100", "k80")
 SIM_BATCHES = (1, 32)
 RATIO_TARGET = 5.0
+CPU_MODELS = ("squeezenet", "inception_v3")
+#: How far apart two schedules' end-to-end medians may be and still count as equal on this noisy machine.
+CPU_NOISE = 0.05
 #: Stages per setting and round in the sim part (as the job asks of 2 sim actors: see ios_ray.app.job).
 ROUND_SIZE = 256
 
@@ -163,11 +178,92 @@ def sim_table(cases: list[SimCase]) -> tuple[Table, bool]:
     return table, passed
 
 
+@dataclass(frozen=True)
+class CpuSearch:
+    """One search on this machine's CPU: stages measured of planned, wall time, the DP's schedule and its
+    prediction, and how many measured stages fell below the lower bound the other measurements give them."""
+
+    measured: int
+    planned: int
+    wall_s: float
+    schedule: Schedule
+    below_bound: int
+    below_raw_bound: int
+
+
+def cpu_search(model: str, measure: str, folder: Path) -> CpuSearch:
+    """Search ``model`` at batch 1 on the CPU with a fresh store (no end-to-end check: the DP's own schedule)."""
+    store = folder / f"{measure}.duckdb"
+    request = SearchRequest(model=model, devices=("cpu",), batches=(1,), store=store, measure=measure, check_rounds=0)
+    start = time.perf_counter()
+    [outcome] = run_search(request, SilentProgress())
+    wall = time.perf_counter() - start
+    below = below_raw = 0
+    if measure == "lazy":
+        below, below_raw = bound_misses(model, store, outcome.schedule.device_fingerprint)
+    return CpuSearch(outcome.measured, outcome.planned, wall, outcome.schedule, below, below_raw)
+
+
+def bound_misses(model: str, store: Path, fingerprint: str) -> tuple[int, int]:
+    """How many measured stages of several units lie below the lower bound all other measurements give them, with
+    the job's margin and without: measurement noise makes a bound miss on a real device."""
+    graph = import_model(model).graph
+    space = LazySpace.build(graph, SearchParams())
+    latency = space.vector(LatencyStore(store, create=False).lookup(space.keys, fingerprint, 1))
+    units = np.array([len(p.stage.units) for p in space.planned])
+    misses = [0, 0]
+    for stage in np.flatnonzero(~np.isnan(latency) & (units > 1)):
+        others = latency.copy()
+        others[stage] = np.nan
+        for column, margin in enumerate((LAZY_MARGIN, 0.0)):
+            misses[column] += int(latency[stage] < estimate(space.relations, others, margin).lower[stage])
+    return misses[0], misses[1]
+
+
+def time_side_by_side(model: str, schedules: dict[str, Schedule], rounds: int) -> dict[str, float]:
+    """Median ms of each schedule run whole on the CPU, in interleaved rounds."""
+    spec = resolve_model(model)
+    torch.manual_seed(0)
+    module = spec.build().eval()
+    imported = import_module(module, torch.randn(1, *spec.input_shape), spec.name)
+    variants = schedule_variants(Program.from_imported(imported, "cpu"), schedules)
+    x = torch.randn(1, *spec.input_shape)
+    return {name: timing[0] for name, timing in side_by_side(variants, x, warmup=3, rounds=rounds).items()}
+
+
+def cpu_table(models: list[str], rounds: int, console: Console) -> tuple[Table, bool]:
+    """(b): each model searched both ways on fresh stores, then the two schedules timed side by side."""
+    table = Table(title=f"(b) lazy against all on this CPU, batch 1 (measured; {rounds} interleaved rounds)")
+    for column in ("model", "all: stages", "all: s", "lazy: stages", "ratio", "lazy: s", "below bound (raw)",
+                   "all: run ms", "lazy: run ms", "lazy / all", "sequential ms", "target"):
+        table.add_column(column, justify="right")
+    passed = True
+    for model in models:
+        with tempfile.TemporaryDirectory() as tmp:
+            every = cpu_search(model, "all", Path(tmp))
+            lazy_run = cpu_search(model, "lazy", Path(tmp))
+        sequential = baseline_schedule(import_model(model).graph, every.schedule, "sequential")
+        timed = time_side_by_side(model, {"all": every.schedule, "lazy": lazy_run.schedule,
+                                          "sequential": sequential}, rounds)
+        ratio = timed["lazy"] / timed["all"]
+        ok = lazy_run.measured <= every.measured and abs(ratio - 1) <= CPU_NOISE
+        passed &= ok
+        console.print(f"  {model}: all {every.measured} stages, lazy {lazy_run.measured}; run ratio {ratio:.3f}")
+        table.add_row(model, str(every.measured), f"{every.wall_s:.0f}", str(lazy_run.measured),
+                      f"{every.measured / lazy_run.measured:.2f}x", f"{lazy_run.wall_s:.0f}",
+                      f"{lazy_run.below_bound} ({lazy_run.below_raw_bound})", f"{timed['all']:.2f}",
+                      f"{timed['lazy']:.2f}", f"{ratio:.3f}", f"{timed['sequential']:.2f}",
+                      f"fewer, within {CPU_NOISE:.0%}: {'PASS' if ok else 'FAIL'}")
+    return table, passed
+
+
 def parse_args() -> argparse.Namespace:
     """The bench's options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=("sim", "cpu"), default=None, help="run only (a) or (b)")
     parser.add_argument("--models", default=",".join(SIM_MODELS), help="(a) comma-separated models")
+    parser.add_argument("--cpu-models", default=",".join(CPU_MODELS), help="(b) comma-separated models")
+    parser.add_argument("--rounds", type=int, default=30, help="(b) interleaved timing rounds")
     return parser.parse_args()
 
 
@@ -179,6 +275,10 @@ def main() -> int:
     passed = True
     if args.only in (None, "sim"):
         table, ok = sim_table(sim_cases(args.models.split(","), console))
+        console.print(table)
+        passed &= ok
+    if args.only in (None, "cpu"):
+        table, ok = cpu_table(args.cpu_models.split(","), args.rounds, console)
         console.print(table)
         passed &= ok
     console.print(f"load {os.getloadavg()[0]:.1f} at end; overall: {'PASS' if passed else 'FAIL'}")
