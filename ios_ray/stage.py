@@ -100,6 +100,7 @@ class StageKeys:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self._unit_core: dict[str, tuple[str, str]] = {}
+        self._groups: dict[tuple[str, ...], str] = {}
 
     def describe_json(self, stage: Stage) -> str:
         """The canonical, name-free description of a stage as compact JSON text; its hash is the stage key."""
@@ -114,9 +115,21 @@ class StageKeys:
 
     def key(self, stage: Stage) -> str:
         """The stage key: a content hash of :meth:`describe_json`."""
-        return hashlib.sha256(self.describe_json(stage).encode()).hexdigest()[:24]
+        return self.key_of(self.describe_json(stage))
 
-    def _group_json(self, group: Iterable[str]) -> str:
+    @staticmethod
+    def key_of(description: str) -> str:
+        """The stage key of a description from :meth:`describe_json`."""
+        return hashlib.sha256(description.encode()).hexdigest()[:24]
+
+    def _group_json(self, group: tuple[str, ...]) -> str:
+        """A group's description (cached: a group appears in many stages)."""
+        found = self._groups.get(group)
+        if found is None:
+            found = self._groups[group] = self._describe_group(group)
+        return found
+
+    def _describe_group(self, group: Iterable[str]) -> str:
         local = {unit_id: i for i, unit_id in enumerate(group)}
         units = []
         for unit_id in local:

@@ -63,7 +63,8 @@ def search_table(stdout: str) -> list[TableRow]:
     for line in stdout.splitlines():
         cells = [c.strip() for c in line.strip().strip("│").split("│")]
         if len(cells) == 11 and cells[1].isdigit():
-            rows.append(TableRow(cells[0], int(cells[1]), int(cells[5]), int(cells[6]), cells[8], cells[10]))
+            measured = int(cells[5].split("/")[0])  # "measured / planned"
+            rows.append(TableRow(cells[0], int(cells[1]), measured, int(cells[6]), cells[8], cells[10]))
     return rows
 
 
@@ -207,7 +208,7 @@ def test_show_svg_into_a_folder_fails_in_one_line(filled_store: FilledStore, tmp
 @pytest.mark.slow
 def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(tmp_path: Path) -> None:
     store, out = tmp_path / "store.duckdb", tmp_path / "out"
-    search = ["search", "--model", "inception_v3", "--devices", "sim:k80", "--batches", "32",
+    search = ["search", "--model", "inception_v3", "--devices", "sim:k80", "--batches", "32", "--measure", "all",
               "--store", str(store), "--out", str(out)]
     # A new session, as a terminal's foreground job: Ctrl-C reaches the CLI and the Ray processes it started.
     child = subprocess.Popen([sys.executable, "-m", "ios_ray", *search, "--sim-actors", "1"], cwd=tmp_path,
@@ -242,6 +243,40 @@ def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(tmp_path: Path) -> N
     [after] = store_rows(store)
     assert after["rows"] == total
     assert (out / "inception_v3" / "sim:k80" / "bs32.json").is_file()
+
+
+@pytest.mark.slow
+def test_sigkill_during_a_lazy_search_loses_nothing_and_a_rerun_ends_on_the_same_schedule(tmp_path: Path) -> None:
+    def search(name: str) -> list[str]:
+        return ["search", "--model", "tests.user_models:wide", "--devices", "sim:k80", "--batches", "1",
+                "--measure", "lazy", "--store", str(tmp_path / f"{name}.duckdb"), "--out", str(tmp_path / name)]
+
+    root = Path(__file__).resolve().parent.parent
+    reference = ios_ray(*search("whole"), cwd=root, timeout=150)
+    assert reference.returncode == 0, reference.stderr
+    store = tmp_path / "killed.duckdb"
+    child = subprocess.Popen([sys.executable, "-m", "ios_ray", *search("killed"), "--sim-actors", "1"], cwd=root,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not (store.exists() and store_rows(store)):
+            assert child.poll() is None, child.communicate()[1]
+            assert time.monotonic() < deadline, "no rows were stored within 90 s"
+            time.sleep(0.1)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+    [kept] = store_rows(store)
+    rerun = ios_ray(*search("killed"), cwd=root, timeout=150)
+    assert rerun.returncode == 0, rerun.stderr
+    [whole], [resumed] = search_table(reference.stdout), search_table(rerun.stdout)
+    assert resumed.cached >= kept["rows"] > 0 and resumed.measured < whole.measured
+    [after] = store_rows(store)
+    assert after["rows"] == resumed.cached + resumed.measured
+    first = read_schedule(tmp_path / "whole" / "tests.user_models:wide" / "sim:k80" / "bs1.json")
+    again = read_schedule(tmp_path / "killed" / "tests.user_models:wide" / "sim:k80" / "bs1.json")
+    assert again.stages == first.stages and again.predicted_latency == first.predicted_latency
+    assert again.params["measure"]["mode"] == "lazy" and again.params["measure"]["certified"] is True
 
 
 # ----------------------------------------------------------------------------------- real CPU: search, run, show

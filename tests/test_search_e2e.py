@@ -56,7 +56,7 @@ def test_search_on_a_heterogeneous_cluster_then_cross_evaluate(ray_cluster: Clus
     store_path, out = tmp_path / "store.duckdb", tmp_path / "schedules"
     request = SearchRequest(
         model=MODEL, devices=DEVICES, batches=BATCHES, store=store_path, out=out, address=ray_cluster.address,
-        warmup=0, repeat=1,
+        warmup=0, repeat=1, measure="all",
     )
     progress = RecordingProgress()
     outcomes = run_search(request, progress)

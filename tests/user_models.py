@@ -53,3 +53,30 @@ def unknown_ops() -> nn.Module:
 
 unknown_ops.input_shape = (3, 16, 16)  # type: ignore[attr-defined]
 untraceable.input_shape = (3, 16, 16)  # type: ignore[attr-defined]
+
+
+class Wide(nn.Module):
+    """Five parallel branches (chains of one to three convs) between a stem and a concat: a block wide enough that
+    a lazy search has stages of three and more groups to leave unmeasured."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        widths = ((8,), (16, 8), (8, 8, 8), (24,), (8, 16))
+        self.branches = nn.ModuleList(
+            nn.Sequential(*(nn.Conv2d(16 if i == 0 else chain[i - 1], c, 3 if i % 2 else 1, padding=i % 2)
+                            for i, c in enumerate(chain)))
+            for chain in widths
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.stem(x))
+        return torch.cat([branch(x) for branch in self.branches], dim=1)
+
+
+def wide() -> nn.Module:
+    """The :class:`Wide` model."""
+    return Wide()
+
+
+wide.input_shape = (3, 16, 16)  # type: ignore[attr-defined]

@@ -24,7 +24,8 @@ from typing import ContextManager, Iterator, Sequence
 import torch
 from torch import nn
 
-from ios_ray.app.job import SearchOutcome, SearchProgress, SearchRequest, run_search, schedule_path
+from ios_ray.app.job import (DEFAULT_MEASURE, SearchOutcome, SearchProgress, SearchRequest, run_search,
+                             schedule_path)
 from ios_ray.app.progress import RichSearchProgress, SilentProgress
 from ios_ray.errors import UserError
 from ios_ray.runtime import ScheduledModule
@@ -99,6 +100,8 @@ def search(
     warmup: int | None = None,
     repeat: int | None = None,
     check_rounds: int = 10,
+    measure: str = DEFAULT_MEASURE,
+    budget: int | None = None,
     progress: bool | SearchProgress = True,
 ) -> SearchResult:
     """Find the fastest schedule of ``model`` for every device and batch size, measuring only what the store lacks.
@@ -109,8 +112,11 @@ def search(
     and are reused by every later search; ``out``, if given, also receives the schedule files. Without ``address``
     Ray starts locally in this process; ``"auto"`` or ``"ray://host:port"`` joins a cluster. ``r`` and ``s`` bound
     the units per group and the groups per stage. ``check_rounds`` rounds of the end-to-end check time the DP's
-    schedule against the sequential one on each measured device and keep the faster (0: no check). ``progress``
-    shows progress bars (in a terminal or a notebook), or takes an object of the ``SearchProgress`` protocol.
+    schedule against the sequential one on each measured device and keep the faster (0: no check). ``measure``:
+    ``"lazy"`` measures only the stages that can change the schedule, round by round (see
+    :mod:`ios_ray.scheduler.lazy`), ``"all"`` every candidate stage; ``budget`` caps the stages per device and batch
+    a lazy search uses. ``progress`` shows progress bars (in a terminal or a notebook), or takes an object of the
+    ``SearchProgress`` protocol.
     """
     request = SearchRequest(
         model=model, devices=_as_tuple(devices), batches=_as_tuple(batches), store=Path(store),
@@ -118,6 +124,7 @@ def search(
         input_shape=tuple(input_shape) if input_shape is not None else None,
         params=SearchParams(r=r, s=s, strategies=tuple(strategies)),  # type: ignore[arg-type]
         address=address, sim_actors=sim_actors, warmup=warmup, repeat=repeat, check_rounds=check_rounds,
+        measure=measure, budget=budget,
     )
     with _progress(progress) as shown:
         outcomes = run_search(request, shown)

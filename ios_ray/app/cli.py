@@ -49,6 +49,13 @@ class StrategyChoice(str, Enum):
         return ("concurrent", "merge") if self is StrategyChoice.both else (self.value,)
 
 
+class MeasureChoice(str, Enum):
+    """Which stages the search measures."""
+
+    lazy = "lazy"
+    all = "all"
+
+
 @app.command()
 @user_errors
 def models() -> None:
@@ -109,6 +116,10 @@ def search(
     check_rounds: int = typer.Option(10, "--check-rounds", help="rounds of the end-to-end check that times the IOS "
                                      "and sequential schedules whole and keeps the faster (0: no check)"),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
+    measure: MeasureChoice = typer.Option(MeasureChoice.lazy, "--measure", help="lazy: only the stages that can "
+                                          "change the schedule, round by round; all: every candidate stage"),
+    budget: Optional[int] = typer.Option(None, "--budget", help="lazy: at most this many stages per device and "
+                                         "batch (stored ones included)"),
 ) -> None:
     """Find the fastest schedule of a model for every device and batch size, measuring only what is new."""
     from ios_ray.app.api import search as run
@@ -118,13 +129,13 @@ def search(
         result = run(model, parse_list(devices, "--devices"), parse_batches(batches), store=store, out=out,
                      input_shape=parse_input_shape(input_shape), r=r, s=s, strategies=strategy.strategies,
                      address=address, sim_actors=sim_actors, warmup=warmup, repeat=repeat, check_rounds=check_rounds,
-                     progress=progress)
-    table = Table("device", "batch", "IOS ms", "seq ms", "speedup", "measured", "cached", "wall s", "source",
+                     measure=measure.value, budget=budget, progress=progress)
+    table = Table("device", "batch", "IOS ms", "seq ms", "speedup", "measured / planned", "cached", "wall s", "source",
                   "end to end IOS / seq ms", "kept", title=f"ios-ray search: {model} (predicted: sums of stages)")
     for o in result:
         check = o.end_to_end
         table.add_row(o.device, str(o.batch), f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x",
-                      str(o.measured), str(o.cached), f"{o.wall_s:.1f}", o.source,
+                      f"{o.measured} / {o.planned}", str(o.cached), f"{o.wall_s:.1f}", o.source,
                       "-" if check is None else f"{check.dp_ms:.3f} / {check.sequential_ms:.3f}",
                       "IOS" if check is None or check.kept == "dp" else "sequential")
     console.print(table)

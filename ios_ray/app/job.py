@@ -9,6 +9,12 @@ every (device, batch), and only the missing ones go out to the device actors, al
 alone writes the store, batch by batch as results stream back, so an interrupted search keeps what it measured
 and a rerun resumes. The DP then reads latencies from the store and never waits on a device.
 
+With ``measure="lazy"`` (the default) the job measures in rounds instead: the scheduler's pure
+:func:`~ios_ray.scheduler.next_round` reads a setting's stored latencies and names the stages that can still change
+its schedule; the job measures what every setting asks, on all devices at once, stores it, and asks again, until no
+setting asks for anything (each schedule is then the exhaustive DP's, as far as the lower bounds hold) or the
+budget is spent. The DP then runs on measured stages only.
+
 On a measured device the DP's schedule is then checked end to end: it and the sequential schedule run whole, side
 by side, on an actor of the device, and the file keeps the faster. Stages timed one at a time miss what happens
 between them (on a CPU, handing work to worker threads and back), so the sum of a schedule's stages can favour a
@@ -21,6 +27,7 @@ is its only caller.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import socket
 import time
@@ -39,9 +46,18 @@ from ios_ray.ir import Graph
 from ios_ray.models import DEFAULT_INPUT_SHAPE, resolve_model
 from ios_ray.profiler import CheckJob, DeviceIdentity, DevicePool, MeasureJob, ModelSource
 from ios_ray.schedule import MAX_BATCH, EndToEnd, Schedule, save_schedule
-from ios_ray.scheduler import Plan, SearchParams, TableLatency, optimize_graph, plan_graph, sequential
+from ios_ray.scheduler import (LazyParams, LazyRound, LazySpace, Plan, PlannedStage, SearchParams, TableLatency,
+                               next_round, optimize_graph, plan_graph, sequential)
 from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore, rows_to_table
+
+#: How a search measures: ``all`` planned stages, or ``lazy``: only those that can change the schedule.
+MEASURE_MODES = ("all", "lazy")
+DEFAULT_MEASURE = "lazy"
+#: On a measured device, lower bounds sit this fraction below what they come from (timing noise); 0 on ``sim:``.
+LAZY_MARGIN = 0.1
+#: Stages a lazy round asks of each setting, per actor of its device (a few batches for every actor).
+ROUND_STAGES_PER_ACTOR = 32
 
 
 @dataclass(frozen=True)
@@ -62,6 +78,8 @@ class SearchRequest:
     warmup: int | None = None
     repeat: int | None = None
     check_rounds: int = 10
+    measure: str = DEFAULT_MEASURE
+    budget: int | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +98,7 @@ class SearchOutcome:
     wall_s: float
     path: Path | None
     source: str
+    planned: int = 0
 
     @property
     def end_to_end(self) -> EndToEnd | None:
@@ -114,13 +133,17 @@ class LoadedModel:
 
 @dataclass(frozen=True)
 class _Search:
-    """What every step of one search shares: the request, the model, its stage keys and plan, the store."""
+    """What every step of one search shares: the request, the model, its stage keys and plan, the store, and for a
+    lazy search its space, the last round of every (device, batch) and what each measured so far."""
 
     request: SearchRequest
     model: LoadedModel
     keys: StageKeys
     plan: Plan
     store: LatencyStore
+    lazy: LazySpace | None = None
+    rounds: dict[tuple[str, int], LazyRound] = dataclasses.field(default_factory=dict)
+    measured: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict)
 
     @property
     def graph(self) -> Graph:
@@ -135,7 +158,8 @@ class SearchProgress(Protocol):
         """The model is imported and its candidate stages are known."""
 
     def device_started(self, device: str, total: int, cached: int) -> None:
-        """A device has ``total`` stages to measure; ``cached`` more were found in the store."""
+        """A device has ``total`` stages to measure (in this round, for a lazy search: once per round); ``cached``
+        more were found in the store."""
 
     def advanced(self, device: str, done: int, total: int) -> None:
         """``done`` of ``total`` stages of a device are measured."""
@@ -152,23 +176,25 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
     keys = StageKeys(model.graph)
     plan = plan_graph(model.graph, request.params, keys)
     progress.planned(model.graph, plan)
-    search = _Search(request, model, keys, plan, LatencyStore(request.store))
+    lazy = LazySpace.build(model.graph, request.params, keys) if request.measure == "lazy" else None
+    search = _Search(request, model, keys, plan, LatencyStore(request.store), lazy)
     identities = _simulated_identities(request.devices)
-    if identities is not None:
-        missing = _missing(search, identities)
-        if not any(keys for by_batch in missing.values() for keys in by_batch.values()):
-            for label in request.devices:
-                progress.device_started(label, 0, _cached(search, missing[label]))
-            return _schedule_all(search, identities, missing, started, None, progress)
+    if identities is not None and not _any(_ask(search, identities, {})):
+        for label in request.devices:
+            progress.device_started(label, 0, _stored(search, identities[label]))
+        return _schedule_all(search, identities, started, None, progress)
     with ray_session(request.address), _pool(request) as pool:
         identities = pool.identities()
-        missing = _missing(search, identities)
         measured = any(identity.source == "measured" for identity in identities.values())
         source = model.source(shared=measured)
         if measured:
             pool.prepare(source, model.graph)
-        _measure(pool, search, source, missing, progress)
-        return _schedule_all(search, identities, missing, started, (pool, source), progress)
+        actors = {label: len(pool.actors(label)) for label in request.devices}
+        asked = _ask(search, identities, actors)
+        while _any(asked):
+            _measure(pool, search, source, asked, identities, progress)
+            asked = _ask(search, identities, actors, before=asked)
+        return _schedule_all(search, identities, started, (pool, source), progress)
 
 
 def load_model(request: SearchRequest) -> LoadedModel:
@@ -189,15 +215,15 @@ def load_model(request: SearchRequest) -> LoadedModel:
 
 
 def _schedule_all(
-    search: _Search, identities: Mapping[str, DeviceIdentity], missing: Mapping[str, Mapping[int, list[str]]],
-    started: float, checker: tuple[DevicePool, ModelSource] | None, progress: SearchProgress,
+    search: _Search, identities: Mapping[str, DeviceIdentity], started: float,
+    checker: tuple[DevicePool, ModelSource] | None, progress: SearchProgress,
 ) -> list[SearchOutcome]:
     """Run the DP for every (device, batch), check it end to end where the device is real, write the files."""
     request = search.request
     outcomes = []
     for label in request.devices:
         for batch in request.batches:
-            dp, plain = _optimize(search, identities[label], batch)
+            dp, plain, stored = _optimize(search, identities[label], batch)
             kept = dp
             if checker is not None and identities[label].source == "measured" and request.check_rounds > 0:
                 progress.checking(label, batch)
@@ -206,34 +232,85 @@ def _schedule_all(
             if request.out is not None:
                 path = schedule_path(request.out, search.model.name, label, batch)
                 save_schedule(kept, path)
-            measured = len(missing[label][batch])
+            measured = search.measured.get((label, batch), 0)
             outcomes.append(SearchOutcome(
                 label, batch, kept, dp.predicted_latency or 0.0, plain.predicted_latency or 0.0, measured,
-                len(search.plan.stages) - measured, time.perf_counter() - started, path, identities[label].source))
+                stored - measured, time.perf_counter() - started, path, identities[label].source,
+                len(search.plan.stages)))
     return outcomes
 
 
+def _ask(
+    search: _Search, identities: Mapping[str, DeviceIdentity], actors: Mapping[str, int],
+    before: Mapping[str, Mapping[int, list[str]]] | None = None,
+) -> dict[str, dict[int, list[str]]]:
+    """Per device and batch, the stage keys to measure next: every planned one the store lacks, or what the lazy
+    search's next round asks for (``actors`` per device sizes the round)."""
+    asked: dict[str, dict[int, list[str]]] = {}
+    for label in search.request.devices:
+        identity = identities[label]
+        asked[label] = {}
+        for batch in search.request.batches:
+            if search.lazy is None:
+                asked[label][batch] = search.store.missing(list(search.plan.stages), identity.fingerprint, batch)
+                continue
+            table = search.store.lookup(search.lazy.keys, identity.fingerprint, batch)
+            found = next_round(search.lazy, table, _lazy_params(search.request, identity, actors.get(label, 1)))
+            search.rounds[label, batch] = found
+            asked[label][batch] = list(found.measure)
+    if before is not None and _any(asked) and asked == before:
+        raise UserError("the devices returned no latencies for stages they were asked to measure; the measured "
+                        "ones were kept, so run the search again.")
+    return asked
+
+
+def _lazy_params(request: SearchRequest, identity: DeviceIdentity, actors: int) -> LazyParams:
+    """A lazy round's parameters on one device: no margin on a ``sim:`` device, rounds sized to its actors."""
+    return LazyParams(_margin(identity), ROUND_STAGES_PER_ACTOR * max(actors, 1), request.budget)
+
+
+def _margin(identity: DeviceIdentity) -> float:
+    """How far below what they come from a device's lower bounds sit: nothing on a ``sim:`` device."""
+    return 0.0 if identity.source == "simulated" else LAZY_MARGIN
+
+
+def _any(asked: Mapping[str, Mapping[int, list[str]]]) -> bool:
+    """Whether any device has a stage to measure."""
+    return any(keys for by_batch in asked.values() for keys in by_batch.values())
+
+
 def _measure(
-    pool: DevicePool, search: _Search, source: ModelSource, missing: Mapping[str, Mapping[int, list[str]]],
-    progress: SearchProgress,
+    pool: DevicePool, search: _Search, source: ModelSource, asked: Mapping[str, Mapping[int, list[str]]],
+    identities: Mapping[str, DeviceIdentity], progress: SearchProgress,
 ) -> None:
-    """Measure every missing stage on all devices at once, storing each batch of rows as it arrives."""
-    planned, graph = search.plan.stages, search.graph
+    """Measure the asked stages on all devices at once, storing each batch of rows as it arrives."""
+    planned, graph = _planned(search), search.graph
     jobs = {
         label: [MeasureJob(key, planned[key].stage, planned[key].description, graph, source, batch)
                 for batch, keys in by_batch.items() for key in keys]
-        for label, by_batch in missing.items()
+        for label, by_batch in asked.items()
     }
     for label in search.request.devices:
-        progress.device_started(label, len(jobs[label]), _cached(search, missing[label]))
+        progress.device_started(label, len(jobs[label]), _stored(search, identities[label]))
+        for batch, keys in asked[label].items():
+            search.measured[label, batch] = search.measured.get((label, batch), 0) + len(keys)
     report = pool.measure(jobs, lambda rows: search.store.put(rows_to_table(rows)), progress.advanced)
     if report.interrupted:
         raise KeyboardInterrupt
 
 
-def _cached(search: _Search, missing: Mapping[int, list[str]]) -> int:
-    """How many (stage, batch) latencies of one device the store already held."""
-    return len(search.plan.stages) * len(search.request.batches) - sum(len(keys) for keys in missing.values())
+def _planned(search: _Search) -> Mapping[str, PlannedStage]:
+    """Every stage the search may measure, by key (the lazy search's include the plan's)."""
+    if search.lazy is None:
+        return search.plan.stages
+    return {**{p.key: p for p in search.lazy.planned}, **search.plan.stages}
+
+
+def _stored(search: _Search, identity: DeviceIdentity) -> int:
+    """How many (stage, batch) latencies of one device the search can take from the store."""
+    keys = search.lazy.keys if search.lazy is not None else list(search.plan.stages)
+    return sum(len(keys) - len(search.store.missing(keys, identity.fingerprint, batch))
+               for batch in search.request.batches)
 
 
 def _simulated_identities(devices: Sequence[str]) -> dict[str, DeviceIdentity] | None:
@@ -259,6 +336,10 @@ def _checked(request: SearchRequest) -> SearchRequest:
                                ("check_rounds", request.check_rounds, 0), ("sim_actors", request.sim_actors, 1)):
         if value is not None and value < least:
             raise UserError(f"{name} must be at least {least}, not {value}.")
+    if request.measure not in MEASURE_MODES:
+        raise UserError(f"measure must be one of {', '.join(MEASURE_MODES)}, not {request.measure!r}.")
+    if request.budget is not None and request.budget < 1:
+        raise UserError(f"budget must be at least 1 stage, not {request.budget}.")
     if request.input_shape is not None and (not request.input_shape or any(n < 1 for n in request.input_shape)):
         raise UserError(f"input_shape must be positive sizes such as (3, 224, 224), not {request.input_shape}.")
     if request.out is not None and request.out.exists() and not request.out.is_dir():
@@ -299,32 +380,42 @@ def _pool(request: SearchRequest) -> Iterator[DevicePool]:
         pool.shutdown()
 
 
-def _missing(search: _Search, identities: Mapping[str, DeviceIdentity]) -> dict[str, dict[int, list[str]]]:
-    """Per device and batch, the keys of the planned stages the store does not hold."""
-    keys = list(search.plan.stages)
-    return {label: {batch: search.store.missing(keys, identities[label].fingerprint, batch)
-                    for batch in search.request.batches}
-            for label in search.request.devices}
-
-
-def _optimize(search: _Search, identity: DeviceIdentity, batch: int) -> tuple[Schedule, Schedule]:
-    """The DP's schedule and the sequential one for one (device, batch), priced from the store."""
+def _optimize(search: _Search, identity: DeviceIdentity, batch: int) -> tuple[Schedule, Schedule, int]:
+    """The DP's schedule and the sequential one for one (device, batch), priced from the store, and how many
+    latencies the store held for it."""
     request, graph = search.request, search.graph
-    table = search.store.lookup(list(search.plan.stages), identity.fingerprint, batch)
-    if len(table) < len(search.plan.stages):
+    keys = search.lazy.keys if search.lazy is not None else list(search.plan.stages)
+    table = search.store.lookup(keys, identity.fingerprint, batch)
+    record = _measure_record(search, identity, batch, len(table))
+    if len(table) < len(keys) and search.lazy is None:
         raise UserError(
-            f"the store lacks {len(search.plan.stages) - len(table)} stage latencies for {identity.label} at batch "
+            f"the store lacks {len(keys) - len(table)} stage latencies for {identity.label} at batch "
             f"{batch}; rerun the search to measure them."
         )
-    latency = TableLatency(search.keys, table)
+    latency = TableLatency(search.keys, table, missing=math.inf if search.lazy is not None else None)
     result = optimize_graph(graph, latency, request.params)
     schedule = Schedule(
         model=search.model.name, graph_fingerprint=graph.fingerprint, device=identity.label, batch=batch,
         blocks=result.schedules, device_fingerprint=identity.fingerprint, device_info=dict(identity.info),
-        params=request.params.to_json(), source=identity.source, input_shape=graph.input_shape,
+        params={**request.params.to_json(), "measure": record}, source=identity.source,
+        input_shape=graph.input_shape,
     )
     plain = dataclasses.replace(schedule, blocks=tuple(sequential(graph, block, latency) for block in graph.blocks))
-    return schedule, plain
+    return schedule, plain, len(table)
+
+
+def _measure_record(search: _Search, identity: DeviceIdentity, batch: int, stored: int) -> dict[str, object]:
+    """What a schedule file records of how its stages were measured: the mode and, for a lazy search, the bound."""
+    if search.lazy is None:
+        return {"mode": "all", "stages": stored, "planned": len(search.plan.stages)}
+    found = search.rounds[identity.label, batch]
+    if not math.isfinite(found.upper):
+        raise UserError(f"a budget of {search.request.budget} stages ends before {identity.label} at batch {batch} "
+                        "has a schedule of measured stages (every unit alone and every one- and two-group stage "
+                        "come first); raise the budget.")
+    return {"mode": "lazy", "stages": stored, "planned": len(search.plan.stages), "certified": found.certified,
+            "lower_ms": found.lower, "upper_ms": found.upper, "calibration": found.calibration,
+            "margin": _margin(identity)}
 
 
 def _checked_end_to_end(

@@ -42,9 +42,12 @@ class RichSearchProgress:
                                "ios-ray inspect)", highlight=False, soft_wrap=True)
 
     def device_started(self, device: str, total: int, cached: int) -> None:
-        """Add a bar for a device (the bars show from the first one on)."""
+        """Add a bar for a device (the bars show from the first one on), or restart it for a lazy search's round."""
         if not self.tasks:
             self.bars.start()
+        if device in self.tasks:
+            self.bars.reset(self.tasks[device], total=max(total, 0), device=device, cached=cached, rate="")
+            return
         self.tasks[device] = self.bars.add_task(device, total=max(total, 0), device=device, cached=cached, rate="")
 
     def advanced(self, device: str, done: int, total: int) -> None:

@@ -9,6 +9,10 @@ Pure functions over the graph IR: dataclasses in, dataclasses out; no device, Ra
 * :mod:`~ios_ray.scheduler.plan`: :func:`plan_graph`, :func:`count_block`.
 * :mod:`~ios_ray.scheduler.latency`: the :class:`LatencyModel` protocol and :class:`TableLatency`;
   :mod:`~ios_ray.scheduler.synthetic`: :class:`SyntheticCost`.
+* The lazy search, which measures only what can change the answer: :mod:`~ios_ray.scheduler.lazy`
+  (:class:`LazySpace`, :func:`next_round`), on :mod:`~ios_ray.scheduler.arrays` (the DP as array passes),
+  :mod:`~ios_ray.scheduler.relations` (stages and the smaller stages they are made of) and
+  :mod:`~ios_ray.scheduler.estimate` (lower bounds and guesses from measured stages).
 """
 
 from ios_ray.scheduler.baselines import greedy, greedy_stages, sequential, sequential_stages
@@ -16,13 +20,15 @@ from ios_ray.scheduler.dag import BlockDag
 from ios_ray.scheduler.dp import BlockResult, GraphResult, SearchStats, optimize_block, optimize_graph
 from ios_ray.scheduler.endings import endings
 from ios_ray.scheduler.latency import LatencyModel, MissingLatencyError, TableLatency
+from ios_ray.scheduler.lazy import LazyParams, LazyRound, LazySpace, next_round
 from ios_ray.scheduler.plan import BlockCounts, BlockPlan, Plan, PlannedStage, count_block, plan_graph
 from ios_ray.scheduler.space import BlockSpace, SearchParams
 from ios_ray.scheduler.synthetic import SyntheticCost
 
 __all__ = [
     "BlockCounts", "BlockDag", "BlockPlan", "BlockResult", "BlockSpace", "GraphResult", "LatencyModel",
-    "MissingLatencyError", "Plan", "PlannedStage", "SearchParams", "SearchStats", "SyntheticCost", "TableLatency",
-    "count_block", "endings", "greedy", "greedy_stages", "optimize_block", "optimize_graph",
+    "LazyParams", "LazyRound", "LazySpace", "MissingLatencyError", "Plan", "PlannedStage", "SearchParams",
+    "SearchStats", "SyntheticCost", "TableLatency",
+    "count_block", "endings", "greedy", "greedy_stages", "next_round", "optimize_block", "optimize_graph",
     "plan_graph", "sequential", "sequential_stages",
 ]

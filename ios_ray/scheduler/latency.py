@@ -33,16 +33,21 @@ class MissingLatencyError(KeyError):
 
 
 class TableLatency:
-    """Latencies looked up by stage key in a table, such as the rows of the latency store for one device."""
+    """Latencies looked up by stage key in a table, such as the rows of the latency store for one device.
 
-    def __init__(self, keys: StageKeys, table: Mapping[str, float]) -> None:
+    ``missing``: the latency of a stage the table lacks (``math.inf`` after a lazy search, so the DP keeps to
+    measured stages); None raises :class:`MissingLatencyError` instead.
+    """
+
+    def __init__(self, keys: StageKeys, table: Mapping[str, float], missing: float | None = None) -> None:
         self.keys = keys
         self.table = table
+        self.missing = missing
 
     def latency(self, stage: Stage) -> float:
-        """The table's latency for ``stage``; raises :class:`MissingLatencyError` where there is none."""
+        """The table's latency for ``stage`` (see ``missing`` for a stage it lacks)."""
         key = self.keys.key(stage)
-        try:
-            return self.table[key]
-        except KeyError:
-            raise MissingLatencyError(key, self.keys.describe_json(stage)) from None
+        found = self.table.get(key, self.missing)
+        if found is None:
+            raise MissingLatencyError(key, self.keys.describe_json(stage))
+        return found

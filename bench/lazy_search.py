@@ -1,0 +1,289 @@
+"""Lazy search against measuring everything: stages measured, DP rounds, wall time and the schedule's cost.
+
+(a) Simulated: Inception V3, NASNet-A and RandWire on ``sim:v100`` and ``sim:k80`` at batches 1 and 32. The sim
+model is driven directly, in this process (no Ray, no store), so both searches see the very same latencies: the
+exhaustive search prices every planned stage and runs the DP; the lazy one measures what
+:func:`~ios_ray.scheduler.lazy.next_round` asks for, round after round. Per case: stages measured by each and
+their ratio, rounds, wall time (pricing and DP; the lazy search's one-off :class:`LazySpace` build shown apart, per
+model), the two schedules' costs, and how often a stage measured below the lower bound it had when it was chosen.
+Targets: equal costs in every case, and at least 5x fewer stages measured over all cases together.
+
+(b) CPU: SqueezeNet and Inception V3 at batch 1, each searched twice on fresh stores through the real job
+(``--measure all`` and ``--measure lazy``, the CLI's path, on this machine's CPU), then both schedules timed end to
+end in interleaved rounds in one process. Targets: fewer stages measured, and the lazy schedule within noise of
+the exhaustive one (median ratio within 5%).
+
+Run: python bench/lazy_search.py [--only sim|cpu] [--models ...]   (exit code 1 when a target is missed)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from ios_ray.app.bench import baseline_schedule, schedule_variants, side_by_side
+from ios_ray.app.job import LAZY_MARGIN, SearchRequest, run_search
+from ios_ray.app.progress import SilentProgress
+from ios_ray.frontend import import_model, import_module
+from ios_ray.ir import Graph
+from ios_ray.models import resolve_model
+from ios_ray.profiler.sim import stage_latency_ms
+from ios_ray.runtime import Program
+from ios_ray.schedule import Schedule
+from ios_ray.scheduler import SearchParams, TableLatency, optimize_graph, plan_graph
+from ios_ray.scheduler.estimate import estimate
+from ios_ray.scheduler.lazy import LazyParams, LazySpace, next_round
+from ios_ray.stage import Stage, StageKeys
+from ios_ray.store import LatencyStore
+
+SIM_MODELS = ("inception_v3", "nasnet_a", "randwire")
+SIM_GPUS = ("v100", "k80")
+SIM_BATCHES = (1, 32)
+RATIO_TARGET = 5.0
+CPU_MODELS = ("squeezenet", "inception_v3")
+#: How far apart two schedules' end-to-end medians may be and still count as equal on this noisy machine.
+CPU_NOISE = 0.05
+#: Stages per setting and round in the sim part (as the job asks of 2 sim actors: see ios_ray.app.job).
+ROUND_SIZE = 256
+
+
+@dataclass(frozen=True)
+class SimCase:
+    """One simulated setting searched both ways."""
+
+    model: str
+    device: str
+    batch: int
+    all_stages: int
+    all_s: float
+    all_cost: float
+    lazy_stages: int
+    lazy_s: float
+    lazy_dp_s: float
+    rounds: int
+    lazy_cost: float
+    below_bound: int
+    certified: bool
+
+    @property
+    def ratio(self) -> float:
+        """Stages measured, exhaustive over lazy."""
+        return self.all_stages / self.lazy_stages
+
+    @property
+    def exact(self) -> bool:
+        """Whether the lazy schedule costs what the exhaustive one does."""
+        return math.isclose(self.lazy_cost, self.all_cost, rel_tol=1e-9)
+
+
+class Pricer:
+    """The sim latency of a stage key, priced from the same representative stage per key in both searches.
+
+    Stages with one key can differ in the order of their groups, which the sim model (unlike the key) sees; the
+    store likewise keeps one latency per key, from whichever stage was measured first.
+    """
+
+    def __init__(self, graph: Graph, stages: dict[str, Stage], gpu: str, batch: int) -> None:
+        self.graph, self.stages, self.gpu, self.batch = graph, stages, gpu, batch
+        self.priced: dict[str, float] = {}
+
+    def __call__(self, key: str) -> float:
+        """The latency of ``key`` in ms."""
+        if key not in self.priced:
+            self.priced[key] = stage_latency_ms(self.graph, self.stages[key], self.batch, self.gpu)
+        return self.priced[key]
+
+
+def exhaustive(graph: Graph, keys: StageKeys, stages: dict, price: Pricer) -> tuple[int, float, float]:
+    """Price every planned stage and run the DP: (stages, seconds, cost)."""
+    start = time.perf_counter()
+    table = {key: price(key) for key in stages}
+    cost = optimize_graph(graph, TableLatency(keys, table)).cost
+    return len(table), time.perf_counter() - start, cost
+
+
+def lazy(graph: Graph, keys: StageKeys, space: LazySpace, price: Pricer
+         ) -> tuple[int, float, float, int, float, int, bool]:
+    """Measure what the rounds ask for, then run the DP on measured stages only.
+
+    Returns (stages, seconds, seconds in rounds, rounds, cost, stages measured below their bound, certified).
+    """
+    table: dict[str, float] = {}
+    start = time.perf_counter()
+    dp = 0.0
+    rounds = below = 0
+    while True:
+        tick = time.perf_counter()
+        found = next_round(space, table, LazyParams(round_size=ROUND_SIZE))
+        dp += time.perf_counter() - tick
+        if found.done:
+            break
+        rounds += 1
+        for key, bound in zip(found.measure, found.bounds):
+            table[key] = price(key)
+            below += int(table[key] < bound)
+    cost = optimize_graph(graph, TableLatency(keys, table, missing=math.inf)).cost
+    return len(table), time.perf_counter() - start, dp, rounds, cost, below, found.certified
+
+
+def sim_cases(models: list[str], console: Console) -> list[SimCase]:
+    """Every simulated case, model by model."""
+    cases = []
+    for model in models:
+        graph = import_model(model).graph
+        keys = StageKeys(graph)
+        stages = plan_graph(graph, SearchParams(), keys).stages
+        start = time.perf_counter()
+        space = LazySpace.build(graph, SearchParams(), keys)
+        console.print(f"{model}: {len(stages):,} planned stages; lazy space built in "
+                      f"{time.perf_counter() - start:.1f} s ({len(space.blocks)} distinct blocks)")
+        representatives = {**{p.key: p.stage for p in space.planned}, **{k: p.stage for k, p in stages.items()}}
+        for gpu in SIM_GPUS:
+            for batch in SIM_BATCHES:
+                every = exhaustive(graph, keys, stages, Pricer(graph, representatives, gpu, batch))
+                found = lazy(graph, keys, space, Pricer(graph, representatives, gpu, batch))
+                cases.append(SimCase(model, f"sim:{gpu}", batch, *every, *found))
+                console.print(f"  sim:{gpu} batch {batch}: {cases[-1].lazy_stages:,} of {every[0]:,} measured")
+    return cases
+
+
+def sim_table(cases: list[SimCase]) -> tuple[Table, bool]:
+    """The comparison table of (a) and whether every target is met."""
+    table = Table(title="(a) lazy against all on sim devices (latencies simulated, never measured)")
+    for column in ("model", "device", "batch", "all: stages", "all: s", "lazy: stages", "ratio", "rounds",
+                   "lazy: s (rounds)", "all: cost ms", "lazy: cost ms", "equal", "below bound", "certified"):
+        table.add_column(column, justify="right")
+    for c in cases:
+        table.add_row(c.model, c.device, str(c.batch), f"{c.all_stages:,}", f"{c.all_s:.1f}", f"{c.lazy_stages:,}",
+                      f"{c.ratio:.2f}x", str(c.rounds), f"{c.lazy_s:.1f} ({c.lazy_dp_s:.1f})", f"{c.all_cost:.4f}",
+                      f"{c.lazy_cost:.4f}", "yes" if c.exact else "NO", str(c.below_bound),
+                      "yes" if c.certified else "no")
+    total = sum(c.all_stages for c in cases) / sum(c.lazy_stages for c in cases)
+    passed = all(c.exact for c in cases) and total >= RATIO_TARGET
+    table.add_row("all cases", "", "", f"{sum(c.all_stages for c in cases):,}", "",
+                  f"{sum(c.lazy_stages for c in cases):,}", f"{total:.2f}x", "", "", "", "",
+                  "PASS" if all(c.exact for c in cases) else "FAIL",
+                  f"target >= {RATIO_TARGET:.0f}x: {'PASS' if total >= RATIO_TARGET else 'FAIL'}", "")
+    return table, passed
+
+
+@dataclass(frozen=True)
+class CpuSearch:
+    """One search on this machine's CPU: stages measured of planned, wall time, the DP's schedule and its
+    prediction, and how many measured stages fell below the lower bound the other measurements give them."""
+
+    measured: int
+    planned: int
+    wall_s: float
+    schedule: Schedule
+    below_bound: int
+    below_raw_bound: int
+
+
+def cpu_search(model: str, measure: str, folder: Path) -> CpuSearch:
+    """Search ``model`` at batch 1 on the CPU with a fresh store (no end-to-end check: the DP's own schedule)."""
+    store = folder / f"{measure}.duckdb"
+    request = SearchRequest(model=model, devices=("cpu",), batches=(1,), store=store, measure=measure, check_rounds=0)
+    start = time.perf_counter()
+    [outcome] = run_search(request, SilentProgress())
+    wall = time.perf_counter() - start
+    below = below_raw = 0
+    if measure == "lazy":
+        below, below_raw = bound_misses(model, store, outcome.schedule.device_fingerprint)
+    return CpuSearch(outcome.measured, outcome.planned, wall, outcome.schedule, below, below_raw)
+
+
+def bound_misses(model: str, store: Path, fingerprint: str) -> tuple[int, int]:
+    """How many measured stages of several units lie below the lower bound all other measurements give them, with
+    the job's margin and without: measurement noise makes a bound miss on a real device."""
+    graph = import_model(model).graph
+    space = LazySpace.build(graph, SearchParams())
+    latency = space.vector(LatencyStore(store, create=False).lookup(space.keys, fingerprint, 1))
+    units = np.array([len(p.stage.units) for p in space.planned])
+    misses = [0, 0]
+    for stage in np.flatnonzero(~np.isnan(latency) & (units > 1)):
+        others = latency.copy()
+        others[stage] = np.nan
+        for column, margin in enumerate((LAZY_MARGIN, 0.0)):
+            misses[column] += int(latency[stage] < estimate(space.relations, others, margin).lower[stage])
+    return misses[0], misses[1]
+
+
+def time_side_by_side(model: str, schedules: dict[str, Schedule], rounds: int) -> dict[str, float]:
+    """Median ms of each schedule run whole on the CPU, in interleaved rounds."""
+    spec = resolve_model(model)
+    torch.manual_seed(0)
+    module = spec.build().eval()
+    imported = import_module(module, torch.randn(1, *spec.input_shape), spec.name)
+    variants = schedule_variants(Program.from_imported(imported, "cpu"), schedules)
+    x = torch.randn(1, *spec.input_shape)
+    return {name: timing[0] for name, timing in side_by_side(variants, x, warmup=3, rounds=rounds).items()}
+
+
+def cpu_table(models: list[str], rounds: int, console: Console) -> tuple[Table, bool]:
+    """(b): each model searched both ways on fresh stores, then the two schedules timed side by side."""
+    table = Table(title=f"(b) lazy against all on this CPU, batch 1 (measured; {rounds} interleaved rounds)")
+    for column in ("model", "all: stages", "all: s", "lazy: stages", "ratio", "lazy: s", "below bound (raw)",
+                   "all: run ms", "lazy: run ms", "lazy / all", "sequential ms", "target"):
+        table.add_column(column, justify="right")
+    passed = True
+    for model in models:
+        with tempfile.TemporaryDirectory() as tmp:
+            every = cpu_search(model, "all", Path(tmp))
+            lazy_run = cpu_search(model, "lazy", Path(tmp))
+        sequential = baseline_schedule(import_model(model).graph, every.schedule, "sequential")
+        timed = time_side_by_side(model, {"all": every.schedule, "lazy": lazy_run.schedule,
+                                          "sequential": sequential}, rounds)
+        ratio = timed["lazy"] / timed["all"]
+        ok = lazy_run.measured <= every.measured and abs(ratio - 1) <= CPU_NOISE
+        passed &= ok
+        console.print(f"  {model}: all {every.measured} stages, lazy {lazy_run.measured}; run ratio {ratio:.3f}")
+        table.add_row(model, str(every.measured), f"{every.wall_s:.0f}", str(lazy_run.measured),
+                      f"{every.measured / lazy_run.measured:.2f}x", f"{lazy_run.wall_s:.0f}",
+                      f"{lazy_run.below_bound} ({lazy_run.below_raw_bound})", f"{timed['all']:.2f}",
+                      f"{timed['lazy']:.2f}", f"{ratio:.3f}", f"{timed['sequential']:.2f}",
+                      f"fewer, within {CPU_NOISE:.0%}: {'PASS' if ok else 'FAIL'}")
+    return table, passed
+
+
+def parse_args() -> argparse.Namespace:
+    """The bench's options."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=("sim", "cpu"), default=None, help="run only (a) or (b)")
+    parser.add_argument("--models", default=",".join(SIM_MODELS), help="(a) comma-separated models")
+    parser.add_argument("--cpu-models", default=",".join(CPU_MODELS), help="(b) comma-separated models")
+    parser.add_argument("--rounds", type=int, default=30, help="(b) interleaved timing rounds")
+    return parser.parse_args()
+
+
+def main() -> int:
+    """Run (a) then (b); 0 when every target is met."""
+    args = parse_args()
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    console.print(f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} at start")
+    passed = True
+    if args.only in (None, "sim"):
+        table, ok = sim_table(sim_cases(args.models.split(","), console))
+        console.print(table)
+        passed &= ok
+    if args.only in (None, "cpu"):
+        table, ok = cpu_table(args.cpu_models.split(","), args.rounds, console)
+        console.print(table)
+        passed &= ok
+    console.print(f"load {os.getloadavg()[0]:.1f} at end; overall: {'PASS' if passed else 'FAIL'}")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""A lower bound and a best guess of every candidate stage's latency from the stages measured on one setting.
+
+Everything here is fitted on the measured latencies of one (device fingerprint, batch), never on a device model,
+so it works the same on a GPU, a CPU and a ``sim:`` device. Stages relate as in
+:mod:`~ios_ray.scheduler.relations`: groups, units, sub-stages and pairs.
+
+**Lower bounds.** A measured stage is its measurement. Otherwise:
+
+* A *concurrent* stage is at least as slow as its slowest group run alone (the other groups only take device
+  time and issue slots from it), and a group at least as slow as its slowest unit alone (it runs that unit and
+  more, in order). These *structural* bounds hold on the ``sim:`` model exactly; on a real device they hold up to
+  measurement noise, which ``margin`` covers.
+* A concurrent stage of three or more groups also has a *composed* bound: its largest sub-stage (one group
+  dropped) plus the least that adding one of its groups to another of its groups ever cost (from the pairs);
+  recursively, from measured pairs up. Nothing guarantees this on any device (adding a group to a larger stage can
+  cost less than adding it to one group, when it hides behind a long one), so it is *calibrated*: every measured
+  stage of three or more groups is checked against its own composed value, and the bound is the composed value
+  times the smallest ratio measured / composed seen so far (at most 1), less ``margin``. Until
+  ``MIN_EVIDENCE`` such stages are measured, the composed bound is not used.
+* A *merge* stage has no lower bound (0): one wide conv can use the device better than each of its narrow convs
+  alone, so it can be faster than any of them. Merge candidates are few (29 in Inception V3), so they are simply
+  measured whenever they could matter.
+
+**Guesses** (to choose what to measure first): the composed value with pairs guessed from the measured pairs'
+typical overlap, scaled by the median measured / composed ratio; a merge stage as the sum of its convs alone times
+the median ratio of the measured merges. A guess is never below the stage's lower bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ios_ray.scheduler.relations import StageRelations
+
+#: Measured stages of three or more groups needed before the composed bound is trusted.
+MIN_EVIDENCE = 8
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """Per stage number: a lower bound and a best guess of its latency (ms); ``calibration`` of the composed bound."""
+
+    lower: np.ndarray
+    guess: np.ndarray
+    calibration: float
+
+
+def estimate(relations: StageRelations, latency: np.ndarray, margin: float = 0.0,
+             evidence: int = MIN_EVIDENCE) -> Estimates:
+    """Bounds and guesses for every stage; ``latency`` holds the measured stages' latencies and NaN elsewhere.
+
+    ``margin`` lowers every bound that is not a measurement by that fraction (measurement noise on a device);
+    the composed bound is used once ``evidence`` stages of three or more groups are measured.
+    """
+    known = ~np.isnan(latency)
+    alone = np.where(known, latency, 0.0)
+    unit_flat, unit_starts = relations.units
+    unit_max = np.maximum.reduceat(alone[unit_flat], unit_starts)
+    unit_sum = np.add.reduceat(alone[unit_flat], unit_starts)
+    one_group = np.where(known, latency, unit_max)
+    group_flat, group_starts = relations.groups
+    slowest = np.maximum.reduceat(one_group[group_flat], group_starts)
+    fastest = np.minimum.reduceat(one_group[group_flat], group_starts)
+    overlap = _median_ratio(latency - slowest, fastest, relations.pairs, known, default=0.5)
+    pair_guess = slowest + overlap * fastest
+    lower_composed, composed = _compose(relations, np.where(known, latency, slowest), known)
+    guess_composed, _ = _compose(relations, np.where(known, latency, pair_guess), known)
+    checked = np.concatenate([run.stages[known[run.stages]] for run in relations.runs] or [np.zeros(0, np.int64)])
+    calibration = 0.0
+    if len(checked) >= evidence:
+        calibration = min(1.0, float(np.min(latency[checked] / composed[checked])))
+    lower = (1.0 - margin) * np.maximum(slowest, calibration * lower_composed)
+    lower[relations.merge] = 0.0
+    scale = _median_ratio(latency, composed, checked, known, default=1.0)
+    count = relations.group_count
+    guess = np.where(count == 1, unit_sum, np.where(count == 2, pair_guess, scale * guess_composed))
+    merges = np.flatnonzero(relations.merge)
+    guess[merges] = _median_ratio(latency, unit_sum, merges, known, default=1.0) * unit_sum[merges]
+    guess = np.maximum(guess, lower)
+    return Estimates(np.where(known, latency, lower), np.where(known, latency, guess), calibration)
+
+
+def _compose(relations: StageRelations, value: np.ndarray, known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Composed values of stages of three or more groups, from ``value`` of the smaller ones, size by size.
+
+    Returns ``value`` with the composed value in place of every unmeasured stage of three or more groups, and the
+    composed value of each such stage, measured or not (NaN for the others), for calibration. A composed value
+    is the largest sub-stage plus the least cost of adding one of the stage's groups to another (at least 0).
+    """
+    filled = value.copy()
+    composed = np.full(len(value), np.nan)
+    for run in relations.runs:
+        added = np.maximum(np.min(filled[run.pairs] - filled[run.others], axis=1), 0.0)
+        composed[run.stages] = np.max(filled[run.subs], axis=1) + added
+        filled[run.stages] = np.where(known[run.stages], value[run.stages], composed[run.stages])
+    return filled, composed
+
+
+def _median_ratio(numerator: np.ndarray, denominator: np.ndarray, among: np.ndarray, known: np.ndarray,
+                  default: float) -> float:
+    """The median of ``numerator / denominator`` over the measured stages ``among`` (``default`` where none)."""
+    among = among[known[among] & (denominator[among] > 0)]
+    if not len(among):
+        return default
+    return float(np.median(numerator[among] / denominator[among]))

@@ -1,0 +1,190 @@
+"""Lazy search: measure only the candidate stages that can change the DP's answer.
+
+The IOS DP is a shortest path over a block's states whose edges are stages. The lazy search evaluates edges
+lazily (in the spirit of LazySP, Dellin and Srinivasa 2016): it keeps, per setting (device, batch), the measured
+latencies and from them a lower bound and a best guess of every other stage (:mod:`~ios_ray.scheduler.estimate`).
+One round, :func:`next_round`, is pure: given what is measured, it says what to measure next.
+
+Per block it runs the DP (:mod:`~ios_ray.scheduler.arrays`) three times: on the lower bounds (cost ``L``: no
+schedule can be cheaper), on measured stages only (cost ``U``: the best schedule known for sure) and on the
+guesses. Where ``L >= U`` the block is done: its best measured schedule is optimal, exactly as far as the bounds
+are bounds. Otherwise a stage is *live* where the cheapest schedule through it, priced with bounds, is below
+``U``; only live stages can change the answer. The round asks for the unmeasured stages of the block's best
+schedule under the bounds (without those, ``L`` cannot rise) and under the guesses, then for the other live
+stages by how close the guessed schedule through them comes to the guessed optimum, until the round holds
+``round_size`` stages, so that every device gets a batch worth sending. The first round measures the seeds:
+every one-group stage (units alone included) and every two-group stage, which the estimates are built from.
+
+Work is reused between rounds: states, transitions and stage numbers are built once (:class:`LazySpace`), and
+identical blocks (NASNet's repeated cells) are solved once; a round is a few vectorised passes per block.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from ios_ray.ir import Graph
+from ios_ray.scheduler.arrays import BlockArrays
+from ios_ray.scheduler.estimate import Estimates, estimate
+from ios_ray.scheduler.plan import PlannedStage
+from ios_ray.scheduler.relations import StageIndex, StageRelations, relate
+from ios_ray.scheduler.space import BlockSpace, SearchParams
+from ios_ray.stage import StageKeys
+
+#: Relative tolerance of ``L >= U`` (sums of the same floats in another order).
+TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class LazyParams:
+    """How the lazy search measures: ``margin`` below every bound that is not a measurement (a fraction, for
+    measurement noise), at least ``round_size`` stages per setting and round, at most ``budget`` per setting."""
+
+    margin: float = 0.0
+    round_size: int = 64
+    budget: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """Plain JSON form, as recorded in a schedule file."""
+        return {"margin": self.margin, "round_size": self.round_size, "budget": self.budget}
+
+
+@dataclass(frozen=True)
+class LazyRound:
+    """What one round found for one setting: the stage keys to measure next (none when done) with the lower bound
+    each had (NaN for seeds), the bounds on the best schedule's cost in ms (``lower``: under the bounds,
+    ``upper``: of measured stages, ``inf`` where none), whether they meet, how many stages are live, and the
+    composed bound's calibration."""
+
+    measure: tuple[str, ...]
+    bounds: tuple[float, ...]
+    lower: float
+    upper: float
+    certified: bool
+    live: int
+    calibration: float
+
+    @property
+    def done(self) -> bool:
+        """True when nothing is left to measure: the schedule is certified, or the budget is spent."""
+        return not self.measure
+
+
+@dataclass(frozen=True)
+class LazySpace:
+    """What does not change between rounds: numbered stages, their relations, the blocks as arrays."""
+
+    planned: tuple[PlannedStage, ...]
+    relations: StageRelations
+    blocks: tuple[BlockArrays, ...]
+    copies: tuple[int, ...]
+    seeds: np.ndarray
+
+    @staticmethod
+    def build(graph: Graph, params: SearchParams, keys: StageKeys | None = None) -> LazySpace:
+        """The lazy space of ``graph`` under ``params``."""
+        index = StageIndex(keys or StageKeys(graph))
+        arrays = [BlockArrays.of(BlockSpace(graph, block, params), index.add) for block in graph.blocks]
+        relations = relate(index)
+        blocks, copies = _unique(arrays)
+        seeds = np.concatenate([relations.one_group, relations.pairs])
+        return LazySpace(tuple(index.planned), relations, blocks, copies, np.sort(seeds))
+
+    @property
+    def keys(self) -> list[str]:
+        """Every stage key the lazy search may ask for."""
+        return [p.key for p in self.planned]
+
+    def vector(self, table: Mapping[str, float]) -> np.ndarray:
+        """Latencies by stage number from a table by key; NaN where the table has none."""
+        return np.array([table.get(p.key, math.nan) for p in self.planned], dtype=float)
+
+
+def next_round(space: LazySpace, table: Mapping[str, float], params: LazyParams = LazyParams()) -> LazyRound:
+    """Given one setting's measured latencies (by stage key), the stages to measure next; pure."""
+    latency = space.vector(table)
+    known = ~np.isnan(latency)
+    left = math.inf if params.budget is None else max(0, params.budget - int(known.sum()))
+    missing_seeds = space.seeds[~known[space.seeds]]
+    if len(missing_seeds):
+        chosen = missing_seeds[: _cap(left)]
+        return _round(space, chosen, np.full(len(chosen), np.nan), math.nan, math.inf, False, len(missing_seeds), 0.0)
+    estimates = estimate(space.relations, latency, params.margin)
+    return _choose(space, estimates, known, params.round_size, left)
+
+
+def _choose(space: LazySpace, estimates: Estimates, known: np.ndarray, round_size: int, left: float) -> LazyRound:
+    """Run the three DPs per block and pick the round's stages (see the module docstring)."""
+    measured_only = np.where(known, estimates.lower, np.inf)
+    regret = np.full(len(known), np.inf)
+    must: set[int] = set()
+    lower_total = upper_total = 0.0
+    for block, copies in zip(space.blocks, space.copies):
+        lower, upper = _block_round(block, estimates, known, measured_only, regret, must)
+        lower_total += copies * lower
+        upper_total += copies * upper
+    live = np.flatnonzero(np.isfinite(regret))
+    ranked = live[np.argsort(regret[live], kind="stable")]
+    chosen = list(dict.fromkeys([*sorted(must), *ranked.tolist()]))[: max(round_size, len(must))]
+    certified = not live.size and not must and math.isfinite(upper_total)
+    picked = np.array(chosen[: _cap(left)], dtype=np.int64)
+    return _round(space, picked, estimates.lower[picked], lower_total, upper_total, certified, len(live),
+                  estimates.calibration)
+
+
+def _block_round(block: BlockArrays, estimates: Estimates, known: np.ndarray, measured_only: np.ndarray,
+                 regret: np.ndarray, must: set[int]) -> tuple[float, float]:
+    """One block's bounds ``(L, U)``; adds its live stages' regrets to ``regret`` and its must-measure to ``must``."""
+    by_lower = block.ending_weights(estimates.lower)
+    cost_lower = block.forward(by_lower)
+    lower, upper = cost_lower[block.full], block.forward(block.ending_weights(measured_only))[block.full]
+    if lower >= upper * (1 - TOLERANCE):
+        return lower, upper
+    by_guess = block.ending_weights(estimates.guess)
+    cost_guess = block.forward(by_guess)
+    for weights, cost in ((by_lower, cost_lower), (by_guess, cost_guess)):
+        for ending in block.best_endings(weights, cost):
+            must.update(int(s) for s in block.candidates[ending] if s >= 0 and not known[s])
+    through_lower = block.through(cost_lower, block.backward(by_lower))
+    through_guess = block.through(cost_guess, block.backward(by_guess)) - cost_guess[block.full]
+    for column in range(block.candidates.shape[1]):
+        stage = block.candidates[:, column]
+        usable = stage >= 0
+        stage, bound, guess = stage[usable], through_lower[usable], through_guess[usable]
+        live = ~known[stage] & (bound + estimates.lower[stage] < upper * (1 - TOLERANCE))
+        np.minimum.at(regret, stage[live], guess[live] + estimates.guess[stage[live]])
+    return lower, upper
+
+
+def _round(space: LazySpace, chosen: np.ndarray, bounds: np.ndarray, lower: float, upper: float, certified: bool,
+           live: int, calibration: float) -> LazyRound:
+    """A :class:`LazyRound` naming the chosen stage numbers by key."""
+    return LazyRound(tuple(space.planned[i].key for i in chosen), tuple(float(b) for b in bounds), lower, upper,
+                     certified, live, calibration)
+
+
+def _cap(left: float) -> int | None:
+    """A slice end for what the budget has left (None: no limit)."""
+    return None if math.isinf(left) else int(left)
+
+
+def _unique(arrays: list[BlockArrays]) -> tuple[tuple[BlockArrays, ...], tuple[int, ...]]:
+    """Blocks with the same transitions and candidate stages, once each, with how many times each occurs."""
+    found: dict[str, int] = {}
+    unique: list[BlockArrays] = []
+    copies: list[int] = []
+    for block in arrays:
+        digest = hashlib.sha256(b"".join(a.tobytes() for a in (block.state, block.rest, block.ending,
+                                                                 block.candidates))).hexdigest()
+        if digest in found:
+            copies[found[digest]] += 1
+        else:
+            found[digest] = len(unique)
+            unique.append(block)
+            copies.append(1)
+    return tuple(unique), tuple(copies)

@@ -1,0 +1,113 @@
+"""The lazy search against the exhaustive DP, on random DAGs of convs under a synthetic cost.
+
+Under :class:`SyntheticCost` every lower bound of :mod:`ios_ray.scheduler.estimate` is valid (a concurrent stage
+costs its slowest group plus a share of the others, a group the sum of its units), so the lazy search must end
+certified on a schedule exactly as cheap as the one the exhaustive DP finds with every stage measured.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ios_ray.ir import Graph
+from ios_ray.scheduler import SearchParams, SyntheticCost, TableLatency, optimize_block, optimize_graph, plan_graph
+from ios_ray.scheduler.arrays import BlockArrays
+from ios_ray.scheduler.estimate import estimate
+from ios_ray.scheduler.lazy import LazyParams, LazyRound, LazySpace, next_round
+from ios_ray.scheduler.relations import StageIndex
+from ios_ray.scheduler.space import BlockSpace
+from ios_ray.stage import StageKeys
+from tests.random_graphs import dag_graph
+
+PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PARAMS = st.sampled_from([SearchParams(), SearchParams(r=2, s=2), SearchParams(r=None, s=None),
+                          SearchParams(strategies=("concurrent",))])
+
+
+@st.composite
+def dags(draw: st.DrawFn, max_units: int = 8) -> Graph:
+    """A one-block graph of ``1..max_units`` convs, each reading up to three earlier units."""
+    units = draw(st.integers(1, max_units))
+    preds = [sorted(draw(st.sets(st.integers(0, j - 1), max_size=3))) if j else [] for j in range(units)]
+    return dag_graph(preds, seed=draw(st.integers(0, 1000)))
+
+
+def run_lazy(graph: Graph, params: SearchParams, cost: SyntheticCost,
+             lazy: LazyParams = LazyParams(round_size=4)) -> tuple[LazyRound, dict[str, float], int]:
+    """Measure what the rounds ask for with ``cost`` until they are done: the last round, the table, rounds."""
+    space = LazySpace.build(graph, params)
+    stages = {p.key: p.stage for p in space.planned}
+    table: dict[str, float] = {}
+    rounds = 0
+    while not (found := next_round(space, table, lazy)).done:
+        assert not set(found.measure) & set(table), "a round asked for a stage measured before"
+        table.update({key: cost.latency(stages[key]) for key in found.measure})
+        rounds += 1
+    return found, table, rounds
+
+
+@PROPS
+@given(dags(), PARAMS, st.floats(0.1, 1.0), st.floats(0.3, 1.2))
+def test_lazy_schedule_costs_what_the_exhaustive_one_does(graph: Graph, params: SearchParams, contention: float,
+                                                          merge_factor: float) -> None:
+    cost = SyntheticCost(graph, contention=contention, merge_factor=merge_factor)
+    found, table, _ = run_lazy(graph, params, cost)
+    exhaustive = optimize_graph(graph, cost, params).cost
+    assert found.certified
+    assert math.isclose(found.upper, exhaustive, rel_tol=1e-9)
+    lazy = optimize_graph(graph, TableLatency(StageKeys(graph), table, missing=math.inf), params)
+    assert math.isclose(lazy.cost, exhaustive, rel_tol=1e-9)
+    assert len(table) <= len(plan_graph(graph, params).stages) + len(graph.units)
+
+
+@PROPS
+@given(dags(), PARAMS)
+def test_array_dp_matches_the_dp(graph: Graph, params: SearchParams) -> None:
+    cost = SyntheticCost(graph)
+    index = StageIndex(StageKeys(graph))
+    block = graph.blocks[0]
+    arrays = BlockArrays.of(BlockSpace(graph, block, params), index.add)
+    latency = np.array([cost.latency(p.stage) for p in index.planned])
+    weights = arrays.ending_weights(latency)
+    forward = arrays.forward(weights)
+    assert math.isclose(forward[arrays.full], optimize_block(graph, block, cost, params).cost, rel_tol=1e-9)
+    through = arrays.through(forward, arrays.backward(weights))
+    assert math.isclose(float(np.min(through + weights)), forward[arrays.full], rel_tol=1e-9)
+
+
+@PROPS
+@given(dags(), st.floats(0.1, 1.0))
+def test_bounds_are_below_the_synthetic_cost(graph: Graph, contention: float) -> None:
+    cost = SyntheticCost(graph, contention=contention)
+    space = LazySpace.build(graph, SearchParams(r=None, s=None))
+    truth = np.array([cost.latency(p.stage) for p in space.planned])
+    latency = np.full(len(truth), np.nan)
+    latency[space.seeds] = truth[space.seeds]
+    found = estimate(space.relations, latency)
+    assert np.all(found.lower <= truth * (1 + 1e-9))
+    assert np.all(found.guess >= found.lower)
+    assert np.all(found.lower[space.relations.merge & np.isnan(latency)] == 0.0)
+
+
+def test_calibration_lowers_the_composed_bound_to_what_was_measured() -> None:
+    graph = dag_graph([[], [0], [0], [0], [0], [0], [1, 2, 3, 4, 5]])
+    space = LazySpace.build(graph, SearchParams(r=None, s=None))
+    truth = np.array([SyntheticCost(graph).latency(p.stage) for p in space.planned])
+    sizes = space.relations.group_count
+    latency = np.where(sizes <= 3, truth, np.nan)
+    three = space.relations.runs[0].stages
+    latency[three] *= 0.8                      # stages of three groups measured 20% below their composed value
+    found = estimate(space.relations, latency, evidence=1)
+    assert math.isclose(found.calibration, 0.8, rel_tol=1e-6)
+    four = space.relations.runs[1].stages
+    assert np.all(found.lower[four] < truth[four])
+
+
+def test_a_budget_stops_the_rounds_uncertified() -> None:
+    graph = dag_graph([[], [0], [0], [0], [1, 2, 3]])
+    found, table, _ = run_lazy(graph, SearchParams(), SyntheticCost(graph), LazyParams(round_size=2, budget=7))
+    assert len(table) == 7 and found.done and not found.certified

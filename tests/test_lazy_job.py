@@ -1,0 +1,51 @@
+"""The lazy search through the job: it measures less than everything, on a sim device ends on a schedule exactly
+as cheap as the exhaustive one, records how it was made, and keeps to its budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ios_ray.app.job import SearchRequest, run_search
+from ios_ray.app.progress import SilentProgress
+from ios_ray.errors import UserError
+
+MODEL = "tests.user_models:wide"
+
+
+def search(store: Path, measure: str, budget: int | None = None) -> list:
+    """One search of the wide model on sim:v100 at batches 1 and 16."""
+    request = SearchRequest(model=MODEL, devices=("sim:v100",), batches=(1, 16), store=store, measure=measure,
+                            budget=budget)
+    return run_search(request, SilentProgress())
+
+
+@pytest.mark.slow
+def test_lazy_then_all_on_one_store_cost_the_same(ray_local: None, tmp_path: Path) -> None:
+    store = tmp_path / "store.duckdb"
+    lazy = search(store, "lazy")
+    assert all(0 < o.measured < o.planned and o.cached == 0 for o in lazy)
+    for o in lazy:
+        record = o.schedule.params["measure"]
+        assert record["mode"] == "lazy" and record["certified"] is True and record["margin"] == 0.0
+        assert record["lower_ms"] == pytest.approx(record["upper_ms"], rel=1e-9)
+        assert record["upper_ms"] == pytest.approx(o.predicted_ms, rel=1e-9)
+    every = search(store, "all")  # measures the rest: now every planned stage is known
+    assert [o.measured + l.measured for o, l in zip(every, lazy)] == [o.planned for o in every]
+    assert [o.predicted_ms for o in every] == pytest.approx([o.predicted_ms for o in lazy], rel=1e-9)
+    assert all(o.schedule.params["measure"]["mode"] == "all" for o in every)
+
+
+@pytest.mark.slow
+def test_a_budget_below_the_seeds_is_one_sentence(ray_local: None, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="raise the budget"):
+        search(tmp_path / "store.duckdb", "lazy", budget=5)
+
+
+def test_bad_measure_mode_and_budget_are_one_sentence(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="measure must be one of all, lazy"):
+        search(tmp_path / "store.duckdb", "some")
+    with pytest.raises(UserError, match="budget must be at least 1"):
+        search(tmp_path / "store.duckdb", "lazy", budget=0)
+    assert not (tmp_path / "store.duckdb").exists()
