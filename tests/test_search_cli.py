@@ -284,9 +284,11 @@ def test_sigkill_during_a_lazy_search_loses_nothing_and_a_rerun_ends_on_the_same
 
 @pytest.mark.slow
 def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path) -> None:
-    store, out = tmp_path / "S.duckdb", tmp_path / "O"
+    # At another input shape than the model's own (3x224x224), which every command must be told: the graph, and so
+    # its schedules, depend on it.
+    store, out, shape = tmp_path / "S.duckdb", tmp_path / "O", ("--input-shape", "3x96x96")
     searched = ios_ray("search", "--model", "squeezenet", "--devices", "cpu", "--batches", "1", "--store", str(store),
-                       "--out", str(out), cwd=tmp_path)
+                       "--out", str(out), *shape, cwd=tmp_path)
     assert searched.returncode == 0, searched.stderr
     total = planned_stages(searched.stdout)
     [row] = search_table(searched.stdout)
@@ -303,7 +305,7 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path) -> None:
     if check.kept == "sequential":
         assert all(len(stage.units) == 1 for stage in read_schedule(schedule).stages)
 
-    ran = ios_ray("run", "--model", "squeezenet", "--schedules", str(out), "--batch", "1", "--repeat", "5",
+    ran = ios_ray("run", "--model", "squeezenet", "--schedules", str(out), "--batch", "1", "--repeat", "5", *shape,
                   cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     assert "schedule: cpu batch 1" in ran.stdout
@@ -311,7 +313,7 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path) -> None:
     assert re.search(r"output vs eager: max relative error \S+ \(ok\)", ran.stdout), ran.stdout
 
     benched = ios_ray("bench", "--model", "squeezenet", "--schedules", str(out), "--store", str(store), "--rounds", "2",
-                      "--no-compile", "--json", cwd=tmp_path)
+                      "--no-compile", "--json", *shape, cwd=tmp_path)
     assert benched.returncode == 0, benched.stderr
     report = json.loads(benched.stdout)
     rows = {row["name"]: row for row in report["rows"]}
@@ -329,10 +331,14 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path) -> None:
     assert rows["sequential"]["predicted_ms"] > 0 and rows["greedy"]["predicted_ms"] > 0
 
     table = ios_ray("bench", "--model", "squeezenet", "--schedules", str(out), "--store", str(store), "--rounds", "1",
-                    "--no-compile", cwd=tmp_path)
+                    "--no-compile", *shape, cwd=tmp_path)
     assert table.returncode == 0, table.stderr
     assert "squeezenet on cpu, batch 1" in table.stdout and "torch.compile skipped" in table.stdout
     assert "vs sequential" in table.stdout
+    # At the model's own shape it is another graph, for which the folder has no schedule: one sentence.
+    other = ios_ray("bench", "--model", "squeezenet", "--schedules", str(out), "--no-compile", cwd=tmp_path)
+    assert other.returncode == 1 and other.stderr.startswith("error: no schedule of squeezenet"), other.stderr
+    assert len(other.stderr.strip().splitlines()) == 1
 
     evaluated = ios_ray("evaluate", "--schedules", str(out), "--store", str(store), "--rounds", "2", cwd=tmp_path)
     assert evaluated.returncode == 0, evaluated.stderr
@@ -352,3 +358,4 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path) -> None:
     root = ElementTree.parse(picture).getroot()
     assert root.tag == "{http://www.w3.org/2000/svg}svg"
     assert root.findall(".//{http://www.w3.org/2000/svg}rect")
+

@@ -29,6 +29,7 @@ from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
 from ios_ray.runtime import Program, ScheduleRunner, read_schedules
 from ios_ray.runtime.cuda_graph import CapturedForward
+from ios_ray.runtime.schedule_set import pick_batch
 from ios_ray.runtime.timing import interleaved_samples_ms, summary_ms
 from ios_ray.schedule import BlockSchedule, Schedule
 from ios_ray.scheduler import greedy_stages, sequential_stages
@@ -122,8 +123,8 @@ def find_schedule(schedules_dir: Path, graph: Graph, device: str, batch: int) ->
     if not found:
         raise UserError(f"no schedule of {graph.name} for device {device!r} under {schedules_dir}; run "
                         f"`ios-ray search --model {graph.name} --devices {device} --out {schedules_dir}` first.")
-    exact = [s for s in found if s.batch == batch]
-    return exact[0] if exact else min(found, key=lambda s: (s.batch < batch, abs(s.batch - batch)))
+    chosen = pick_batch((s.batch for s in found), batch)
+    return next(s for s in found if s.batch == chosen)
 
 
 def baseline_schedule(graph: Graph, like: Schedule, name: str) -> Schedule:

@@ -221,6 +221,7 @@ def bench(
     rounds: int = typer.Option(10, "--rounds", help="timed rounds (each runs every variant once)"),
     compile_: bool = typer.Option(True, "--compile/--no-compile", help="include torch.compile"),
     as_json: bool = typer.Option(False, "--json", help="print JSON (rows and notes) instead of tables"),
+    input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
 ) -> None:
     """Eager, the sequential, greedy and IOS schedules and torch.compile, measured side by side (on a GPU also
     with CUDA graphs)."""
@@ -232,12 +233,11 @@ def bench(
     from ios_ray.models import resolve_model
 
     target = _bench_target(device)
-    spec = resolve_model(model)
-    input_shape = spec.input_shape
+    spec = resolve_model(model, input_shape=parse_input_shape(input_shape))
     torch.manual_seed(0)
     module = spec.build().eval().to(target)
     report: dict[str, list] = {"rows": [], "notes": []}
-    for result in bench_model(module, spec.name, input_shape, device, target, parse_batches(batches), schedules,
+    for result in bench_model(module, spec.name, spec.input_shape, device, target, parse_batches(batches), schedules,
                               store_lookup(store), rounds, compile_):
         if not as_json:
             _print_bench_table(result)
