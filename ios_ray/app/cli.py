@@ -279,14 +279,15 @@ def evaluate(
     from ios_ray.runtime import read_schedules
 
     found = list(read_schedules(schedules).values())
-    models = sorted({s.model for s in found if model in (None, s.model)})
+    # One table per model and input shape: the graph, and so its schedules, depend on both.
+    models = sorted({(s.model, s.input_shape) for s in found if model in (None, s.model)}, key=str)
     if not models:
         raise UserError(f"no schedules of model {model!r} under {schedules}.")
     lookup = store_lookup(store) or (lambda keys, fingerprint, batch: {})
-    for name in models:
-        graph = import_model(name).graph
+    for name, shape in models:
+        graph = import_model(name, input_shape=shape).graph
         mine = [s for s in found if s.model == name and s.graph_fingerprint == graph.fingerprint]
-        cells = cross_evaluate(mine, graph, lookup, local_measures(name, rounds))
+        cells = cross_evaluate(mine, graph, lookup, local_measures(name, rounds, shape))
         settings = settings_of(mine)
         table = Table("made for \\ run on", *(f"{d} bs{b}" for d, b in settings),
                       title=f"{name}: latency in ms of the schedule made for X, run on Y")

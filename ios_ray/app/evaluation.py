@@ -83,8 +83,9 @@ def winners_hold(cells: Sequence[Cell]) -> dict[Setting, bool]:
     return result
 
 
-def local_measures(model: str, rounds: int) -> dict[str, Measure]:
-    """Measuring functions for the device labels this machine runs: ``cpu``, and ``cuda`` where torch sees a GPU."""
+def local_measures(model: str, rounds: int, input_shape: Sequence[int] | None = None) -> dict[str, Measure]:
+    """Measuring functions for the device labels this machine runs: ``cpu``, and ``cuda`` where torch sees a GPU
+    (the model imported at ``input_shape``, default its own)."""
     import torch
 
     from ios_ray.frontend import import_model
@@ -95,7 +96,7 @@ def local_measures(model: str, rounds: int) -> dict[str, Measure]:
     def on(device: str) -> Measure:
         def measure(schedule: Schedule, batch: int) -> float:
             if device not in programs:
-                programs[device] = Program.from_imported(import_model(model), device)
+                programs[device] = Program.from_imported(import_model(model, input_shape=input_shape), device)
             program = programs[device]
             runner = ScheduleRunner(program, schedule, device)
             x = torch.randn(batch, *program.graph.input_shape, device=device)
