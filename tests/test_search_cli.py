@@ -68,6 +68,15 @@ def search_table(stdout: str) -> list[TableRow]:
     return rows
 
 
+def wait_for_rows(child: subprocess.Popen[str], store: Path, poll_s: float, limit_s: float = 90) -> None:
+    """Wait until a running search has stored rows; fail if it exits first or stores none within ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    while not (store.exists() and store_rows(store)):
+        assert child.poll() is None, child.communicate()[1]
+        assert time.monotonic() < deadline, f"no rows were stored within {limit_s:.0f} s"
+        time.sleep(poll_s)
+
+
 def planned_stages(stdout: str) -> int:
     """The number of distinct candidate stages the search reported planning."""
     found = re.search(r"(\d+) distinct candidate stages", stdout)
@@ -214,11 +223,7 @@ def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(tmp_path: Path) -> N
     child = subprocess.Popen([sys.executable, "-m", "ios_ray", *search, "--sim-actors", "1"], cwd=tmp_path,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        deadline = time.monotonic() + 90
-        while not (store.exists() and store_rows(store)):
-            assert child.poll() is None, child.communicate()[1]
-            assert time.monotonic() < deadline, "no rows were stored within 90 s"
-            time.sleep(0.3)
+        wait_for_rows(child, store, poll_s=0.3)
         os.killpg(child.pid, signal.SIGINT)
         stdout, stderr = child.communicate(timeout=60)
     finally:
@@ -258,11 +263,7 @@ def test_sigkill_during_a_lazy_search_loses_nothing_and_a_rerun_ends_on_the_same
     child = subprocess.Popen([sys.executable, "-m", "ios_ray", *search("killed"), "--sim-actors", "1"], cwd=root,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        deadline = time.monotonic() + 90
-        while not (store.exists() and store_rows(store)):
-            assert child.poll() is None, child.communicate()[1]
-            assert time.monotonic() < deadline, "no rows were stored within 90 s"
-            time.sleep(0.1)
+        wait_for_rows(child, store, poll_s=0.1)
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.communicate()
