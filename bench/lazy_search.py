@@ -33,7 +33,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ios_ray.app.bench import baseline_schedule, schedule_variants, side_by_side
-from ios_ray.app.job import LAZY_MARGIN, SearchRequest, run_search
+from ios_ray.app.job import LAZY_MARGIN, ROUND_STAGES_PER_ACTOR, SearchRequest, run_search
+from ios_ray.devices import DEFAULT_SIM_ACTORS
 from ios_ray.app.progress import SilentProgress
 from ios_ray.frontend import import_model, import_module
 from ios_ray.ir import Graph
@@ -54,8 +55,8 @@ RATIO_TARGET = 5.0
 CPU_MODELS = ("squeezenet", "inception_v3")
 #: How far apart two schedules' end-to-end medians may be and still count as equal on this noisy machine.
 CPU_NOISE = 0.05
-#: Stages per setting and round in the sim part (as the job asks of 2 sim actors: see ios_ray.app.job).
-ROUND_SIZE = 256
+#: Stages per setting and round in the sim part, as the job asks of a sim device's default actors.
+ROUND_SIZE = ROUND_STAGES_PER_ACTOR * DEFAULT_SIM_ACTORS
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,8 @@ GPU_MODELS: dict[str, GpuModel] = {
 
 #: The GPUs the analytical sim model knows (``sim:<gpu>``): those with a datasheet.
 SIM_GPUS: tuple[str, ...] = tuple(SHEETS)
+#: Actors a ``sim:`` device gets where no node offers its GPU.
+DEFAULT_SIM_ACTORS = 2
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Iterator, Sequence
 
@@ -16,6 +17,7 @@ from ios_ray.gpu_sheets import SHEETS
 from ios_ray.profiler.sim import stage_kernels, stage_latency_ms
 from ios_ray.profiler.simulated import STAGE_OVERHEAD_S, SimBackend
 from ios_ray.scheduler.baselines import sequential
+from ios_ray.scheduler import SearchParams, plan_graph
 from ios_ray.scheduler.dp import optimize_graph
 from ios_ray.stage import Stage, StageKeys
 from tests.conftest import conv_unit, inception_c_graph
@@ -106,6 +108,30 @@ def test_concurrency_is_bounded_by_the_device(graph: Graph, gpu: str, batch: int
     latency = stage_latency_ms(graph, stage, batch, gpu)
     assert latency >= full_device_ms
     assert latency >= max(stage_latency_ms(graph, one_stage(g), batch, gpu) for g in groups)
+
+
+@pytest.mark.parametrize("batch", [1, 32])
+def test_a_stage_has_one_price_whatever_its_group_order(graph: Graph, batch: int) -> None:
+    groups = [["b1"], ["b7a", "b7b", "b7c"], ["bda"], ["bp"]]
+    prices = {stage_latency_ms(graph, one_stage(*order), batch, gpu)
+              for gpu in sorted(SHEETS) for order in itertools.permutations(groups)}
+    assert len(prices) == len(SHEETS)
+
+
+def test_dropping_a_group_never_makes_a_stage_slower() -> None:
+    """Over every concurrent candidate stage of three or more groups of Inception V3, on sim:v100 at batch 1 and
+    sim:k80 at batch 32 (the lazy search's structural bound relies on it: a stage is at least as slow as each of
+    its sub-stages)."""
+    graph = import_model("inception_v3").graph
+    stages = [p.stage for p in plan_graph(graph, SearchParams(), StageKeys(graph)).stages.values()
+              if p.stage.strategy == "concurrent" and len(p.stage.groups) >= 3]
+    assert len(stages) > 2000
+    for gpu, batch in (("v100", 1), ("k80", 32)):
+        for stage in stages:
+            latency = stage_latency_ms(graph, stage, batch, gpu)
+            for j in range(len(stage.groups)):
+                sub = one_stage(*stage.groups[:j], *stage.groups[j + 1:])
+                assert latency >= stage_latency_ms(graph, sub, batch, gpu), (gpu, batch, stage, j)
 
 
 def test_stage_barriers_cost_time(graph: Graph) -> None:

@@ -26,6 +26,7 @@ from torch import nn
 
 from ios_ray.app.job import (DEFAULT_MEASURE, SearchOutcome, SearchProgress, SearchRequest, run_search,
                              schedule_path)
+from ios_ray.devices import DEFAULT_SIM_ACTORS
 from ios_ray.app.progress import RichSearchProgress, SilentProgress
 from ios_ray.errors import UserError
 from ios_ray.runtime import ScheduledModule
@@ -96,7 +97,7 @@ def search(
     s: int | None = 8,
     strategies: Sequence[str] = ("concurrent", "merge"),
     address: str | None = None,
-    sim_actors: int = 2,
+    sim_actors: int = DEFAULT_SIM_ACTORS,
     warmup: int | None = None,
     repeat: int | None = None,
     check_rounds: int = 10,

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from ios_ray.app.cli_util import (at_least_one, debug_option, make_console, parse_batches, parse_input_shape,
                                   parse_list, store_lookup, user_errors)
+from ios_ray.devices import DEFAULT_SIM_ACTORS
 from ios_ray.errors import UserError
 from ios_ray.store import DEFAULT_STORE_PATH
 
@@ -108,7 +109,8 @@ def search(
     strategy: StrategyChoice = typer.Option(StrategyChoice.both, "--strategy", help="stage strategies to consider"),
     address: Optional[str] = typer.Option(None, "--address", help="join a Ray cluster (auto or ray://...); "
                                           "default: start Ray locally in-process"),
-    sim_actors: int = typer.Option(2, "--sim-actors", help="actors per sim: device where no node offers its GPU"),
+    sim_actors: int = typer.Option(DEFAULT_SIM_ACTORS, "--sim-actors",
+                                   help="actors per sim: device where no node offers its GPU"),
     warmup: Optional[int] = typer.Option(None, "--warmup", help="untimed runs per stage (default: cpu 3 calls; "
                                          "gpu 3 replays of its CUDA graph)"),
     repeat: Optional[int] = typer.Option(None, "--repeat", help="timed runs per stage (default: cpu 10 calls; "

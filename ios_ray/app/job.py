@@ -39,7 +39,7 @@ from typing import Iterator, Mapping, Protocol, Sequence
 import torch
 from torch import nn
 
-from ios_ray.devices import parse_device
+from ios_ray.devices import DEFAULT_SIM_ACTORS, parse_device
 from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
@@ -74,7 +74,7 @@ class SearchRequest:
     input_shape: tuple[int, ...] | None = None
     params: SearchParams = SearchParams()
     address: str | None = None
-    sim_actors: int = 2
+    sim_actors: int = DEFAULT_SIM_ACTORS
     warmup: int | None = None
     repeat: int | None = None
     check_rounds: int = 10

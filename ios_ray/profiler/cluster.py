@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ios_ray.devices import GPU_MODELS, DeviceSpec
+from ios_ray.devices import DEFAULT_SIM_ACTORS, GPU_MODELS, DeviceSpec
 from ios_ray.errors import UserError
 
 #: A fraction of a resource that Ray counts once per node (``accelerator_type:*``), requested per actor.
@@ -96,7 +96,7 @@ def check_offered(specs: Sequence[DeviceSpec], nodes: Sequence[Node]) -> None:
             )
 
 
-def plan(spec: DeviceSpec, nodes: Sequence[Node], sim_actors: int = 2) -> list[Placement]:
+def plan(spec: DeviceSpec, nodes: Sequence[Node], sim_actors: int = DEFAULT_SIM_ACTORS) -> list[Placement]:
     """Where the actors of one label go (empty when no node offers it)."""
     if spec.kind == "cpu":
         return [Placement("cpu", n.node_id, num_cpus=n.count("CPU")) for n in nodes if n.count("CPU")]
@@ -111,7 +111,8 @@ def plan(spec: DeviceSpec, nodes: Sequence[Node], sim_actors: int = 2) -> list[P
     return _sim_placements(spec, nodes, sim_actors)
 
 
-def plan_all(specs: Sequence[DeviceSpec], nodes: Sequence[Node], sim_actors: int = 2) -> list[Placement]:
+def plan_all(specs: Sequence[DeviceSpec], nodes: Sequence[Node],
+             sim_actors: int = DEFAULT_SIM_ACTORS) -> list[Placement]:
     """Placements of every label, with CPU actors leaving one core per GPU actor on their node."""
     placements = [p for spec in specs for p in plan(spec, nodes, sim_actors)]
     gpu_actors = Counter(p.node_id for p in placements if p.num_gpus)

@@ -20,7 +20,7 @@ import ray
 from ray.actor import ActorHandle
 from ray.exceptions import RayActorError, RayTaskError
 
-from ios_ray.devices import DeviceSpec, parse_device
+from ios_ray.devices import DEFAULT_SIM_ACTORS, DeviceSpec, parse_device
 from ios_ray.errors import UserError, first_line
 from ios_ray.profiler.actors import Hello, start_actor
 from ios_ray.profiler.cluster import check_offered, live_nodes, plan_all
@@ -45,7 +45,7 @@ class DevicePool:
         cls,
         devices: Sequence[str],
         *,
-        sim_actors: int = 2,
+        sim_actors: int = DEFAULT_SIM_ACTORS,
         warmup: int | None = None,
         repeat: int | None = None,
         start_timeout: float = START_TIMEOUT_S,

@@ -17,8 +17,10 @@ The model, per stage, deterministic and a pure function of (graph units, stage, 
   rate while the rates sum to at most the whole device, else proportionally slower and, for the
   oversubscription, ``CONTENTION`` less efficient (cache and bandwidth conflicts). So a stage is never faster
   than its total work at full-device throughput, nor than its slowest group alone.
-* Launches: the host issues the stage's kernels one after another (group by group), each costing ``launch``;
-  a kernel starts when issued and when its group's previous kernel is done.
+* Launches: the host issues the stage's kernels one after another, group by group with the longest group (alone)
+  first, each costing ``launch``; a kernel starts when issued and when its group's previous kernel is done. The
+  order is a function of the groups' kernels, not of how a stage lists its groups, so every stage with one stage
+  key has one price (the store keeps one latency per key), and dropping a group never makes a stage slower.
 * Synchronisation: each stage pays ``STAGE_SYNC_LAUNCHES`` launches for its barrier and ``STREAM_JOIN_LAUNCHES``
   per extra group (stream fork and join events).
 * Merge: one conv with the largest kernel over the summed output channels: padded-kernel FLOPs and weights
@@ -29,7 +31,7 @@ The model, per stage, deterministic and a pure function of (graph units, stage, 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, astuple, dataclass
 from typing import Any, Sequence
 
 from ios_ray.errors import UserError
@@ -38,7 +40,7 @@ from ios_ray.ir import Graph, Shape, Unit, Value
 from ios_ray.stage import Stage, can_merge
 
 SIM_MODEL = "ios-ray-sim"
-SIM_VERSION = 1
+SIM_VERSION = 2
 
 #: Output elements per FP32 core a kernel needs in flight to keep the whole device busy.
 OUTPUTS_PER_CORE = 48
@@ -95,7 +97,7 @@ def stage_latency_ms(graph: Graph, stage: Stage, batch: int, gpu: str, dtype: st
     sheet = _sheet(gpu)
     if dtype != "float32":
         raise UserError(f"the sim model covers float32 only, not {dtype!r}; sim devices take float32.")
-    groups = [[_cost(k, sheet) for k in group] for group in stage_kernels(graph, stage, batch)]
+    groups = _longest_first([[_cost(k, sheet) for k in group] for group in stage_kernels(graph, stage, batch)])
     sync = sheet.launch_us * 1e-6 * (STAGE_SYNC_LAUNCHES + STREAM_JOIN_LAUNCHES * (len(groups) - 1))
     return (_run_concurrently(groups) + sync) * 1e3
 
@@ -177,6 +179,14 @@ def _cost(kernel: Kernel, sheet: GpuSheet) -> KernelCost:
     rate = work / alone if alone > 0 else 1.0
     latency = kernel.launches * sheet.min_kernel_us * 1e-6
     return KernelCost(latency, work, rate, kernel.launches * sheet.launch_us * 1e-6)
+
+
+def _longest_first(groups: list[list[KernelCost]]) -> list[list[KernelCost]]:
+    """Groups in launch order: longest alone first, ties broken by their kernels (so the order is canonical)."""
+    def alone(group: list[KernelCost]) -> float:
+        return sum(k.latency + (k.work / k.rate if k.rate > 0 else 0.0) for k in group)
+
+    return sorted(groups, key=lambda group: (-alone(group), [astuple(k) for k in group]))
 
 
 def _run_concurrently(groups: list[list[KernelCost]]) -> float:

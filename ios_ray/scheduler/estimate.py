@@ -8,15 +8,18 @@ so it works the same on a GPU, a CPU and a ``sim:`` device. Stages relate as in
 
 * A *concurrent* stage is at least as slow as its slowest group run alone (the other groups only take device
   time and issue slots from it), and a group at least as slow as its slowest unit alone (it runs that unit and
-  more, in order). These *structural* bounds hold on the ``sim:`` model exactly; on a real device they hold up to
-  measurement noise, which ``margin`` covers.
-* A concurrent stage of three or more groups also has a *composed* bound: its largest sub-stage (one group
-  dropped) plus the least that adding one of its groups to another of its groups ever cost (from the pairs);
-  recursively, from measured pairs up. Nothing guarantees this on any device (adding a group to a larger stage can
-  cost less than adding it to one group, when it hides behind a long one), so it is *calibrated*: every measured
-  stage of three or more groups is checked against its own composed value, and the bound is the composed value
-  times the smallest ratio measured / composed seen so far (at most 1), less ``margin``. Until
-  ``MIN_EVIDENCE`` such stages are measured, the composed bound is not used.
+  more, in order). A stage of three or more groups is, likewise, at least as slow as its largest sub-stage (one
+  group dropped), recursively down to the measured stages. These *structural* bounds hold on the ``sim:`` model
+  exactly; on a real device they hold up to measurement noise, which ``margin`` covers.
+* A concurrent stage of three or more groups also has a *composed* bound: its largest sub-stage plus the least
+  that adding one of its groups to another of its groups ever cost (from the pairs); recursively, from measured
+  pairs up. Nothing guarantees this on any device (adding a group to a larger stage can cost less than adding it
+  to one group, when it hides behind a long one), so it is *calibrated*: every measured stage of three or more
+  groups is checked against its own composed value, and a stage of ``k`` groups takes its composed value times
+  the smallest ratio measured / composed seen so far among stages of ``k`` or more groups (at most 1; the error
+  shrinks as groups get more, each a smaller share of the stage), less ``margin``. Until ``MIN_EVIDENCE`` such
+  stages are measured, the composed bound is not used; where fewer are measured at ``k`` or more groups, the
+  ratio over all sizes stands in.
 * A *merge* stage has no lower bound (0): one wide conv can use the device better than each of its narrow convs
   alone, so it can be faster than any of them. Merge candidates are few (29 in Inception V3), so they are simply
   measured whenever they could matter.
@@ -66,23 +69,43 @@ def estimate(relations: StageRelations, latency: np.ndarray, margin: float = 0.0
     overlap = _median_ratio(latency - slowest, fastest, relations.pairs, known, default=0.5)
     pair_guess = slowest + overlap * fastest
     lower_composed, composed = _compose(relations, np.where(known, latency, slowest), known)
+    largest_sub, _ = _compose(relations, np.where(known, latency, slowest), known, joins=False)
     guess_composed, _ = _compose(relations, np.where(known, latency, pair_guess), known)
-    checked = np.concatenate([run.stages[known[run.stages]] for run in relations.runs] or [np.zeros(0, np.int64)])
-    calibration = 0.0
-    if len(checked) >= evidence:
-        calibration = min(1.0, float(np.min(latency[checked] / composed[checked])))
-    lower = (1.0 - margin) * np.maximum(slowest, calibration * lower_composed)
+    calibration = _calibrations(relations, latency, composed, known, evidence)
+    lower = (1.0 - margin) * np.maximum(largest_sub, calibration * lower_composed)
     lower[relations.merge] = 0.0
-    scale = _median_ratio(latency, composed, checked, known, default=1.0)
+    larger = np.concatenate([run.stages for run in relations.runs] or [np.zeros(0, np.int64)])
+    scale = _median_ratio(latency, composed, larger, known, default=1.0)
     count = relations.group_count
     guess = np.where(count == 1, unit_sum, np.where(count == 2, pair_guess, scale * guess_composed))
     merges = np.flatnonzero(relations.merge)
     guess[merges] = _median_ratio(latency, unit_sum, merges, known, default=1.0) * unit_sum[merges]
     guess = np.maximum(guess, lower)
-    return Estimates(np.where(known, latency, lower), np.where(known, latency, guess), calibration)
+    return Estimates(np.where(known, latency, lower), np.where(known, latency, guess),
+                     float(np.min(calibration[larger], initial=1.0)))
 
 
-def _compose(relations: StageRelations, value: np.ndarray, known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _calibrations(relations: StageRelations, latency: np.ndarray, composed: np.ndarray, known: np.ndarray,
+                  evidence: int) -> np.ndarray:
+    """Per stage, the factor its composed bound is multiplied by (0 where not enough is measured).
+
+    For a stage of ``k`` groups: the least measured / composed ratio over the measured stages of ``k`` or more
+    groups (the composed value errs less the more groups share a stage), at most 1; where fewer than ``evidence``
+    of those are measured, the least over all measured stages of three or more groups, or 0 below that.
+    """
+    factor = np.zeros(len(latency))
+    measured = [run.stages[known[run.stages]] for run in relations.runs]
+    ratios = [latency[stages] / composed[stages] for stages in measured]
+    overall = np.concatenate(ratios) if ratios else np.zeros(0)
+    fallback = min(1.0, float(np.min(overall))) if len(overall) >= evidence else 0.0
+    for position, run in enumerate(relations.runs):
+        larger = np.concatenate(ratios[position:])
+        factor[run.stages] = min(1.0, float(np.min(larger))) if len(larger) >= evidence else fallback
+    return factor
+
+
+def _compose(relations: StageRelations, value: np.ndarray, known: np.ndarray,
+             joins: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Composed values of stages of three or more groups, from ``value`` of the smaller ones, size by size.
 
     Returns ``value`` with the composed value in place of every unmeasured stage of three or more groups, and the
@@ -92,7 +115,7 @@ def _compose(relations: StageRelations, value: np.ndarray, known: np.ndarray) ->
     filled = value.copy()
     composed = np.full(len(value), np.nan)
     for run in relations.runs:
-        added = np.maximum(np.min(filled[run.pairs] - filled[run.others], axis=1), 0.0)
+        added = np.maximum(np.min(filled[run.pairs] - filled[run.others], axis=1), 0.0) if joins else 0.0
         composed[run.stages] = np.max(filled[run.subs], axis=1) + added
         filled[run.stages] = np.where(known[run.stages], value[run.stages], composed[run.stages])
     return filled, composed
