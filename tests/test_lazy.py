@@ -107,6 +107,25 @@ def test_calibration_lowers_the_composed_bound_to_what_was_measured() -> None:
     assert np.all(found.lower[four] < truth[four])
 
 
+def test_a_stage_takes_the_calibration_of_stages_its_size_or_larger() -> None:
+    graph = dag_graph([[], [0], [0], [0], [0], [0], [1, 2, 3, 4, 5]])
+    space = LazySpace.build(graph, SearchParams(r=None, s=None))
+    truth = np.array([SyntheticCost(graph).latency(p.stage) for p in space.planned])
+    sizes = space.relations.group_count
+    four = space.relations.runs[1].stages
+    measured, unmeasured = four[: len(four) // 2], four[len(four) // 2:]
+
+    def lower_bounds(four_ratio: float) -> np.ndarray:
+        latency = np.where(sizes <= 3, truth, np.nan)
+        latency[space.relations.runs[0].stages] *= 0.8
+        latency[measured] = truth[measured] * four_ratio
+        return estimate(space.relations, latency, evidence=1).lower
+
+    plain, contended = lower_bounds(1.0), lower_bounds(1.3)
+    assert np.all(contended[unmeasured] >= plain[unmeasured])
+    assert np.any(contended[unmeasured] > plain[unmeasured] * 1.1)
+
+
 def test_a_budget_stops_the_rounds_uncertified() -> None:
     graph = dag_graph([[], [0], [0], [0], [1, 2, 3]])
     found, table, _ = run_lazy(graph, SearchParams(), SyntheticCost(graph), LazyParams(round_size=2, budget=7))

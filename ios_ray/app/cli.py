@@ -305,6 +305,9 @@ def evaluate(
         hows = sorted({c.how for c in cells})
         console.print(f"cells are {', '.join(hows)}; own-setting schedule fastest on: "
                       + ", ".join(f"{d} bs{b} {'yes' if wins[(d, b)] else 'NO'}" for d, b in settings))
+        if any(c.latency_ms is None for c in cells):
+            console.print("- : the store lacks a stage of that schedule on that setting (a lazy search measures only "
+                          "what can change its own schedule; search with --measure all to fill every cell)")
 
 
 def _torch_device(label: str) -> "torch.device":

@@ -16,10 +16,12 @@ so it works the same on a GPU, a CPU and a ``sim:`` device. Stages relate as in
   pairs up. Nothing guarantees this on any device (adding a group to a larger stage can cost less than adding it
   to one group, when it hides behind a long one), so it is *calibrated*: every measured stage of three or more
   groups is checked against its own composed value, and a stage of ``k`` groups takes its composed value times
-  the smallest ratio measured / composed seen so far among stages of ``k`` or more groups (at most 1; the error
-  shrinks as groups get more, each a smaller share of the stage), less ``margin``. Until ``MIN_EVIDENCE`` such
-  stages are measured, the composed bound is not used; where fewer are measured at ``k`` or more groups, the
-  ratio over all sizes stands in.
+  the smallest ratio measured / composed seen so far among stages of ``k`` or more groups, less ``margin``. That
+  ratio is a fact of the device, not a safety factor: it can exceed 1 where groups contend (each added group then
+  costs more than it did beside one other, so the composed value falls further short the more groups a stage
+  has) and it nears 1 from below where a group can hide behind a long one (rarer, the more groups share a stage).
+  Until ``MIN_EVIDENCE`` such stages are measured, the composed bound is not used; where fewer are measured at
+  ``k`` or more groups, the ratio over all sizes (at most 1) stands in.
 * A *merge* stage has no lower bound (0): one wide conv can use the device better than each of its narrow convs
   alone, so it can be faster than any of them. Merge candidates are few (29 in Inception V3), so they are simply
   measured whenever they could matter.
@@ -90,8 +92,8 @@ def _calibrations(relations: StageRelations, latency: np.ndarray, composed: np.n
     """Per stage, the factor its composed bound is multiplied by (0 where not enough is measured).
 
     For a stage of ``k`` groups: the least measured / composed ratio over the measured stages of ``k`` or more
-    groups (the composed value errs less the more groups share a stage), at most 1; where fewer than ``evidence``
-    of those are measured, the least over all measured stages of three or more groups, or 0 below that.
+    groups (see the module docstring); where fewer than ``evidence`` of those are measured, the least over all
+    measured stages of three or more groups, at most 1, or 0 below that.
     """
     factor = np.zeros(len(latency))
     measured = [run.stages[known[run.stages]] for run in relations.runs]
@@ -100,7 +102,7 @@ def _calibrations(relations: StageRelations, latency: np.ndarray, composed: np.n
     fallback = min(1.0, float(np.min(overall))) if len(overall) >= evidence else 0.0
     for position, run in enumerate(relations.runs):
         larger = np.concatenate(ratios[position:])
-        factor[run.stages] = min(1.0, float(np.min(larger))) if len(larger) >= evidence else fallback
+        factor[run.stages] = float(np.min(larger)) if len(larger) >= evidence else fallback
     return factor
 
 
