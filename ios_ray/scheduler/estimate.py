@@ -45,7 +45,8 @@ MIN_EVIDENCE = 8
 
 @dataclass(frozen=True)
 class Estimates:
-    """Per stage number: a lower bound and a best guess of its latency (ms); ``calibration`` of the composed bound."""
+    """Per stage number: a lower bound and a best guess of its latency (ms); ``calibration``: the least factor
+    any composed bound was scaled by (0 until enough stages are measured)."""
 
     lower: np.ndarray
     guess: np.ndarray
