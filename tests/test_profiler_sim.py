@@ -187,7 +187,8 @@ def test_sim_backend_rows_are_simulated_and_take_device_time(graph: Graph) -> No
     identity = backend.start()
     stage = one_stage(*([u] for u in HEADS))
     keys = StageKeys(graph)
-    job = MeasureJob(keys.key(stage), stage, keys.describe_json(stage), graph, ModelSource(graph.name, graph.input_shape), 32)
+    job = MeasureJob(keys.key(stage), stage, keys.describe_json(stage), graph,
+                     ModelSource(graph.name, graph.input_shape), 32)
     start = time.perf_counter()
     row = backend.measure(job)
     elapsed = time.perf_counter() - start

@@ -26,8 +26,8 @@ from torch import nn
 
 from ios_ray.app.job import (DEFAULT_MEASURE, SearchOutcome, SearchProgress, SearchRequest, run_search,
                              schedule_path)
-from ios_ray.devices import DEFAULT_SIM_ACTORS
 from ios_ray.app.progress import RichSearchProgress, SilentProgress
+from ios_ray.devices import DEFAULT_SIM_ACTORS
 from ios_ray.errors import UserError
 from ios_ray.runtime import ScheduledModule
 from ios_ray.schedule import Schedule, save_schedule
