@@ -89,11 +89,7 @@ class SimCase:
 
 
 class Pricer:
-    """The sim latency of a stage key, priced from the same representative stage per key in both searches.
-
-    Stages with one key can differ in the order of their groups, which the sim model (unlike the key) sees; the
-    store likewise keeps one latency per key, from whichever stage was measured first.
-    """
+    """The sim latency of a stage key, priced once from any stage with that key (the sim gives a key one price)."""
 
     def __init__(self, graph: Graph, stages: dict[str, Stage], gpu: str, batch: int) -> None:
         self.graph, self.stages, self.gpu, self.batch = graph, stages, gpu, batch
@@ -149,7 +145,7 @@ def sim_cases(models: list[str], console: Console) -> list[SimCase]:
         space = LazySpace.build(graph, SearchParams(), keys)
         console.print(f"{model}: {len(stages):,} planned stages; lazy space built in "
                       f"{time.perf_counter() - start:.1f} s ({len(space.blocks)} distinct blocks)")
-        representatives = {**{p.key: p.stage for p in space.planned}, **{k: p.stage for k, p in stages.items()}}
+        representatives = {p.key: p.stage for p in space.planned}
         for gpu in SIM_GPUS:
             for batch in SIM_BATCHES:
                 every = exhaustive(graph, keys, stages, Pricer(graph, representatives, gpu, batch))

@@ -17,12 +17,12 @@ The model, per stage, deterministic and a pure function of (graph units, stage, 
   rate while the rates sum to at most the whole device, else proportionally slower and, for the
   oversubscription, ``CONTENTION`` less efficient (cache and bandwidth conflicts). So a stage is never faster
   than its total work at full-device throughput, nor than its slowest group alone.
-* Launches: the host issues the stage's kernels one after another, group by group with the longest group (alone)
-  first, each costing ``launch``; a kernel starts when issued and when its group's previous kernel is done. The
-  order is a function of the groups' kernels, not of how a stage lists its groups, so every stage with one stage
-  key has one price (the store keeps one latency per key); and dropping a group has made no candidate stage of
-  Inception V3, NASNet-A or RandWire slower, on either sim GPU at batch 1 or 32 (the lazy search's bounds rely on
-  it; ``tests/test_profiler_sim.py`` checks Inception V3's).
+* Launches: the host issues the stage's kernels one after another, group by group with the longest group first (by
+  its kernels' own time alone), each costing ``launch``; a kernel starts when issued and when its group's previous
+  kernel is done. The order is a function of the groups' kernels, not of how a stage lists its groups, so every
+  stage with one stage key has one price (the store keeps one latency per key); and dropping a group has made no
+  candidate stage of Inception V3, NASNet-A or RandWire slower, on either sim GPU at batch 1 or 32 (the lazy
+  search's bounds rely on it; ``tests/test_profiler_sim.py`` checks Inception V3's).
 * Synchronisation: each stage pays ``STAGE_SYNC_LAUNCHES`` launches for its barrier and ``STREAM_JOIN_LAUNCHES``
   per extra group (stream fork and join events).
 * Merge: one conv with the largest kernel over the summed output channels: padded-kernel FLOPs and weights
@@ -184,7 +184,8 @@ def _cost(kernel: Kernel, sheet: GpuSheet) -> KernelCost:
 
 
 def _longest_first(groups: list[list[KernelCost]]) -> list[list[KernelCost]]:
-    """Groups in launch order: longest alone first, ties broken by their kernels (so the order is canonical)."""
+    """Groups in launch order: longest first by their kernels' fixed latency plus work at their own rate (launches
+    aside), ties broken by the kernels themselves, so the order is canonical."""
     def alone(group: list[KernelCost]) -> float:
         return sum(k.latency + (k.work / k.rate if k.rate > 0 else 0.0) for k in group)
 

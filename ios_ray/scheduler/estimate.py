@@ -71,8 +71,9 @@ def estimate(relations: StageRelations, latency: np.ndarray, margin: float = 0.0
     fastest = np.minimum.reduceat(one_group[group_flat], group_starts)
     overlap = _median_ratio(latency - slowest, fastest, relations.pairs, known, default=0.5)
     pair_guess = slowest + overlap * fastest
-    lower_composed, composed = _compose(relations, np.where(known, latency, slowest), known)
-    largest_sub, _ = _compose(relations, np.where(known, latency, slowest), known, joins=False)
+    at_least = np.where(known, latency, slowest)
+    lower_composed, composed = _compose(relations, at_least, known)
+    largest_sub, _ = _compose(relations, at_least, known, joins=False)
     guess_composed, _ = _compose(relations, np.where(known, latency, pair_guess), known)
     calibration = _calibrations(relations, latency, composed, known, evidence)
     lower = (1.0 - margin) * np.maximum(largest_sub, calibration * lower_composed)
