@@ -27,6 +27,7 @@ is its only caller.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import socket
@@ -134,7 +135,8 @@ class LoadedModel:
 @dataclass(frozen=True)
 class _Search:
     """What every step of one search shares: the request, the model, its stage keys and plan, the store, and for a
-    lazy search its space, the last round of every (device, batch) and what each measured so far."""
+    lazy search its space; and per (device, batch) the last round, what was measured so far, and how many of the
+    search's stages the store held when last asked."""
 
     request: SearchRequest
     model: LoadedModel
@@ -144,11 +146,19 @@ class _Search:
     lazy: LazySpace | None = None
     rounds: dict[tuple[str, int], LazyRound] = dataclasses.field(default_factory=dict)
     measured: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict)
+    stored: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict)
 
     @property
     def graph(self) -> Graph:
         """The model's graph."""
         return self.model.graph
+
+    @functools.cached_property
+    def measurable(self) -> Mapping[str, PlannedStage]:
+        """Every stage the search may measure, by key (the lazy search's include the plan's), built once."""
+        if self.lazy is None:
+            return self.plan.stages
+        return {**{p.key: p for p in self.lazy.planned}, **self.plan.stages}
 
 
 class SearchProgress(Protocol):
@@ -181,7 +191,7 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
     identities = _simulated_identities(request.devices)
     if identities is not None and not _any(_ask(search, identities, {})):
         for label in request.devices:
-            progress.device_started(label, 0, _stored(search, identities[label]))
+            progress.device_started(label, 0, _stored(search, label))
         return _schedule_all(search, identities, started, None, progress)
     with ray_session(request.address), _pool(request) as pool:
         identities = pool.identities()
@@ -253,8 +263,10 @@ def _ask(
         for batch in search.request.batches:
             if search.lazy is None:
                 asked[label][batch] = search.store.missing(list(search.plan.stages), identity.fingerprint, batch)
+                search.stored[label, batch] = len(search.plan.stages) - len(asked[label][batch])
                 continue
             table = search.store.lookup(search.lazy.keys, identity.fingerprint, batch)
+            search.stored[label, batch] = len(table)
             found = next_round(search.lazy, table, _lazy_params(search.request, identity, actors.get(label, 1)))
             search.rounds[label, batch] = found
             asked[label][batch] = list(found.measure)
@@ -284,14 +296,14 @@ def _measure(
     identities: Mapping[str, DeviceIdentity], progress: SearchProgress,
 ) -> None:
     """Measure the asked stages on all devices at once, storing each batch of rows as it arrives."""
-    planned, graph = _planned(search), search.graph
+    planned, graph = search.measurable, search.graph
     jobs = {
         label: [MeasureJob(key, planned[key].stage, planned[key].description, graph, source, batch)
                 for batch, keys in by_batch.items() for key in keys]
         for label, by_batch in asked.items()
     }
     for label in search.request.devices:
-        progress.device_started(label, len(jobs[label]), _stored(search, identities[label]))
+        progress.device_started(label, len(jobs[label]), _stored(search, label))
         for batch, keys in asked[label].items():
             search.measured[label, batch] = search.measured.get((label, batch), 0) + len(keys)
     report = pool.measure(jobs, lambda rows: search.store.put(rows_to_table(rows)), progress.advanced)
@@ -299,18 +311,9 @@ def _measure(
         raise KeyboardInterrupt
 
 
-def _planned(search: _Search) -> Mapping[str, PlannedStage]:
-    """Every stage the search may measure, by key (the lazy search's include the plan's)."""
-    if search.lazy is None:
-        return search.plan.stages
-    return {**{p.key: p for p in search.lazy.planned}, **search.plan.stages}
-
-
-def _stored(search: _Search, identity: DeviceIdentity) -> int:
-    """How many (stage, batch) latencies of one device the search can take from the store."""
-    keys = search.lazy.keys if search.lazy is not None else list(search.plan.stages)
-    return sum(len(keys) - len(search.store.missing(keys, identity.fingerprint, batch))
-               for batch in search.request.batches)
+def _stored(search: _Search, label: str) -> int:
+    """How many (stage, batch) latencies of one device the search could take from the store when it last asked."""
+    return sum(search.stored[label, batch] for batch in search.request.batches)
 
 
 def _simulated_identities(devices: Sequence[str]) -> dict[str, DeviceIdentity] | None:
