@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from ios_ray.ir import Graph
 from ios_ray.scheduler import SearchParams, SyntheticCost, TableLatency, optimize_block, optimize_graph, plan_graph
 from ios_ray.scheduler.arrays import BlockArrays
-from ios_ray.scheduler.estimate import estimate
+from ios_ray.scheduler.estimate import _compose, estimate
 from ios_ray.scheduler.lazy import LazyParams, LazyRound, LazySpace, next_round
 from ios_ray.scheduler.relations import StageIndex
 from ios_ray.scheduler.space import BlockSpace
@@ -105,6 +105,26 @@ def test_calibration_lowers_the_composed_bound_to_what_was_measured() -> None:
     assert math.isclose(found.calibration, 0.8, rel_tol=1e-6)
     four = space.relations.runs[1].stages
     assert np.all(found.lower[four] < truth[four])
+
+
+def test_a_composed_value_charges_each_group_its_own_cost_of_joining() -> None:
+    # u1 and u2 hide behind u3 (adding either to it costs nothing), u3 behind neither (adding it costs 1 ms): the
+    # three together take at least the pair (u1, u2) plus what u3 costs to add, not plus the cheapest join of all.
+    graph = dag_graph([[], [0], [0], [0], [1, 2, 3]], seed=4)  # u1, u2, u3 differ: each alone has its own key
+    space = LazySpace.build(graph, SearchParams(r=None, s=None))
+    alone = {"u1": 2.0, "u2": 2.0, "u3": 3.0}
+    latency = np.full(len(space.planned), np.nan)
+    for number, planned in enumerate(space.planned):
+        groups = [set(group) for group in planned.stage.groups]
+        if planned.stage.strategy == "concurrent" and all(len(group) == 1 for group in groups):
+            if len(groups) == 1 and groups[0] <= alone.keys():
+                latency[number] = alone[groups[0].pop()]
+            elif len(groups) == 2 and set.union(*groups) <= alone.keys():
+                latency[number] = 3.0
+    three = space.relations.runs[0]
+    assert three.size == 3 and len(three.stages) == 1
+    _, composed = _compose(space.relations, latency, ~np.isnan(latency))
+    assert composed[three.stages[0]] == 4.0
 
 
 def test_a_stage_takes_the_calibration_of_stages_its_size_or_larger() -> None:

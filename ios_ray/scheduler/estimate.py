@@ -11,9 +11,11 @@ so it works the same on a GPU, a CPU and a ``sim:`` device. Stages relate as in
   more, in order). A stage of three or more groups is, likewise, at least as slow as its largest sub-stage (one
   group dropped), recursively down to the measured stages. These *structural* bounds hold on the ``sim:`` model
   exactly; on a real device they hold up to measurement noise, which ``margin`` covers.
-* A concurrent stage of three or more groups also has a *composed* bound: its largest sub-stage plus the least
-  that adding one of its groups to another of its groups ever cost (from the pairs); recursively, from measured
-  pairs up. Nothing guarantees this on any device (adding a group to a larger stage can cost less than adding it
+* A concurrent stage of three or more groups also has a *composed* bound: for each of its groups, the stage
+  without it plus the least that adding it to one of the other groups alone cost (from the pairs), and the
+  largest of these; recursively, from measured pairs up. It is exact where a stage costs its slowest group plus
+  a fixed share of each other group (the synthetic cost of the tests), and close where groups contend for the
+  device. Nothing guarantees it on any device (adding a group to a larger stage can cost less than adding it
   to one group, when it hides behind a long one), so it is *calibrated*: every measured stage of three or more
   groups is checked against its own composed value, and a stage of ``k`` groups takes its composed value times
   the smallest ratio measured / composed seen so far among stages of ``k`` or more groups, less ``margin``. That
@@ -113,14 +115,18 @@ def _compose(relations: StageRelations, value: np.ndarray, known: np.ndarray,
     """Composed values of stages of three or more groups, from ``value`` of the smaller ones, size by size.
 
     Returns ``value`` with the composed value in place of every unmeasured stage of three or more groups, and the
-    composed value of each such stage, measured or not (NaN for the others), for calibration. A composed value
-    is the largest sub-stage plus the least cost of adding one of the stage's groups to another (at least 0).
+    composed value of each such stage, measured or not (NaN for the others), for calibration. A composed value is
+    the largest, over the stage's groups, of the stage without that group plus the least that adding that group
+    to one other group alone cost (at least 0); with ``joins`` False, just the largest sub-stage.
     """
     filled = value.copy()
     composed = np.full(len(value), np.nan)
     for run in relations.runs:
-        added = np.maximum(np.min(filled[run.pairs] - filled[run.others], axis=1), 0.0) if joins else 0.0
-        composed[run.stages] = np.max(filled[run.subs], axis=1) + added
+        without = filled[run.subs]
+        if joins:
+            added = (filled[run.pairs] - filled[run.others]).reshape(len(run.stages), run.size, run.size - 1)
+            without = without + np.maximum(np.min(added, axis=2), 0.0)
+        composed[run.stages] = np.max(without, axis=1)
         filled[run.stages] = np.where(known[run.stages], value[run.stages], composed[run.stages])
     return filled, composed
 

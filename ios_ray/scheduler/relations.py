@@ -55,8 +55,10 @@ class StageIndex:
 class SizeRun:
     """The concurrent stages with ``size >= 3`` groups: per stage its sub-stages and its ordered pairs.
 
-    ``pairs[:, m]`` is the pair of groups ``(j, h)`` in the m-th ordered combination and ``others[:, m]`` the
-    one-group stage of ``h``, so ``latency[pairs] - latency[others]`` is what adding group ``j`` to ``h`` cost.
+    ``subs[:, j]`` is the stage without its group ``j``. ``pairs[:, m]`` is the pair of groups ``(j, h)`` in the
+    m-th ordered combination (``j`` major: group ``j`` with each other group is ``m`` in ``j * (size - 1) ..
+    (j + 1) * (size - 1) - 1``) and ``others[:, m]`` the one-group stage of ``h``, so ``latency[pairs] -
+    latency[others]`` is what adding group ``j`` to ``h`` cost.
     """
 
     size: int
