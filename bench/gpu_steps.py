@@ -22,6 +22,7 @@ import argparse
 import datetime as dt
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import shutil
@@ -197,13 +198,14 @@ def _section(name: str, model: str, target: torch.device, batch: int, found: dic
 
 
 def dp_schedule(graph: Graph, like: Schedule, store: Path) -> Schedule:
-    """The DP's schedule for ``like``'s device fingerprint and batch, from the store's latencies."""
+    """The DP's schedule for ``like``'s device fingerprint and batch, from the store's latencies (over measured
+    stages only: a lazy search leaves the stages that cannot change its answer unmeasured)."""
     params = SearchParams(like.params.get("r", 3), like.params.get("s", 8),
                           tuple(like.params.get("strategies", ("concurrent", "merge"))))
     keys = StageKeys(graph)
     plan = plan_graph(graph, params, keys)
     table = LatencyStore(store, create=False).lookup(list(plan.stages), like.device_fingerprint, like.batch)
-    result = optimize_graph(graph, TableLatency(keys, table), params)
+    result = optimize_graph(graph, TableLatency(keys, table, missing=math.inf), params)
     return Schedule(like.model, graph.fingerprint, like.device, like.batch, result.schedules, like.dtype,
                     like.device_fingerprint, like.device_info, dict(like.params), like.source)
 
