@@ -205,10 +205,10 @@ def cpu_search(model: str, measure: str, store: Path) -> CpuSearch:
     return CpuSearch(outcome.measured, outcome.planned, wall, outcome.schedule, below, below_raw)
 
 
-def cpu_searches(model: str, console: Console) -> tuple[dict[str, CpuSearch], dict[str, float]]:
+def cpu_searches(model: str, graph: Graph, console: Console) -> tuple[dict[str, CpuSearch], dict[str, float]]:
     """The model searched exhaustively (``all``), exhaustively again (``again``: the noise reference) and lazily,
     each on a fresh store; and each schedule's cost priced on the first exhaustive search's rows, over its own."""
-    keys = StageKeys(import_model(model).graph)
+    keys = StageKeys(graph)
     searches: dict[str, CpuSearch] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, measure in (("all", "all"), ("again", "all"), ("lazy", "lazy")):
@@ -263,9 +263,10 @@ def cpu_table(models: list[str], rounds: int, console: Console) -> tuple[Table, 
         table.add_column(column, justify="right")
     passed = True
     for model in models:
-        searches, priced = cpu_searches(model, console)
+        graph = import_model(model).graph
+        searches, priced = cpu_searches(model, graph, console)
         every, lazy_run = searches["all"], searches["lazy"]
-        sequential = baseline_schedule(import_model(model).graph, every.schedule, "sequential")
+        sequential = baseline_schedule(graph, every.schedule, "sequential")
         timed = time_side_by_side(model, {**{name: s.schedule for name, s in searches.items()},
                                           "sequential": sequential}, rounds)
         ok = lazy_run.measured <= every.measured and within_noise(timed["lazy"], timed["all"], timed["again"])
