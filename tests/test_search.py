@@ -14,6 +14,7 @@ from ios_ray.scheduler import (
     SearchParams,
     SyntheticCost,
     TableLatency,
+    BlockSpace,
     count_block,
     endings,
     greedy,
@@ -23,6 +24,8 @@ from ios_ray.scheduler import (
     sequential,
 )
 from tests.random_graphs import conv_unit, dag_graph, randwire_preds
+from ios_ray.scheduler import space as space_module
+from ios_ray.scheduler.space import block_spaces
 from ios_ray.stage import Stage, StageKeys
 
 UNPRUNED = SearchParams(r=None, s=None)
@@ -154,6 +157,46 @@ def test_plan_shares_stages_across_identical_blocks() -> None:
     assert plan.blocks[0].keys == plan.blocks[1].keys
     assert len(plan.stages) == len(plan.blocks[0].keys) < plan.block_stage_sum
     assert all(p.description.startswith('{"groups"') for p in plan.stages.values())
+
+
+def same_shape_blocks_graph() -> Graph:
+    """Three blocks: two fans of the same DAG (the first's branches can merge, the second's cannot: their
+    activations differ), then a two-conv chain."""
+    units: list[Unit] = []
+    blocks = []
+    source = GRAPH_INPUT
+    for index, acts in enumerate((("relu", "relu"), ("relu", None))):
+        branches = [replace(conv_unit(f"f{index}b{i}", [source], 32, 32, 3), attrs={
+            **conv_unit("x", [source], 32, 32, 3).attrs, "act": act}) for i, act in enumerate(acts)]
+        join = conv_unit(f"f{index}j", [b.id for b in branches], 64, 32, 1)
+        units += [*branches, join]
+        blocks.append(Block(index, tuple(u.id for u in (*branches, join))))
+        source = join.id
+    chain = [conv_unit("c0", [source], 32, 32, 3), conv_unit("c1", ["c0"], 32, 32, 3)]
+    units += chain
+    blocks.append(Block(2, ("c0", "c1")))
+    return Graph("same_shapes", (32, 8, 8), tuple(units), Value.of("c1"), tuple(blocks))
+
+
+@pytest.mark.parametrize("params", [SearchParams(), SearchParams(strategies=("merge",)), SearchParams(r=1, s=2)])
+def test_blocks_of_one_shape_share_their_endings_and_keep_their_own_stages(
+    params: SearchParams, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graph = same_shape_blocks_graph()
+    calls = []
+    monkeypatch.setattr(space_module, "endings", lambda *args: calls.append(args[1]) or endings(*args))
+    shared = block_spaces(graph, params)
+    walked = [dict(space.states()) for space in shared]
+    alone = [dict(BlockSpace(graph, block, params).states()) for block in graph.blocks]
+    assert walked == alone
+    # Shared: the second fan asked for no endings of its own; the chain has its own shape.
+    assert len(calls) == len(walked[0]) + len(walked[2]) + sum(map(len, alone))
+    result = optimize_graph(graph, SyntheticCost(graph), params)
+    assert result.schedules == tuple(
+        optimize_block(graph, block, SyntheticCost(graph), params).schedule for block in graph.blocks)
+    branches = 0b011  # the two convs of a fan: a merge candidate in the first fan only
+    merges = [[s.strategy for s in space.stages(branches)].count("merge") for space in shared[:2]]
+    assert merges == ([1, 0] if "merge" in params.strategies else [0, 0])
 
 
 def test_graph_result_sums_its_blocks() -> None:

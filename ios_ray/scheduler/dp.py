@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from ios_ray.ir import Block, Graph
 from ios_ray.schedule import BlockSchedule
 from ios_ray.scheduler.latency import LatencyModel
-from ios_ray.scheduler.space import BlockSpace, SearchParams
+from ios_ray.scheduler.space import BlockSpace, SearchParams, block_spaces
 from ios_ray.stage import Stage
 
 
@@ -71,19 +71,24 @@ def optimize_graph(graph: Graph, latency: LatencyModel, params: SearchParams = S
     """Run the DP on every block of ``graph``."""
     if not graph.blocks:
         raise ValueError(f"graph {graph.name!r} has no blocks to schedule")
-    return GraphResult(tuple(optimize_block(graph, block, latency, params) for block in graph.blocks))
+    return GraphResult(tuple(_optimize(space, latency) for space in block_spaces(graph, params)))
 
 
 def optimize_block(
     graph: Graph, block: Block, latency: LatencyModel, params: SearchParams = SearchParams()
 ) -> BlockResult:
     """Run the DP on one block and rebuild its best schedule."""
-    dp = _BlockDP(BlockSpace(graph, block, params), latency)
-    cost = dp.solve(dp.space.full)
+    return _optimize(BlockSpace(graph, block, params), latency)
+
+
+def _optimize(space: BlockSpace, latency: LatencyModel) -> BlockResult:
+    """Run the DP on one block's space and rebuild its best schedule."""
+    dp = _BlockDP(space, latency)
+    cost = dp.solve(space.full)
     if math.isinf(cost):
-        raise ValueError(f"block {block.index} has no schedule of finite latency")
+        raise ValueError(f"block {space.block.index} has no schedule of finite latency")
     stats = SearchStats(states=len(dp.cost) - 1, transitions=dp.transitions, stages=dp.asked)
-    return BlockResult(dp.schedule(block.index), cost, stats)
+    return BlockResult(dp.schedule(space.block.index), cost, stats)
 
 
 class _BlockDP:

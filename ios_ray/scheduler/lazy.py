@@ -33,7 +33,7 @@ from ios_ray.scheduler.arrays import BlockArrays
 from ios_ray.scheduler.estimate import Estimates, estimate
 from ios_ray.scheduler.plan import PlannedStage
 from ios_ray.scheduler.relations import StageIndex, StageRelations, relate
-from ios_ray.scheduler.space import BlockSpace, SearchParams
+from ios_ray.scheduler.space import SearchParams, block_spaces
 from ios_ray.stage import StageKeys
 
 #: Relative tolerance of ``L >= U`` (sums of the same floats in another order).
@@ -89,7 +89,7 @@ class LazySpace:
     def build(graph: Graph, params: SearchParams, keys: StageKeys | None = None) -> LazySpace:
         """The lazy space of ``graph`` under ``params``."""
         index = StageIndex(keys or StageKeys(graph))
-        arrays = [BlockArrays.of(BlockSpace(graph, block, params), index.add) for block in graph.blocks]
+        arrays = [BlockArrays.of(space, index.add) for space in block_spaces(graph, params)]
         relations = relate(index)
         blocks, copies = _unique(arrays)
         seeds = np.concatenate([relations.one_group, relations.pairs])

@@ -13,7 +13,7 @@ from typing import Iterable, Mapping
 
 from ios_ray.ir import Block, Graph
 from ios_ray.scheduler.baselines import greedy_stages, sequential_stages
-from ios_ray.scheduler.space import BlockSpace, SearchParams
+from ios_ray.scheduler.space import BlockSpace, SearchParams, block_spaces
 from ios_ray.stage import Stage, StageKeys
 
 
@@ -72,8 +72,8 @@ def plan_graph(graph: Graph, params: SearchParams, keys: StageKeys | None = None
     keys = keys or StageKeys(graph)
     stages: dict[str, PlannedStage] = {}
     blocks = []
-    for block in graph.blocks:
-        space = BlockSpace(graph, block, params)
+    for space in block_spaces(graph, params):
+        block = space.block
         walk = _walk(space)
         candidates = [stage for ending in walk.endings for stage in space.stages(ending)]
         baselines = sequential_stages(graph, block) + greedy_stages(graph, block)

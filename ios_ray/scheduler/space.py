@@ -6,6 +6,7 @@ so the stages planned for measurement are exactly the stages the DP can ask for.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -52,14 +53,17 @@ class BlockSpace:
     """The states, endings and candidate stages of one block under one set of :class:`SearchParams`.
 
     A state is a mask of the units still to schedule (see :mod:`ios_ray.scheduler.dag`); the first state is the
-    full block.
+    full block. ``shared`` holds the endings found per state, shared by blocks of the same DAG (see
+    :func:`block_spaces`): endings are masks, so they depend only on the shape, not on which units fill it.
     """
 
-    def __init__(self, graph: Graph, block: Block, params: SearchParams) -> None:
+    def __init__(self, graph: Graph, block: Block, params: SearchParams,
+                 shared: dict[int, list[int]] | None = None) -> None:
         self.graph = graph
         self.block = block
         self.params = params
         self.dag = BlockDag.of(graph, block)
+        self._shared = shared
         self._allowed: dict[int, bool] = {}
 
     @property
@@ -68,8 +72,13 @@ class BlockSpace:
         return self.dag.full
 
     def endings(self, state: int) -> list[int]:
-        """The endings of ``state`` within the pruning bounds that have at least one candidate stage."""
-        found = endings(self.dag, state, self.params.r, self.params.s)
+        """The endings of ``state`` within the pruning bounds that have at least one candidate stage (do not
+        change the list: blocks of one shape share it)."""
+        found = self._shared.get(state) if self._shared is not None else None
+        if found is None:
+            found = endings(self.dag, state, self.params.r, self.params.s)
+            if self._shared is not None:
+                self._shared[state] = found
         if "concurrent" in self.params.strategies:
             return found
         return [ending for ending in found if self._has_stage(ending)]
@@ -109,3 +118,11 @@ class BlockSpace:
         if allowed is None:
             allowed = self._allowed[ending] = bool(self.stages(ending))
         return allowed
+
+
+def block_spaces(graph: Graph, params: SearchParams) -> list[BlockSpace]:
+    """The space of every block of ``graph``; blocks of the same DAG (NASNet's repeated cells) enumerate their
+    endings once between them."""
+    shapes = Counter(BlockDag.of(graph, block).preds for block in graph.blocks)
+    shared: dict[tuple[int, ...], dict[int, list[int]]] = {preds: {} for preds, n in shapes.items() if n > 1}
+    return [BlockSpace(graph, block, params, shared.get(BlockDag.of(graph, block).preds)) for block in graph.blocks]
