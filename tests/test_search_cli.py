@@ -1,8 +1,10 @@
 """The ``ios-ray search`` command as a user runs it: bad input, Ctrl-C and resuming, and on the CPU search followed
 by run, bench, evaluate and show.
 
-Every command runs in a subprocess (``python -m ios_ray``) inside a temporary folder, with its own store; the
-ones that need Ray start it locally in-process, as the CLI does without ``--address``.
+Commands run inside a temporary folder, with their own store. Those about the process itself (signals, Ray
+started by the command, the real entry point) run in a subprocess (``python -m ios_ray``), which starts Ray locally
+as the CLI does without ``--address``; the bad-input matrix runs the same app in this process (:func:`ios_ray_here`,
+on the session's Ray), which spares each case the seconds of importing torch.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from ios_ray.app.cli import app
 from ios_ray.schedule import read_schedule
 from ios_ray.store import LatencyStore
 
@@ -33,6 +37,21 @@ def ios_ray(*args: str, cwd: Path, timeout: float = 120) -> subprocess.Completed
     return subprocess.run(
         [sys.executable, "-m", "ios_ray", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
     )
+
+
+def ios_ray_here(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``ios-ray ARGS`` in this process, in ``cwd``, as :func:`ios_ray` would; an exception that escapes the
+    command (a traceback, for a user) fails the test."""
+    here = Path.cwd()
+    os.chdir(cwd)
+    try:
+        result = CliRunner().invoke(app, list(args), prog_name="ios-ray")
+    finally:
+        os.chdir(here)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise AssertionError(f"ios-ray {' '.join(args)} raised instead of failing in one sentence") \
+            from result.exception
+    return subprocess.CompletedProcess(["ios-ray", *args], result.exit_code, result.stdout, result.stderr)
 
 
 def store_rows(path: Path) -> list[dict[str, object]]:
@@ -97,18 +116,19 @@ class FilledStore:
 
 
 @pytest.fixture(scope="module")
-def filled_store(tmp_path_factory: pytest.TempPathFactory) -> FilledStore:
+def filled_store(tmp_path_factory: pytest.TempPathFactory, ray_local: None) -> FilledStore:
     """A store with the rows of a quick simulated search (squeezenet on sim:v100 at batch 1)."""
     folder = tmp_path_factory.mktemp("filled")
     path = folder / "store.duckdb"
-    made = ios_ray("search", "--model", "squeezenet", "--devices", "sim:v100", "--batches", "1", "--warmup", "0",
-                   "--repeat", "1", "--store", str(path), "--out", str(folder / "out"), cwd=folder)
+    made = ios_ray_here("search", "--model", "squeezenet", "--devices", "sim:v100", "--batches", "1", "--warmup",
+                        "0", "--repeat", "1", "--store", str(path), "--out", str(folder / "out"), cwd=folder)
     assert made.returncode == 0, made.stderr
     rows = store_rows(path)
     assert rows and rows[0]["rows"] > 0
     return FilledStore(path, file_hash(path), rows)
 
 
+#: Bad input that the search must refuse before it measures anything (run in this process).
 BAD_SEARCHES = {
     "unknown model": ["--model", "no_such_net", "--devices", "sim:v100"],
     "unknown model factory": ["--model", "no_such_package.nets:build", "--devices", "sim:v100"],
@@ -123,36 +143,31 @@ BAD_SEARCHES = {
     "s 0": ["--model", "squeezenet", "--devices", "sim:v100", "-s", "0"],
     "repeat 0": ["--model", "squeezenet", "--devices", "sim:v100", "--repeat", "0"],
     "negative check rounds": ["--model", "squeezenet", "--devices", "cpu", "--check-rounds", "-1"],
+    "out is a file": ["--model", "squeezenet", "--devices", "sim:v100", "--out", "{file}"],
+}
+
+#: Bad input met where the command joins or starts Ray and its actors (run as a user runs it, in a subprocess):
+#: an address that cannot be reached, also when everything is cached, and a stage failing inside an actor.
+BAD_SEARCHES_WITH_RAY = {
     "unreachable address": ["--model", "squeezenet", "--devices", "cpu", "--address", "127.0.0.1:1"],
     "unreachable address, sim device": [
         "--model", "squeezenet", "--devices", "sim:k80", "--address", "127.0.0.1:1",
     ],
+    "unreachable address, all cached": [
+        "--model", "squeezenet", "--devices", "sim:v100", "--address", "127.0.0.1:1",
+    ],
+    "batch too large for memory": ["--model", "squeezenet", "--devices", "cpu", "--batches", "2000000000"],
 }
 
-EDGE_CASES = [
-    pytest.param(
-        ["--model", "squeezenet", "--devices", "sim:v100", "--address", "127.0.0.1:1"],
-        id="unreachable address, all cached",
-    ),
-    pytest.param(
-        ["--model", "squeezenet", "--devices", "sim:v100", "--out", "{file}"],
-        id="out is a file",
-    ),
-    pytest.param(
-        ["--model", "squeezenet", "--devices", "cpu", "--batches", "2000000000"],
-        id="batch too large for memory",
-    ),
-]
 
-
-def check_fails_cleanly(args: list[str], store: FilledStore, cwd: Path) -> None:
+def check_fails_cleanly(args: list[str], store: FilledStore, cwd: Path, in_process: bool) -> None:
     """The search exits non-zero within seconds, with one ``error:`` line, and leaves the store as it was."""
     a_file = cwd / "a_file"
     a_file.write_text("not a folder\n")
     args = [arg.replace("{file}", str(a_file)) for arg in args]
-    out = [] if "--out" in args else ["--out", str(cwd / "out")]
+    args += ["--store", str(store.path), *([] if "--out" in args else ["--out", str(cwd / "out")])]
     started = time.monotonic()
-    done = ios_ray("search", *args, "--store", str(store.path), *out, cwd=cwd, timeout=60)
+    done = ios_ray_here("search", *args, cwd=cwd) if in_process else ios_ray("search", *args, cwd=cwd, timeout=60)
     elapsed = time.monotonic() - started
     assert done.returncode != 0, done.stdout
     assert elapsed < FAIL_FAST_S
@@ -165,19 +180,19 @@ def check_fails_cleanly(args: list[str], store: FilledStore, cwd: Path) -> None:
     assert a_file.read_text() == "not a folder\n"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("case", list(BAD_SEARCHES))
 def test_bad_search_fails_in_one_line_and_keeps_the_store(case: str, filled_store: FilledStore,
                                                           tmp_path: Path) -> None:
-    check_fails_cleanly(BAD_SEARCHES[case], filled_store, tmp_path)
+    check_fails_cleanly(BAD_SEARCHES[case], filled_store, tmp_path, in_process=True)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args", EDGE_CASES)
-def test_bad_search_edge_cases(args: list[str], filled_store: FilledStore, tmp_path: Path) -> None:
-    """Bad input found by these tests once (an address checked only when measuring, --out a file, a stage failing
-    inside an actor): one clear line, the store untouched."""
-    check_fails_cleanly(args, filled_store, tmp_path)
+@pytest.mark.parametrize("case", list(BAD_SEARCHES_WITH_RAY))
+def test_bad_search_with_ray_fails_in_one_line_and_keeps_the_store(case: str, filled_store: FilledStore,
+                                                                   tmp_path: Path) -> None:
+    """Bad input found by these tests once (an address checked only when measuring, a stage failing inside an
+    actor): one clear line, the store untouched."""
+    check_fails_cleanly(BAD_SEARCHES_WITH_RAY[case], filled_store, tmp_path, in_process=False)
 
 
 def test_debug_shows_the_traceback_behind_the_sentence(tmp_path: Path) -> None:
@@ -189,22 +204,20 @@ def test_debug_shows_the_traceback_behind_the_sentence(tmp_path: Path) -> None:
     assert "Traceback (most recent call last)" in debug.stderr and sentence in debug.stderr
 
 
-@pytest.mark.slow
 def test_device_labels_are_case_insensitive(filled_store: FilledStore, tmp_path: Path) -> None:
     store = tmp_path / "store.duckdb"
     store.write_bytes(filled_store.path.read_bytes())
-    done = ios_ray("search", "--model", "squeezenet", "--devices", "SIM:V100", "--batches", "1", "--store", str(store),
-                   "--out", str(tmp_path / "out"), cwd=tmp_path, timeout=60)
+    done = ios_ray_here("search", "--model", "squeezenet", "--devices", "SIM:V100", "--batches", "1", "--store",
+                        str(store), "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     total = planned_stages(done.stdout)
     assert search_table(done.stdout) == [TableRow("sim:v100", 1, 0, total, "simulated", "IOS")]
     assert (tmp_path / "out" / "squeezenet" / "sim:v100" / "bs1.json").is_file()
 
 
-@pytest.mark.slow
 def test_show_svg_into_a_folder_fails_in_one_line(filled_store: FilledStore, tmp_path: Path) -> None:
     [schedule] = filled_store.path.parent.glob("out/squeezenet/sim:v100/bs1.json")
-    done = ios_ray("show", str(schedule), "--svg", str(tmp_path), cwd=tmp_path, timeout=60)
+    done = ios_ray_here("show", str(schedule), "--svg", str(tmp_path), cwd=tmp_path)
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
     lines = done.stderr.splitlines()
@@ -217,7 +230,7 @@ def test_show_svg_into_a_folder_fails_in_one_line(filled_store: FilledStore, tmp
 @pytest.mark.slow
 def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(tmp_path: Path) -> None:
     store, out = tmp_path / "store.duckdb", tmp_path / "out"
-    search = ["search", "--model", "inception_v3", "--devices", "sim:k80", "--batches", "32", "--measure", "all",
+    search = ["search", "--model", "inception_v3", "--devices", "sim:k80", "--batches", "1", "--measure", "all",
               "--store", str(store), "--out", str(out)]
     # A new session, as a terminal's foreground job: Ctrl-C reaches the CLI and the Ray processes it started.
     child = subprocess.Popen([sys.executable, "-m", "ios_ray", *search, "--sim-actors", "1"], cwd=tmp_path,
@@ -236,7 +249,7 @@ def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(tmp_path: Path) -> N
     assert len(lines) == 1 and "interrupted" in lines[0] and "stored" in lines[0], stderr
     total = planned_stages(stdout)
     [kept] = store_rows(store)
-    assert (kept["device"], kept["batch"], kept["source"]) == ("sim:k80", 32, "simulated")
+    assert (kept["device"], kept["batch"], kept["source"]) == ("sim:k80", 1, "simulated")
     assert 0 < kept["rows"] < total
     assert not list(out.rglob("*.json"))
 
@@ -244,10 +257,11 @@ def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(tmp_path: Path) -> N
     rerun = ios_ray(*search, "--warmup", "0", "--repeat", "1", cwd=tmp_path, timeout=150)
     assert rerun.returncode == 0, rerun.stderr
     assert planned_stages(rerun.stdout) == total
-    assert search_table(rerun.stdout) == [TableRow("sim:k80", 32, total - kept["rows"], kept["rows"], "simulated", "IOS")]
+    assert search_table(rerun.stdout) == [
+        TableRow("sim:k80", 1, total - kept["rows"], kept["rows"], "simulated", "IOS")]
     [after] = store_rows(store)
     assert after["rows"] == total
-    assert (out / "inception_v3" / "sim:k80" / "bs32.json").is_file()
+    assert (out / "inception_v3" / "sim:k80" / "bs1.json").is_file()
 
 
 @pytest.mark.slow
@@ -284,9 +298,10 @@ def test_sigkill_during_a_lazy_search_loses_nothing_and_a_rerun_ends_on_the_same
 
 
 @pytest.mark.slow
-def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path) -> None:
+def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path, ray_local: None) -> None:
     # At another input shape than the model's own (3x224x224), which every command must be told: the graph, and so
-    # its schedules, depend on it.
+    # its schedules, depend on it. The search runs as a user runs it (a process that starts Ray); the commands after
+    # it run in this process, on the session's Ray.
     store, out, shape = tmp_path / "S.duckdb", tmp_path / "O", ("--input-shape", "3x96x96")
     searched = ios_ray("search", "--model", "squeezenet", "--devices", "cpu", "--batches", "1", "--store", str(store),
                        "--out", str(out), *shape, cwd=tmp_path)
@@ -306,15 +321,15 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path) -> None:
     if check.kept == "sequential":
         assert all(len(stage.units) == 1 for stage in read_schedule(schedule).stages)
 
-    ran = ios_ray("run", "--model", "squeezenet", "--schedules", str(out), "--batch", "1", "--repeat", "5", *shape,
-                  cwd=tmp_path)
+    ran = ios_ray_here("run", "--model", "squeezenet", "--schedules", str(out), "--batch", "1", "--repeat", "5",
+                       *shape, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     assert "schedule: cpu batch 1" in ran.stdout
     assert f"search's end-to-end check: DP schedule {check.dp_ms:.3f} ms" in ran.stdout
     assert re.search(r"output vs eager: max relative error \S+ \(ok\)", ran.stdout), ran.stdout
 
-    benched = ios_ray("bench", "--model", "squeezenet", "--schedules", str(out), "--store", str(store), "--rounds", "2",
-                      "--no-compile", "--json", *shape, cwd=tmp_path)
+    benched = ios_ray_here("bench", "--model", "squeezenet", "--schedules", str(out), "--store", str(store),
+                           "--rounds", "2", "--no-compile", "--json", *shape, cwd=tmp_path)
     assert benched.returncode == 0, benched.stderr
     report = json.loads(benched.stdout)
     rows = {row["name"]: row for row in report["rows"]}
@@ -331,28 +346,29 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path) -> None:
     assert rows["IOS"]["predicted_ms"] == pytest.approx(read_schedule(schedule).predicted_latency, rel=1e-9)
     assert rows["sequential"]["predicted_ms"] > 0 and rows["greedy"]["predicted_ms"] > 0
 
-    table = ios_ray("bench", "--model", "squeezenet", "--schedules", str(out), "--store", str(store), "--rounds", "1",
-                    "--no-compile", *shape, cwd=tmp_path)
+    table = ios_ray_here("bench", "--model", "squeezenet", "--schedules", str(out), "--store", str(store),
+                         "--rounds", "1", "--no-compile", *shape, cwd=tmp_path)
     assert table.returncode == 0, table.stderr
     assert "squeezenet on cpu, batch 1" in table.stdout and "torch.compile skipped" in table.stdout
     assert "vs sequential" in table.stdout
     # At the model's own shape it is another graph, for which the folder has no schedule: one sentence.
-    other = ios_ray("bench", "--model", "squeezenet", "--schedules", str(out), "--no-compile", cwd=tmp_path)
+    other = ios_ray_here("bench", "--model", "squeezenet", "--schedules", str(out), "--no-compile", cwd=tmp_path)
     assert other.returncode == 1 and other.stderr.startswith("error: no schedule of squeezenet"), other.stderr
     assert len(other.stderr.strip().splitlines()) == 1
 
-    evaluated = ios_ray("evaluate", "--schedules", str(out), "--store", str(store), "--rounds", "2", cwd=tmp_path)
+    evaluated = ios_ray_here("evaluate", "--schedules", str(out), "--store", str(store), "--rounds", "2", cwd=tmp_path)
     assert evaluated.returncode == 0, evaluated.stderr
     assert "cells are measured" in evaluated.stdout
 
-    simulated = ios_ray("bench", "--model", "squeezenet", "--device", "sim:v100", "--schedules", str(out), cwd=tmp_path)
+    simulated = ios_ray_here("bench", "--model", "squeezenet", "--device", "sim:v100", "--schedules", str(out),
+                             cwd=tmp_path)
     assert simulated.returncode == 1 and "Traceback" not in simulated.stderr
     assert simulated.stderr.strip().splitlines() == [
         "error: 'sim:v100' is simulated and bench measures on this machine; compare simulated schedules by "
         "prediction with `ios-ray evaluate --schedules DIR`."]
 
     picture = tmp_path / "pic.svg"
-    shown = ios_ray("show", str(schedule), "--svg", str(picture), cwd=tmp_path)
+    shown = ios_ray_here("show", str(schedule), "--svg", str(picture), cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "block 0" in shown.stdout
     assert f"end-to-end check (10 rounds): DP schedule {check.dp_ms:.3f} ms" in shown.stdout
