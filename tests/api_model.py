@@ -55,19 +55,29 @@ def main(store: str, out: str) -> None:
     result = ios_ray.search(model, devices=["cpu"], batches=[1], input_shape=INPUT_SHAPE, store=store,
                             check_rounds=0, progress=False)
     result.save(out)
+    ray_after_search = _ray_address()
     x = torch.randn(4, *INPUT_SHAPE)
     with torch.no_grad():
         expected = model(x)
         deployed = relative_error(result.deploy(model)(x), expected)
         optimized = ios_ray.optimize(model, x, store=store, check_rounds=2, progress=False)
         found = relative_error(optimized(x), expected)
+    ray_after_optimize = _ray_address()
     [outcome] = result.outcomes
     print(json.dumps({
         "class_module": type(model).__module__, "model": result.model, "measured": outcome.measured,
         "stages": [s.to_json() for s in outcome.schedule.stages], "deployed_error": deployed,
         "optimized_error": found, "optimized_type": type(optimized).__name__,
         "optimized_batches": [s.batch for s in optimized.schedules],
+        "ray_after_search": ray_after_search, "ray_after_optimize": ray_after_optimize,
     }))
+
+
+def _ray_address() -> str:
+    """The GCS address of the Ray this process is connected to ("" when none)."""
+    import ray
+
+    return ray.get_runtime_context().gcs_address if ray.is_initialized() else ""
 
 
 if __name__ == "__main__":

@@ -1,11 +1,15 @@
-"""Helpers shared by the tests: randomised models and error measures."""
+"""Helpers shared by the tests: randomised models, error measures, zoo graphs and plans, the CLI in this process."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from functools import lru_cache
+from pathlib import Path
 
 import torch
 from torch import nn
+from typer.testing import CliRunner
 
 from ios_ray.app.bench import relative_error
 from ios_ray.frontend import import_model
@@ -13,7 +17,24 @@ from ios_ray.ir import Graph
 from ios_ray.scheduler import SearchParams, plan_graph
 from ios_ray.scheduler.plan import Plan
 
-__all__ = ["randomise_batchnorm", "relative_error"]
+__all__ = ["ios_ray_here", "randomise_batchnorm", "relative_error"]
+
+
+def ios_ray_here(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``ios-ray ARGS`` in this process (on the session's Ray, torch already imported), in ``cwd``, as a
+    subprocess would; an exception that escapes the command (a traceback, for a user) fails the test."""
+    from ios_ray.app.cli import app
+
+    here = Path.cwd()
+    os.chdir(cwd)
+    try:
+        result = CliRunner().invoke(app, list(args), prog_name="ios-ray")
+    finally:
+        os.chdir(here)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise AssertionError(f"ios-ray {' '.join(args)} raised instead of failing in one sentence") \
+            from result.exception
+    return subprocess.CompletedProcess(["ios-ray", *args], result.exit_code, result.stdout, result.stderr)
 
 
 def randomise_batchnorm(module: nn.Module, seed: int = 0) -> nn.Module:

@@ -1,6 +1,6 @@
 """The Python API (``ios_ray.search``, ``ios_ray.optimize``, ``SearchResult``) as a user calls it.
 
-The end-to-end test runs in fresh processes, as a notebook or a script would: a model class defined in ``__main__``
+The end-to-end test runs a script in a fresh process, as a notebook would: a model class defined in ``__main__``
 travels to the device actors through Ray's object store, and the CLI then finds everything in the same store and
 gives the same schedule for the same architecture given as a spec.
 """
@@ -22,6 +22,7 @@ import ios_ray
 from ios_ray.errors import UserError
 from ios_ray.runtime import read_schedules
 from tests.api_model import INPUT_SHAPE, TwoBranch
+from tests.helpers import ios_ray_here
 from tests.test_search_cli import search_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +34,7 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
 
 
-def test_a_main_module_object_searches_deploys_and_matches_the_cli(tmp_path: Path) -> None:
+def test_a_main_module_object_searches_deploys_and_matches_the_cli(tmp_path: Path, ray_local: None) -> None:
     store = tmp_path / "store.duckdb"
     made = run([str(ROOT / "tests" / "api_model.py"), str(store), str(tmp_path / "api")], tmp_path)
     assert made.returncode == 0, made.stderr
@@ -42,11 +43,13 @@ def test_a_main_module_object_searches_deploys_and_matches_the_cli(tmp_path: Pat
     assert found["measured"] > 0
     assert found["deployed_error"] <= 1e-5 and found["optimized_error"] <= 1e-5
     assert found["optimized_type"] == "ScheduledModule" and found["optimized_batches"] == [4]
+    assert found["ray_after_search"] == found["ray_after_optimize"] != ""  # one local Ray, kept between the two
     [saved] = read_schedules(tmp_path / "api").values()
     assert [s.to_json() for s in saved.stages] == found["stages"]
 
-    cli = run(["-m", "ios_ray", "search", "--model", "tests.api_model:build", "--devices", "cpu", "--batches", "1",
-               "--store", str(store), "--out", str(tmp_path / "cli"), "--check-rounds", "0"], tmp_path)
+    # The CLI, run in this process on the session's Ray, on the script's store.
+    cli = ios_ray_here("search", "--model", "tests.api_model:build", "--devices", "cpu", "--batches", "1",
+                       "--store", str(store), "--out", str(tmp_path / "cli"), "--check-rounds", "0", cwd=tmp_path)
     assert cli.returncode == 0, cli.stderr
     [from_cli] = read_schedules(tmp_path / "cli").values()
     assert from_cli.graph_fingerprint == saved.graph_fingerprint

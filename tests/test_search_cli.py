@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from ios_ray.app.cli import app
 from ios_ray.schedule import read_schedule
 from ios_ray.store import LatencyStore
+from tests.helpers import ios_ray_here
 
 #: Seconds a bad command may take to fail (importing torch alone takes about two on this machine).
 FAIL_FAST_S = 20.0
@@ -37,21 +36,6 @@ def ios_ray(*args: str, cwd: Path, timeout: float = 120) -> subprocess.Completed
     return subprocess.run(
         [sys.executable, "-m", "ios_ray", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
     )
-
-
-def ios_ray_here(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run ``ios-ray ARGS`` in this process, in ``cwd``, as :func:`ios_ray` would; an exception that escapes the
-    command (a traceback, for a user) fails the test."""
-    here = Path.cwd()
-    os.chdir(cwd)
-    try:
-        result = CliRunner().invoke(app, list(args), prog_name="ios-ray")
-    finally:
-        os.chdir(here)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise AssertionError(f"ios-ray {' '.join(args)} raised instead of failing in one sentence") \
-            from result.exception
-    return subprocess.CompletedProcess(["ios-ray", *args], result.exit_code, result.stdout, result.stderr)
 
 
 def store_rows(path: Path) -> list[dict[str, object]]:
@@ -196,8 +180,10 @@ def test_bad_search_with_ray_fails_in_one_line_and_keeps_the_store(case: str, fi
 
 
 def test_debug_shows_the_traceback_behind_the_sentence(tmp_path: Path) -> None:
-    plain = ios_ray("search", "--model", "json:loads", "--devices", "sim:v100", cwd=tmp_path)
-    debug = ios_ray("--debug", "search", "--model", "json:loads", "--devices", "sim:v100", cwd=tmp_path)
+    plain = ios_ray_here("search", "--model", "json:loads", "--devices", "sim:v100", cwd=tmp_path)
+    debug = ios_ray_here("--debug", "search", "--model", "json:loads", "--devices", "sim:v100", cwd=tmp_path)
+    again = ios_ray_here("search", "--model", "json:loads", "--devices", "sim:v100", cwd=tmp_path)
+    assert again.stderr == plain.stderr  # --debug lasts one command
     sentence = "error: building model 'json:loads' failed: TypeError: loads() missing 1 required positional argument"
     assert plain.returncode == debug.returncode == 1
     assert plain.stderr.startswith(sentence) and "Traceback" not in plain.stderr
@@ -228,7 +214,7 @@ def test_show_svg_into_a_folder_fails_in_one_line(filled_store: FilledStore, tmp
 
 
 @pytest.mark.slow
-def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(tmp_path: Path) -> None:
+def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(tmp_path: Path, ray_local: None) -> None:
     store, out = tmp_path / "store.duckdb", tmp_path / "out"
     search = ["search", "--model", "inception_v3", "--devices", "sim:k80", "--batches", "1", "--measure", "all",
               "--store", str(store), "--out", str(out)]
@@ -253,8 +239,9 @@ def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(tmp_path: Path) -> N
     assert 0 < kept["rows"] < total
     assert not list(out.rglob("*.json"))
 
-    # warmup and repeat are not part of the store key: the rerun finds the stored stages and measures the rest.
-    rerun = ios_ray(*search, "--warmup", "0", "--repeat", "1", cwd=tmp_path, timeout=150)
+    # warmup and repeat are not part of the store key: the rerun (in this process) finds the stored stages and
+    # measures the rest.
+    rerun = ios_ray_here(*search, "--warmup", "0", "--repeat", "1", cwd=tmp_path)
     assert rerun.returncode == 0, rerun.stderr
     assert planned_stages(rerun.stdout) == total
     assert search_table(rerun.stdout) == [
@@ -265,13 +252,15 @@ def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_sigkill_during_a_lazy_search_loses_nothing_and_a_rerun_ends_on_the_same_schedule(tmp_path: Path) -> None:
+def test_sigkill_during_a_lazy_search_loses_nothing_and_a_rerun_ends_on_the_same_schedule(
+    tmp_path: Path, ray_local: None
+) -> None:
     def search(name: str) -> list[str]:
         return ["search", "--model", "tests.user_models:wide", "--devices", "sim:k80", "--batches", "1",
                 "--measure", "lazy", "--store", str(tmp_path / f"{name}.duckdb"), "--out", str(tmp_path / name)]
 
     root = Path(__file__).resolve().parent.parent
-    reference = ios_ray(*search("whole"), cwd=root, timeout=150)
+    reference = ios_ray_here(*search("whole"), cwd=root)  # in this process; only the killed search is a child
     assert reference.returncode == 0, reference.stderr
     store = tmp_path / "killed.duckdb"
     child = subprocess.Popen([sys.executable, "-m", "ios_ray", *search("killed"), "--sim-actors", "1"], cwd=root,
@@ -282,7 +271,7 @@ def test_sigkill_during_a_lazy_search_loses_nothing_and_a_rerun_ends_on_the_same
         os.killpg(child.pid, signal.SIGKILL)
         child.communicate()
     [kept] = store_rows(store)
-    rerun = ios_ray(*search("killed"), cwd=root, timeout=150)
+    rerun = ios_ray_here(*search("killed"), cwd=root)
     assert rerun.returncode == 0, rerun.stderr
     [whole], [resumed] = search_table(reference.stdout), search_table(rerun.stdout)
     assert resumed.cached >= kept["rows"] > 0 and resumed.measured < whole.measured

@@ -40,8 +40,9 @@ from typing import Iterator, Mapping, Protocol, Sequence
 import torch
 from torch import nn
 
+from ios_ray.app.ray_session import ray_session
 from ios_ray.devices import DEFAULT_SIM_ACTORS, parse_device
-from ios_ray.errors import UserError, first_line
+from ios_ray.errors import UserError
 from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
 from ios_ray.models import DEFAULT_INPUT_SHAPE, resolve_model
@@ -350,27 +351,6 @@ def _checked(request: SearchRequest) -> SearchRequest:
     if request.address not in (None, "auto"):
         _check_reachable(request.address)
     return dataclasses.replace(request, devices=devices, batches=tuple(dict.fromkeys(request.batches)))
-
-
-@contextmanager
-def ray_session(address: str | None) -> Iterator[None]:
-    """Ray for the duration of a command: started locally in-process without an address, else joined."""
-    import ray
-
-    if ray.is_initialized():
-        yield
-        return
-    try:
-        if address is None:
-            ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-        else:
-            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
-    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
-        raise UserError(f"cannot reach a Ray cluster at {address!r}: {first_line(exc)}") from None
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 @contextmanager

@@ -1,0 +1,46 @@
+"""Ray for a search: joined at an address, or started locally in this process and kept for the searches after it.
+
+Starting a local Ray takes seconds (its processes and workers), and a notebook runs many searches in one process,
+so the local Ray that a search starts stays up until the process exits (Ray shuts it down then) or the caller runs
+``ray.shutdown()``; the next search without an address uses it. A cluster joined at an address is left when the
+search ends. A Ray the caller connected to before the search is used as it is, whatever the address: the caller
+chose it.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+from ios_ray.errors import UserError, first_line
+
+#: The GCS address of the local Ray a search started and keeps (None: none).
+_kept_address: str | None = None
+
+
+@contextmanager
+def ray_session(address: str | None) -> Iterator[None]:
+    """Ray for the duration of a search: a local one without ``address`` (started once, then kept), else joined."""
+    import ray
+
+    global _kept_address
+    if ray.is_initialized():
+        ours = ray.get_runtime_context().gcs_address == _kept_address
+        if not ours or address is None:
+            yield  # the caller's own Ray, or the local one an earlier search started
+            return
+        ray.shutdown()  # ours and local, but this search joins a cluster
+    _kept_address = None
+    try:
+        if address is None:
+            ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+            _kept_address = ray.get_runtime_context().gcs_address
+        else:
+            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+        raise UserError(f"cannot reach a Ray cluster at {address!r}: {first_line(exc)}") from None
+    try:
+        yield
+    finally:
+        if address is not None:
+            ray.shutdown()

@@ -1,0 +1,83 @@
+"""The Ray a search runs on: a local one started once and kept, a cluster joined and left, the caller's own used
+as it is. A fake ``ray`` module records what the session asks of Ray."""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from ios_ray.app import ray_session as session_module
+from ios_ray.app.ray_session import ray_session
+from ios_ray.errors import UserError
+
+
+class FakeRay:
+    """Enough of ``ray`` for the session: init, shutdown, is_initialized and the GCS address, with a call log."""
+
+    def __init__(self, reachable: bool = True) -> None:
+        self.calls: list[str] = []
+        self.gcs: str | None = None
+        self.reachable = reachable
+        self.started = 0
+
+    def is_initialized(self) -> bool:
+        return self.gcs is not None
+
+    def init(self, address: str, **_: object) -> None:
+        if not self.reachable:
+            raise ConnectionError(f"could not connect to {address}\nmore detail")
+        self.started += 1
+        self.gcs = f"10.0.0.{self.started}:6379"
+        self.calls.append(f"init {address}")
+
+    def shutdown(self) -> None:
+        self.calls.append("shutdown")
+        self.gcs = None
+
+    def get_runtime_context(self) -> SimpleNamespace:
+        return SimpleNamespace(gcs_address=self.gcs)
+
+
+@pytest.fixture
+def fake_ray(monkeypatch: pytest.MonkeyPatch) -> FakeRay:
+    """A fake ``ray`` in place of the real one, and no local Ray kept from before."""
+    fake = FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.setattr(session_module, "_kept_address", None)
+    return fake
+
+
+def test_a_local_ray_is_started_once_and_kept_for_later_searches(fake_ray: FakeRay) -> None:
+    for _ in range(3):
+        with ray_session(None):
+            assert fake_ray.is_initialized()
+    assert fake_ray.calls == ["init local"] and fake_ray.is_initialized()
+
+
+def test_a_cluster_is_joined_for_one_search_and_replaces_the_kept_local_ray(fake_ray: FakeRay) -> None:
+    with ray_session(None):
+        pass
+    with ray_session("ray://head:10001"):
+        assert fake_ray.is_initialized()
+    assert fake_ray.calls == ["init local", "shutdown", "init ray://head:10001", "shutdown"]
+    with ray_session(None):
+        pass
+    assert fake_ray.calls[-1] == "init local"
+
+
+def test_the_callers_own_ray_is_used_as_it_is(fake_ray: FakeRay) -> None:
+    fake_ray.init("auto")
+    for address in (None, "ray://elsewhere:10001"):
+        with ray_session(address):
+            pass
+    assert fake_ray.calls == ["init auto"] and fake_ray.is_initialized()
+
+
+def test_an_unreachable_cluster_is_one_sentence(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", FakeRay(reachable=False))
+    with pytest.raises(UserError, match=r"^cannot reach a Ray cluster at 'ray://gone:1': could not connect to "
+                                        r"ray://gone:1$"):
+        with ray_session("ray://gone:1"):
+            pass
