@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Iterator
 
 import pytest
@@ -15,6 +16,13 @@ LOCAL_CPUS = 2
 
 #: The fake cluster's worker nodes: custom GPU resources, no real GPUs.
 FAKE_GPU_NODES = ({"V100": 2}, {"K80": 2}, {"2080Ti": 1})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Let SIGINT reach the commands the tests start and interrupt: a shell that starts the suite in the background
+    hands it SIGINT ignored, and a child started with SIGINT ignored keeps ignoring it."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _init_local_ray() -> None:

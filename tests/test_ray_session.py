@@ -81,3 +81,24 @@ def test_an_unreachable_cluster_is_one_sentence(monkeypatch: pytest.MonkeyPatch)
                                         r"ray://gone:1$"):
         with ray_session("ray://gone:1"):
             pass
+
+
+def test_a_failed_search_shuts_the_kept_ray_down_and_the_next_starts_afresh(fake_ray: FakeRay) -> None:
+    with ray_session(None):
+        pass
+    for failure in (UserError("a stage failed"), KeyboardInterrupt()):
+        with pytest.raises(type(failure)):
+            with ray_session(None):
+                raise failure
+        assert not fake_ray.is_initialized()
+        with ray_session(None):
+            pass
+    assert fake_ray.calls == ["init local", "shutdown", "init local", "shutdown", "init local"]
+
+
+def test_a_failed_search_leaves_the_callers_own_ray_up(fake_ray: FakeRay) -> None:
+    fake_ray.init("auto")
+    with pytest.raises(UserError):
+        with ray_session(None):
+            raise UserError("a stage failed")
+    assert fake_ray.calls == ["init auto"] and fake_ray.is_initialized()

@@ -2,15 +2,16 @@
 
 Starting a local Ray takes seconds (its processes and workers), and a notebook runs many searches in one process,
 so the local Ray that a search starts stays up until the process exits (Ray shuts it down then) or the caller runs
-``ray.shutdown()``; the next search without an address uses it. A cluster joined at an address is left when the
-search ends. A Ray the caller connected to before the search is used as it is, whatever the address: the caller
-chose it.
+``ray.shutdown()``; the next search without an address uses it. A search that fails (or is interrupted) shuts the
+kept Ray down, with whatever it left behind (tasks still running, errors nobody will read), and the next search
+starts afresh. A cluster joined at an address is left when the search ends. A Ray the caller connected to before the
+search is used as it is, whatever the address: the caller chose it.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 from ios_ray.errors import UserError, first_line
 
@@ -23,14 +24,27 @@ def ray_session(address: str | None) -> Iterator[None]:
     """Ray for the duration of a search: a local one without ``address`` (started once, then kept), else joined."""
     import ray
 
+    if ray.is_initialized() and ray.get_runtime_context().gcs_address != _kept_address:
+        yield  # the caller's own Ray
+        return
+    if ray.is_initialized() and address is not None:
+        _forget(ray)  # ours and local, but this search joins a cluster
+    if not ray.is_initialized():
+        _start(ray, address)
+    try:
+        yield
+    except BaseException:
+        if address is None:
+            _forget(ray)
+        raise
+    finally:
+        if address is not None:
+            ray.shutdown()
+
+
+def _start(ray: Any, address: str | None) -> None:
+    """Start a local Ray (and keep it) without ``address``, else join the cluster there."""
     global _kept_address
-    if ray.is_initialized():
-        ours = ray.get_runtime_context().gcs_address == _kept_address
-        if not ours or address is None:
-            yield  # the caller's own Ray, or the local one an earlier search started
-            return
-        ray.shutdown()  # ours and local, but this search joins a cluster
-    _kept_address = None
     try:
         if address is None:
             ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level="ERROR")
@@ -39,8 +53,10 @@ def ray_session(address: str | None) -> Iterator[None]:
             ray.init(address=address, log_to_driver=False, logging_level="ERROR")
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
         raise UserError(f"cannot reach a Ray cluster at {address!r}: {first_line(exc)}") from None
-    try:
-        yield
-    finally:
-        if address is not None:
-            ray.shutdown()
+
+
+def _forget(ray: Any) -> None:
+    """Shut down the local Ray a search kept."""
+    global _kept_address
+    ray.shutdown()
+    _kept_address = None
