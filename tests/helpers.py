@@ -60,5 +60,5 @@ def zoo_graph(name: str) -> Graph:
 
 @lru_cache(maxsize=None)
 def zoo_plan(name: str, r: int = 3, s: int = 8) -> Plan:
-    """A zoo model's plan at (r, s), made once per test session (NASNet-A's takes tens of seconds)."""
+    """A zoo model's plan at (r, s), made once per test session (NASNet-A's takes seconds)."""
     return plan_graph(zoo_graph(name), SearchParams(r=r, s=s))
