@@ -16,7 +16,7 @@ from ios_ray.devices import parse_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
-from ios_ray.profiler import ROW_COLUMNS, CheckJob, DevicePool, MeasureJob, ModelSource
+from ios_ray.profiler import CheckJob, DevicePool, MeasureJob, ModelSource
 from ios_ray.profiler.protocol import DEFAULT_PROTOCOL, Timing
 from ios_ray.profiler.real import RealBackend, random_inputs
 from ios_ray.profiler.timing import time_callable
@@ -78,7 +78,7 @@ def test_real_backend_measures_a_cpu_stage() -> None:
     backend = RealBackend(parse_device("cpu"), warmup=1, repeat=3)
     identity = backend.start()
     row = backend.measure(MeasureJob(keys.key(stage), stage, keys.describe_json(stage), graph, SQUEEZENET, 2))
-    assert tuple(row) == ROW_COLUMNS
+    assert tuple(row) == tuple(STORE_SCHEMA.names)
     assert row["source"] == "measured" and row["device_fingerprint"] == identity.fingerprint
     assert 0 < row["p10_ms"] <= row["median_ms"] <= row["p90_ms"] and row["samples"] == 3
 
@@ -133,12 +133,11 @@ def test_pool_measures_every_job_once(ray_local: None, small_graph: Graph) -> No
         steps = progress[device]
         assert steps[0] == (0, len(unique)) and steps[-1] == (len(unique), len(unique))
         assert [done for done, _ in steps] == sorted(done for done, _ in steps)
-    assert all(tuple(r) == ROW_COLUMNS and r["source"] == "simulated" for r in rows)
+    assert all(tuple(r) == tuple(STORE_SCHEMA.names) and r["source"] == "simulated" for r in rows)
     assert all(r["device_fingerprint"] == fingerprints[r["device"]] for r in rows)
 
 
 def test_rows_fit_the_store_schema(ray_local: None, small_graph: Graph) -> None:
-    assert ROW_COLUMNS == tuple(STORE_SCHEMA.names)
     rows: list[dict[str, Any]] = []
     with DevicePool.start(["sim:2080ti"], warmup=0, repeat=1) as pool:
         pool.measure({"sim:2080ti": jobs_for(small_graph)[:6]}, rows.extend)

@@ -12,7 +12,8 @@ from ios_ray.devices import parse_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_model
 from ios_ray.ir import GRAPH_INPUT, Graph, Value
-from ios_ray.profiler.jobs import ROW_COLUMNS, MeasureJob, ModelSource
+from ios_ray.profiler.jobs import MeasureJob, ModelSource
+from ios_ray.store.schema import STORE_SCHEMA
 from ios_ray.gpu_sheets import SHEETS
 from ios_ray.profiler.sim import stage_kernels, stage_latency_ms
 from ios_ray.profiler.simulated import STAGE_OVERHEAD_S, SimBackend
@@ -192,7 +193,7 @@ def test_sim_backend_rows_are_simulated_and_take_device_time(graph: Graph) -> No
     start = time.perf_counter()
     row = backend.measure(job)
     elapsed = time.perf_counter() - start
-    assert tuple(row) == ROW_COLUMNS
+    assert tuple(row) == tuple(STORE_SCHEMA.names)
     assert row["source"] == "simulated" and row["device"] == "sim:k80"
     assert row["device_fingerprint"] == identity.fingerprint
     assert row["median_ms"] == row["p10_ms"] == row["p90_ms"] == stage_latency_ms(graph, stage, 32, "k80")

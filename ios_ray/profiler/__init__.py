@@ -1,7 +1,7 @@
 """The profiler: timing protocol, sim device model, Ray actors per device, and the dispatch of stages to them."""
 
 from ios_ray.profiler.dispatch import MeasureReport
-from ios_ray.profiler.jobs import ROW_COLUMNS, CheckJob, DeviceIdentity, MeasureJob, ModelSource
+from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource
 from ios_ray.profiler.pool import DevicePool
 
-__all__ = ["CheckJob", "DeviceIdentity", "DevicePool", "MeasureJob", "MeasureReport", "ModelSource", "ROW_COLUMNS"]
+__all__ = ["CheckJob", "DeviceIdentity", "DevicePool", "MeasureJob", "MeasureReport", "ModelSource"]

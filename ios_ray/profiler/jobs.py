@@ -17,13 +17,6 @@ from ios_ray.stage import Stage
 
 Source = Literal["measured", "simulated"]
 
-#: The columns of a latency row, exactly as the store holds them.
-ROW_COLUMNS: tuple[str, ...] = (
-    "stage_key", "device", "device_fingerprint", "device_info", "batch", "dtype", "strategy", "source",
-    "median_ms", "p10_ms", "p90_ms", "samples", "warmup", "repeat", "host", "measured_at", "stage", "model",
-)
-
-
 @dataclass(frozen=True)
 class ModelSource:
     """A model an actor can rebuild: a spec to build, or a Ray object reference to the driver's ``nn.Module``."""
@@ -100,7 +93,7 @@ def local_identity(label: str, fingerprint: str, info: Mapping[str, Any], source
 
 
 def make_row(job: MeasureJob, timing: Timing, device: DeviceIdentity) -> dict[str, Any]:
-    """One latency row with exactly :data:`ROW_COLUMNS`.
+    """One latency row, with exactly the store's columns (:data:`~ios_ray.store.schema.STORE_SCHEMA`, their one home).
 
     A GPU stage timed uncaptured (it could not be captured into a CUDA graph) says so in its ``device_info``, under
     ``uncaptured`` (why); the fingerprint stays the device's, so the row is reused like any other: the same stage
