@@ -53,17 +53,16 @@ class BlockSpace:
     """The states, endings and candidate stages of one block under one set of :class:`SearchParams`.
 
     A state is a mask of the units still to schedule (see :mod:`ios_ray.scheduler.dag`); the first state is the
-    full block. ``shared`` holds the endings found per state, shared by blocks of the same DAG (see
-    :func:`block_spaces`): endings are masks, so they depend only on the shape, not on which units fill it.
+    full block. Blocks of the same DAG can share the endings found per state (see :func:`block_spaces`): endings
+    are masks, so they depend only on the shape, not on which units fill it.
     """
 
-    def __init__(self, graph: Graph, block: Block, params: SearchParams,
-                 shared: dict[int, list[int]] | None = None) -> None:
+    def __init__(self, graph: Graph, block: Block, params: SearchParams) -> None:
         self.graph = graph
         self.block = block
         self.params = params
         self.dag = BlockDag.of(graph, block)
-        self._shared = shared
+        self._shared: dict[int, list[int]] | None = None
         self._allowed: dict[int, bool] = {}
 
     @property
@@ -123,6 +122,9 @@ class BlockSpace:
 def block_spaces(graph: Graph, params: SearchParams) -> list[BlockSpace]:
     """The space of every block of ``graph``; blocks of the same DAG (NASNet's repeated cells) enumerate their
     endings once between them."""
-    shapes = Counter(BlockDag.of(graph, block).preds for block in graph.blocks)
+    spaces = [BlockSpace(graph, block, params) for block in graph.blocks]
+    shapes = Counter(space.dag.preds for space in spaces)
     shared: dict[tuple[int, ...], dict[int, list[int]]] = {preds: {} for preds, n in shapes.items() if n > 1}
-    return [BlockSpace(graph, block, params, shared.get(BlockDag.of(graph, block).preds)) for block in graph.blocks]
+    for space in spaces:
+        space._shared = shared.get(space.dag.preds)
+    return spaces
