@@ -2,8 +2,9 @@
 
 A library is imported only when a spec names it. The model is built in eval mode with random weights (nothing is
 downloaded: torchvision's ``weights=None``, timm's ``pretrained=False``), and the per-sample input shape comes
-from the library's own configuration where it has one: the crop size of torchvision's default weights
-(``get_model_weights(name).DEFAULT.transforms().crop_size``), the ``input_size`` of timm's pretrained config
+from the library's own configuration where it has one: for torchvision, the ``image_size`` a model built without
+weights fixes (its vision transformers), else the crop size of its default weights
+(``get_model_weights(name).DEFAULT.transforms().crop_size``); the ``input_size`` of timm's pretrained config
 (``timm.get_pretrained_cfg(name)``, or a model's ``pretrained_cfg``/``default_cfg``). A missing library or an
 unknown name is one sentence.
 """
@@ -45,7 +46,18 @@ def _torchvision(name: str) -> tuple[Callable[[], nn.Module], tuple[int, ...] | 
 
     def build() -> nn.Module:
         return models.get_model(name, weights=None).eval()
-    return build, _torchvision_shape(models, name)
+    return build, _built_image_size(build) or _torchvision_shape(models, name)
+
+
+def _built_image_size(build: Callable[[], nn.Module]) -> tuple[int, ...] | None:
+    """3 x size x size where the model, built on the meta device, fixes its input size (``image_size``): a
+    torchvision ViT built without weights takes 224 even where its default weights were trained at 518."""
+    try:
+        with torch.device("meta"):
+            size = getattr(build(), "image_size", None)
+    except Exception:  # noqa: BLE001 - a model that cannot be built on meta fails later, in one sentence
+        return None
+    return (3, size, size) if isinstance(size, int) and size > 0 else None
 
 
 def _torchvision_shape(models: ModuleType, name: str) -> tuple[int, ...] | None:

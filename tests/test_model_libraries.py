@@ -57,6 +57,12 @@ def test_torchvision_model_by_name_with_the_crop_size_of_its_weights(fakes: None
     assert import_model("torchvision:resnet_style").graph.input_shape == (3, 48, 48)
 
 
+def test_torchvision_model_that_fixes_its_size_when_built_gets_that_size_not_its_weights_crop(fakes: None) -> None:
+    # torchvision's vit_h_14 built without weights takes 224x224, though its default weights' preset crops 518
+    assert resolve_model("torchvision:fixed_size_style").input_shape == (3, 40, 40)
+    assert import_model("torchvision:fixed_size_style").graph.input_shape == (3, 40, 40)
+
+
 def test_torchvision_model_without_weights_gets_the_default_shape(fakes: None) -> None:
     assert resolve_model("torchvision:shufflenet_style").input_shape == (3, 224, 224)
 

@@ -9,6 +9,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import torch
 from torch import nn
 
 from tests.idiom_models import ResNetStyle, ShuffleNetStyle
@@ -51,14 +52,38 @@ def resnet_style(*, weights: ResNetStyle_Weights | None = None, progress: bool =
     return ResNetStyle()
 
 
+class FixedSizeStyle(ResNetStyle):
+    """A model that fixes its input size when built, as torchvision's vision transformers do (``image_size``)."""
+
+    image_size = 40
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch._assert(x.shape[2] == self.image_size, f"Wrong image height! Expected {self.image_size}")
+        return super().forward(x)
+
+
+class FixedSizeStyle_Weights(WeightsEnum):
+    IMAGENET1K_SWAG_E2E_V1 = Weights("https://example.invalid/fixed_size_style.pth",
+                                     functools.partial(ImageClassification, crop_size=96), {"min_size": (96, 96)})
+    DEFAULT = IMAGENET1K_SWAG_E2E_V1
+
+
+def fixed_size_style(*, weights: FixedSizeStyle_Weights | None = None, progress: bool = True) -> nn.Module:
+    """Built without weights it takes 40x40 inputs; its default weights' preset crops 96x96."""
+    if weights is not None:
+        raise RuntimeError("the fake torchvision downloads nothing")
+    return FixedSizeStyle()
+
+
 def shufflenet_style(*, weights: None = None, progress: bool = True) -> nn.Module:
     """A small ShuffleNet without weights (and so without a preset)."""
     return ShuffleNetStyle()
 
 
 BUILTIN_MODELS: dict[str, Callable[..., nn.Module]] = {"resnet_style": resnet_style,
-                                                       "shufflenet_style": shufflenet_style}
-_WEIGHTS = {"resnet_style": ResNetStyle_Weights}
+                                                       "shufflenet_style": shufflenet_style,
+                                                       "fixed_size_style": fixed_size_style}
+_WEIGHTS = {"resnet_style": ResNetStyle_Weights, "fixed_size_style": FixedSizeStyle_Weights}
 
 
 def list_models(module: Any = None) -> list[str]:
