@@ -4,11 +4,13 @@ They spell things the way those libraries do: ``F.relu(x, inplace=True)`` after 
 dropout, ``out += identity`` then a shared ``nn.ReLU(inplace=True)``, pre-activation batch-norms on a list of
 features, squeeze-excitation gates, stochastic depth (an fx-wrapped function, as torchvision's), timm's
 ``BatchNormAct2d`` (``F.batch_norm`` on parameters, then an activation), size arithmetic on ``x.size()``, a channel
-shuffle, ``permute``/``LayerNorm`` and a layer scale. All but the Inception V3 are small, for quick tests.
+shuffle, ``permute``/``LayerNorm``, a layer scale, timm's TensorFlow-"SAME" convs and pools, and attention with the
+batch folded into its heads. All but the Inception V3 are small, for quick tests.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -555,6 +557,117 @@ class ConvNeXtStyle(nn.Module):
         return self.classifier(self.avgpool(self.stage2(self.down(self.stage1(self.stem(x))))))
 
 
+# ------------------------------------------------------------------------ TensorFlow "SAME" padding (timm's tf_ models)
+
+
+def same_padding(size: int, kernel: int, stride: int, dilation: int = 1) -> int:
+    """The total padding TensorFlow's "SAME" gives one dimension: the output has ceil(size / stride) positions."""
+    return max((math.ceil(size / stride) - 1) * stride + (kernel - 1) * dilation + 1 - size, 0)
+
+
+def pad_same(x: torch.Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...] = (1, 1),
+             value: float = 0.0) -> torch.Tensor:
+    """Pad as "SAME" does, reading the input's size when called (control flow torch.fx cannot trace through)."""
+    height, width = x.size()[-2:]
+    pad_h = same_padding(height, kernel[0], stride[0], dilation[0])
+    pad_w = same_padding(width, kernel[1], stride[1], dilation[1])
+    if pad_h > 0 or pad_w > 0:
+        x = F.pad(x, (pad_w // 2, pad_w - pad_w // 2, pad_h // 2, pad_h - pad_h // 2), value=value)
+    return x
+
+
+class Conv2dSame(nn.Conv2d):
+    """timm's TensorFlow-like conv: padding 0 in the module, "SAME" padding of the input's size in ``forward``."""
+
+    def __init__(self, cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1, bias: bool = False) -> None:
+        super().__init__(cin, cout, kernel, stride, 0, 1, groups, bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = pad_same(x, self.weight.shape[-2:], self.stride, self.dilation)
+        return F.conv2d(x, self.weight, self.bias, self.stride, (0, 0), self.dilation, self.groups)
+
+
+class MaxPool2dSame(nn.MaxPool2d):
+    """timm's TensorFlow-like max pool (pads with -inf)."""
+
+    def __init__(self, kernel: int, stride: int) -> None:
+        super().__init__((kernel, kernel), (stride, stride), (0, 0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = pad_same(x, self.kernel_size, self.stride, value=-float("inf"))
+        return F.max_pool2d(x, self.kernel_size, self.stride, (0, 0), self.dilation, self.ceil_mode)
+
+
+class AvgPool2dSame(nn.AvgPool2d):
+    """timm's TensorFlow-like average pool (pads with zeros, which count)."""
+
+    def __init__(self, kernel: int, stride: int) -> None:
+        super().__init__((kernel, kernel), (stride, stride), (0, 0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = pad_same(x, self.kernel_size, self.stride)
+        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
+
+
+class TfSameStyle(nn.Module):
+    """A stride-2 "SAME" stem, then a cell of a depthwise "SAME" conv, a "SAME" max and average pool and a plain
+    conv side by side, concatenated; on a 33x30 input the paddings differ per side and per dimension."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(Conv2dSame(3, 16, 3, stride=2), nn.BatchNorm2d(16), nn.SiLU(inplace=True))
+        self.depthwise = nn.Sequential(Conv2dSame(16, 16, 5, stride=2, groups=16), nn.BatchNorm2d(16))
+        self.max_pool = MaxPool2dSame(3, 2)
+        self.avg_pool = AvgPool2dSame(3, 2)
+        self.pointwise = nn.Sequential(Conv2dSame(16, 16, 1, stride=2, bias=True), nn.ReLU())
+        self.head = nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        x = torch.cat([self.depthwise(x), self.max_pool(x), self.avg_pool(x), self.pointwise(x)], 1)
+        return self.head(x.mean((2, 3)))
+
+
+# ------------------------------------------------------------------------------- batch folded into other dimensions
+
+
+class HeadsAttention(nn.Module):
+    """Self-attention over positions written as timm's BoTNet writes it: the batch folded into the heads
+    (``reshape(B * heads, ...)``), a size read from a folded tensor, then the positions laid out batch second
+    (``permute(2, 0, 1)``) and the batch size read back from dimension 1."""
+
+    def __init__(self, dim: int = 16, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Conv2d(dim, 3 * dim, 1)
+        self.proj = nn.Conv2d(dim, dim, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, C, H, W = x.shape
+        q, k, v = torch.split(self.qkv(x), [C, C, C], dim=1)
+        q = q.reshape(B * self.heads, C // self.heads, -1).transpose(-1, -2)
+        k = k.reshape(B * self.heads, C // self.heads, -1)
+        v = v.reshape(B * self.heads, C // self.heads, -1).transpose(-1, -2)
+        attended = (q @ k).softmax(dim=-1) @ v
+        out = attended.transpose(-1, -2).reshape(q.shape[0] // self.heads, C, H, W)
+        positions = self.proj(out).flatten(2).permute(2, 0, 1)  # (H * W, B, C)
+        return positions.permute(1, 2, 0).reshape(positions.size(1), C, H, W) + x
+
+
+class AttentionStyle(nn.Module):
+    """A conv stem, attention with the batch folded into its heads, a conv, a pooled head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16), nn.ReLU())
+        self.attention = HeadsAttention()
+        self.conv = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU())
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.conv(self.attention(self.stem(x))).mean((2, 3)))
+
+
 # ----------------------------------------------------------------------------------------------------- factories
 
 
@@ -598,14 +711,25 @@ def convnext_style() -> nn.Module:
     return ConvNeXtStyle().eval()
 
 
+def attention_style() -> nn.Module:
+    """Factory: attention with the batch folded into its heads, between convs."""
+    return AttentionStyle().eval()
+
+
+def tf_same_style() -> nn.Module:
+    """Factory: timm's TensorFlow-"SAME" layers in a small cell."""
+    return TfSameStyle().eval()
+
+
 inception_v3_style.input_shape = (3, 299, 299)  # type: ignore[attr-defined]
 for _factory in (resnet_style, densenet_style, mobilenet_v3_style, efficientnet_style, timm_style, shufflenet_style,
-                 convnext_style):
+                 convnext_style, attention_style):
     _factory.input_shape = (3, 32, 32)  # type: ignore[attr-defined]
+tf_same_style.input_shape = (3, 33, 30)  # type: ignore[attr-defined]
 
 #: The small idiom models by name (Inception V3 is left out: it is checked on its own).
 SMALL: dict[str, Callable[[], nn.Module]] = {
     "resnet": resnet_style, "densenet": densenet_style, "mobilenet_v3": mobilenet_v3_style,
     "efficientnet": efficientnet_style, "timm": timm_style, "shufflenet": shufflenet_style,
-    "convnext": convnext_style,
+    "convnext": convnext_style, "tf_same": tf_same_style, "attention": attention_style,
 }

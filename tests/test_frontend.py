@@ -103,9 +103,9 @@ def test_unknown_ops_become_opaque_units_that_compute() -> None:
         assert relative_error(Program.from_imported(imported).run(x), module(x)) <= 1e-5
 
 
-def test_untraceable_module_names_the_submodule() -> None:
-    with pytest.raises(UserError, match="submodule 'gate'"):
-        import_model("tests.user_models:untraceable")
+def test_a_forward_torch_fx_cannot_trace_is_one_sentence_naming_the_module() -> None:
+    with pytest.raises(UserError, match=r"torch.fx cannot trace the forward of BranchingForward \(symbolically traced"):
+        import_model("tests.user_models:branching_forward")
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -113,7 +113,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("model, message", [
-    ("tests.user_models:untraceable", "torch.fx cannot trace submodule 'gate'"),
+    ("tests.user_models:branching_forward", "torch.fx cannot trace the forward of BranchingForward"),
     ("no_such_model", "unknown model 'no_such_model'"),
 ])
 def test_cli_bad_model_is_one_sentence(model: str, message: str) -> None:

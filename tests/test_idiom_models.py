@@ -17,15 +17,23 @@ import pytest
 import torch
 from torch import nn
 
-from ios_ray.frontend import Imported, import_module, import_model, opaque_report
+from ios_ray.frontend import Imported, import_model, import_module, opaque_report
 from ios_ray.frontend.activations import ACTIVATIONS
 from ios_ray.frontend.report import op_kind, unit_ops
 from ios_ray.ir import Graph
 from ios_ray.runtime import Program, ScheduleRunner
 from ios_ray.scheduler import SearchParams, plan_graph
 from tests.helpers import randomise_batchnorm, relative_error
-from tests.idiom_models import (SMALL, MobileNetStyle, SqueezeExcitation, SqueezeExcite, inception_v3_style,
-                                shufflenet_style)
+from tests.idiom_models import (
+    SMALL,
+    MobileNetStyle,
+    SqueezeExcitation,
+    SqueezeExcite,
+    attention_style,
+    inception_v3_style,
+    shufflenet_style,
+    tf_same_style,
+)
 from tests.test_runtime_schedules import BUILDERS, make_schedule
 
 BATCHES = (1, 4)
@@ -66,7 +74,8 @@ class Case:
 
 
 #: The op kinds that stay opaque, by model: only what no rule knows.
-OPAQUE_OPS = {"convnext": {"permute", "LayerNorm", "layer_norm"}}
+OPAQUE_OPS = {"convnext": {"permute", "LayerNorm", "layer_norm"}, "tf_same": {"pad"},
+              "attention": {"reshape", "permute"}}
 
 
 @pytest.mark.parametrize("name", list(SMALL))
@@ -98,6 +107,44 @@ def test_each_channel_shuffle_is_one_unit() -> None:
     graph = import_module(shufflenet_style(), torch.randn(1, 3, 32, 32)).graph
     kinds = Counter(u.kind for u in graph.units)
     assert kinds["shuffle"] == 3 and kinds["concat"] == 0 and kinds["opaque"] == 0
+
+
+def test_tf_same_layers_are_a_pad_then_a_conv_or_pool_unit() -> None:
+    graph = import_module(tf_same_style(), torch.randn(1, 3, 33, 30)).graph
+    kinds = Counter(u.kind for u in graph.units)
+    # stem, depthwise and pointwise convs; both pools and the head's mean; a pad before each "SAME" layer that pads
+    # (the 1x1 stride-2 pointwise conv pads nothing)
+    assert (kinds["conv"], kinds["pool"], kinds["opaque"]) == (3, 3, 4), kinds
+    pads = sorted(u.attrs["args"] for u in graph.units if u.kind == "opaque")
+    # 33x30 -> 17x15 (stem: W pads 0 left and 1 right, H 1 and 1), then the cell's 17x15 -> 9x8 (k=5: 2 on every
+    # side; k=3: 1 on every side); F.pad takes (left, right, top, bottom)
+    assert pads == sorted([
+        "(('x', (0, 1, 1, 1)), {'value': 0.0})", "(('x', (2, 2, 2, 2)), {'value': 0.0})",
+        "(('x', (1, 1, 1, 1)), {'value': -inf})", "(('x', (1, 1, 1, 1)), {'value': 0.0})",
+    ]), pads
+
+
+def test_tensors_with_the_batch_folded_into_another_dimension_stay_inside_the_unit_that_reads_them() -> None:
+    graph = import_module(attention_style(), torch.randn(1, 3, 32, 32)).graph
+    opaque = [u for u in graph.units if u.kind == "opaque"]
+    # the attention from the (B * heads, ...) reshapes to the reshape back to (B, C, H, W) is one unit
+    attention = next(u for u in opaque if any("softmax" in step for step in u.attrs.get("after", ())))
+    assert sum("matmul" in step for step in attention.attrs["after"]) == 2
+    # the batch read back from dimension 1 of a (H * W, B, C) tensor is a size of the batch, not a literal
+    back = next(u for u in opaque if "permute" in u.refs.get("sized", {}))
+    assert back.refs["sized"] == {"permute": ((256, 1, 16), (False, True, False))}
+    # every unit's output holds the batch in dimension 0: channels first (16, 48 for q, k and v, 10 classes), never a
+    # per-head layout such as (256, 4)
+    assert all(u.shape[0] in (16, 48, 10) for u in graph.units), [(u.id, u.shape) for u in graph.units]
+
+
+def test_a_submodule_torch_fx_cannot_trace_runs_as_one_opaque_unit() -> None:
+    model = import_model("tests.user_models:untraceable")
+    assert [(u.id, u.kind) for u in model.graph.units] == [("stem", "conv"), ("gate", "opaque")]
+    assert [op for op, _ in opaque_report(model.graph).ops] == ["_DataDependent"]
+    x = torch.randn(2, *model.graph.input_shape)
+    with torch.no_grad():
+        assert relative_error(Program.from_imported(model).run(x), model.module(x)) <= 1e-6
 
 
 def test_torchvision_style_inception_plans_as_many_stages_as_the_zoos() -> None:

@@ -8,7 +8,8 @@ from torch import nn
 
 
 class Untraceable(nn.Module):
-    """A module whose inner block branches on tensor data, which torch.fx cannot trace."""
+    """A module whose inner block branches on tensor data, which torch.fx cannot trace through (the import keeps
+    the block as one call, an opaque unit)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -41,9 +42,26 @@ class UnknownOps(nn.Module):
         return torch.cat([a, b.tanh()], 1).mean(dim=(2, 3))
 
 
+class BranchingForward(nn.Module):
+    """A module whose own forward branches on tensor data, which torch.fx cannot trace."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        return x if x.sum() > 0 else -x
+
+
 def untraceable() -> nn.Module:
-    """Factory: a module torch.fx cannot trace."""
+    """Factory: a module with a block torch.fx cannot trace through."""
     return Untraceable()
+
+
+def branching_forward() -> nn.Module:
+    """Factory: a module whose own forward torch.fx cannot trace."""
+    return BranchingForward()
 
 
 def unknown_ops() -> nn.Module:
@@ -53,6 +71,7 @@ def unknown_ops() -> nn.Module:
 
 unknown_ops.input_shape = (3, 16, 16)  # type: ignore[attr-defined]
 untraceable.input_shape = (3, 16, 16)  # type: ignore[attr-defined]
+branching_forward.input_shape = (3, 16, 16)  # type: ignore[attr-defined]
 
 
 class Wide(nn.Module):

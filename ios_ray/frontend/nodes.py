@@ -34,6 +34,29 @@ def full_shape(node: Any) -> tuple[int, ...] | None:
     return tuple(meta.shape) if meta is not None and hasattr(meta, "shape") else None
 
 
+def batch_dims(node: fx.Node) -> tuple[bool, ...]:
+    """Which dimensions of a tensor node grow with the batch size: as recorded at import
+    (:func:`~ios_ray.frontend.trace.record_batch_layout`), else dimension 0 alone."""
+    dims = node.meta.get("batch_dims")
+    return dims if dims is not None else tuple(i == 0 for i in range(len(full_shape(node) or ())))
+
+
+def sample_layout(node: fx.Node) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+    """A tensor node's size per sample in each dimension (the size itself where it does not grow with the batch),
+    and which dimensions grow: its shape at batch size b is ``size * b`` where it grows, ``size`` elsewhere."""
+    sizes = node.meta.get("sample_shape")
+    return (sizes, batch_dims(node)) if sizes is not None else ((1, *shape(node)), batch_dims(node))
+
+
+def is_batch_folded(node: fx.Node) -> bool:
+    """A tensor computed from the input whose batch is not exactly its dimension 0: folded into another dimension
+    (``x.reshape(B * heads, ...)``), moved, or reduced away. Such a tensor never passes between units."""
+    if "batch_dims" not in node.meta:
+        return False
+    sizes, dims = node.meta.get("sample_shape"), node.meta["batch_dims"]
+    return sizes is None or not dims or dims != tuple(i == 0 for i in range(len(dims))) or sizes[0] != 1
+
+
 def is_tensor(node: Any) -> bool:
     """Whether a node computes one tensor."""
     return full_shape(node) is not None
@@ -51,10 +74,11 @@ def numel(sizes: tuple[int, ...]) -> int:
 
 
 def module_of(gm: fx.GraphModule, node: Any, kind: type | tuple[type, ...]) -> nn.Module | None:
-    """The module a ``call_module`` node calls, if it is of ``kind``."""
+    """The module a ``call_module`` node calls, if it is of ``kind`` and computes what torch's own class does (a
+    subclass with its own ``forward``, such as timm's ``Conv2dSame``, is called as it is but matched as nothing)."""
     if isinstance(node, fx.Node) and node.op == "call_module":
         module = gm.get_submodule(str(node.target))
-        if isinstance(module, kind):
+        if isinstance(module, kind) and type(module).forward.__module__.startswith("torch.nn."):
             return module
     return None
 

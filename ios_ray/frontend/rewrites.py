@@ -13,6 +13,9 @@ Each pass is a function ``GraphModule -> GraphModule`` that edits the graph in p
   where a dropped ``contiguous`` made the input non-contiguous).
 * :func:`batch_norms_as_modules` (needs shapes): an eval ``F.batch_norm`` on parameters (timm's ``BatchNormAct2d``
   traces to one) becomes a call of an ``nn.BatchNorm2d`` on the same tensors, so it folds like the module does.
+* :func:`same_padding_as_pads` (needs shapes): timm's TensorFlow-"SAME" layers (``Conv2dSame``, ``MaxPool2dSame``,
+  ``AvgPool2dSame``; their ``forward`` branches on the input's size, so tracing keeps them whole) become an
+  ``F.pad`` by the padding "SAME" gives the traced size, then the plain torch layer: a conv unit, a pool unit.
 
 Modules are never changed in place: a module that must change is copied into the GraphModule under a new name, so
 the user's model stays as it was.
@@ -21,6 +24,7 @@ the user's model stays as it was.
 from __future__ import annotations
 
 import copy
+import math
 import operator
 from typing import Any
 
@@ -28,6 +32,8 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
+
+from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
 from ios_ray.frontend.nodes import call_arguments, full_shape, hashable
 
@@ -159,6 +165,66 @@ def _batch_norm_module(gm: fx.GraphModule, node: fx.Node) -> nn.BatchNorm2d | No
         module.weight = _parameter(weight)
         module.bias = _parameter(bias)
     return module.to(mean.device)
+
+
+#: timm's layers that pad as TensorFlow's "SAME" does, by class name: the torch layer each one is, and its pad value.
+_SAME_PADDING: dict[str, tuple[type[nn.Module], float]] = {
+    "Conv2dSame": (nn.Conv2d, 0.0), "MaxPool2dSame": (nn.MaxPool2d, -math.inf), "AvgPool2dSame": (nn.AvgPool2d, 0.0),
+}
+
+
+def same_padding_as_pads(gm: fx.GraphModule) -> fx.GraphModule:
+    """A call of timm's ``Conv2dSame``, ``MaxPool2dSame`` or ``AvgPool2dSame`` on a 4-d input becomes ``F.pad`` by
+    the padding TensorFlow's "SAME" gives that input's size (where it pads at all), then the plain torch layer
+    (a copy of the module as its torch class, sharing its weights)."""
+    for node in list(gm.graph.nodes):
+        found = _same_padding_layer(gm, node)
+        if found is None:
+            continue
+        plain, value = found
+        source: fx.Node = node.args[0]  # type: ignore[assignment]
+        pads = _same_pads(full_shape(source)[2:], plain)  # type: ignore[index]
+        with gm.graph.inserting_before(node):
+            if any(pads):
+                padded = gm.graph.call_function(F.pad, (source, pads), {"value": value})
+                example = torch.empty(full_shape(source), device="meta")  # type: ignore[arg-type]
+                padded.meta["tensor_meta"] = _extract_tensor_metadata(F.pad(example, pads, value=value))
+                source = padded
+            call = gm.graph.call_module(_add_module(gm, str(node.target), plain), (source,))
+        call.meta = dict(node.meta)
+        node.replace_all_uses_with(call)
+        gm.graph.erase_node(node)
+    return _finish(gm)
+
+
+def _same_padding_layer(gm: fx.GraphModule, node: fx.Node) -> tuple[nn.Module, float] | None:
+    """For a call of a "SAME" layer on one 4-d tensor: the layer as its plain torch class, and its pad value."""
+    if node.op != "call_module" or len(node.args) != 1 or node.kwargs:
+        return None
+    module = gm.get_submodule(str(node.target))
+    torch_class, value = _SAME_PADDING.get(type(module).__name__, (None, 0.0))
+    shape = full_shape(node.args[0])
+    if torch_class is None or not isinstance(module, torch_class) or shape is None or len(shape) != 4:
+        return None
+    plain = copy.copy(module)
+    plain.__class__ = torch_class
+    return plain, value
+
+
+def _same_pads(size: tuple[int, ...], layer: nn.Module) -> tuple[int, int, int, int]:
+    """``F.pad``'s (left, right, top, bottom) that TensorFlow's "SAME" gives a layer on an input of ``size`` (H, W):
+    the output has ceil(size / stride) positions, the extra row or column going after (timm's ``pad_same``)."""
+    kernel = layer.weight.shape[-2:] if isinstance(layer, nn.Conv2d) else _pair(layer.kernel_size)
+    stride = _pair(layer.stride)
+    dilation = _pair(layer.dilation) if isinstance(layer, nn.Conv2d) else (1, 1)
+    totals = [max((math.ceil(n / s) - 1) * s + (k - 1) * d + 1 - n, 0)
+              for n, k, s, d in zip(size, kernel, stride, dilation)]
+    (top, height), (left, width) = ((t // 2, t) for t in totals)
+    return left, width - left, top, height - top
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    return (value, value) if isinstance(value, int) else tuple(value)  # type: ignore[return-value]
 
 
 def _attr(gm: fx.GraphModule, target: str) -> Any:

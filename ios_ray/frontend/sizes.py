@@ -1,6 +1,7 @@
 """Arithmetic on sizes evaluated at import time: ``x.size()``, ``x.shape``, ``x.dim()`` and int ops on them.
 
-An import fixes every dimension but the batch. So a size computation that does not read the batch dimension is a
+An import fixes every dimension but the batch. So a size computation that does not read a dimension that grows with
+the batch (dimension 0, or wherever :func:`~ios_ray.frontend.trace.record_batch_layout` found the batch) is a
 constant: its readers take its value (recorded by :func:`~ios_ray.frontend.trace.propagate`) as a literal and the
 node goes away. One that does (``x.size(0)``, the ``batchsize`` unpacked from ``x.size()``, ``x.numel()``) stays in
 the graph, marked ``meta['batch_size']``; it never becomes a unit, the unit that reads it computes it.
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from ios_ray.frontend.nodes import constant_nodes, full_shape
+from ios_ray.frontend.nodes import batch_dims, constant_nodes, full_shape
 
 #: Tensor methods and attributes that read only a tensor's sizes (or dtype, device), never its values.
 _SIZE_METHODS = ("size", "dim", "ndimension", "numel", "nelement")
@@ -69,10 +70,8 @@ def _batch_taint(node: fx.Node, taint: dict[fx.Node, Taint], constants: set[fx.N
         if what in ("numel", "nelement"):
             return True
         dim = node.args[1] if node.op == "call_method" and len(node.args) > 1 else node.kwargs.get("dim")
-        rank = len(full_shape(source) or ())
-        if isinstance(dim, int):
-            return dim % rank == 0
-        return tuple(i == 0 for i in range(rank))
+        grows = batch_dims(source)
+        return grows[dim % len(grows)] if isinstance(dim, int) else grows
     source_taint = taint.get(node.args[0]) if node.args and isinstance(node.args[0], fx.Node) else None
     if node.target is operator.getitem and isinstance(source_taint, tuple) and isinstance(node.args[1], (int, slice)):
         return source_taint[node.args[1]]

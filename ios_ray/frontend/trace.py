@@ -1,6 +1,8 @@
 """Tracing a module with torch.fx, and running the traced graph once to learn its shapes and its size values.
 
-:func:`trace` names the submodule that failed when tracing fails. :func:`propagate` runs the graph on the example
+:func:`trace` keeps a submodule that torch.fx cannot trace through (its forward branches on a tensor's values or
+sizes, as timm's ``Conv2dSame`` does) as one call of that submodule, which the import makes an opaque unit; only a
+failure in the top module's own code fails. :func:`propagate` runs the graph on the example
 input: every tensor node gets its ``tensor_meta`` (shape, dtype), as with torch.fx's ``ShapeProp``, and every other
 node (a size, a shape, a flag) its Python ``value``, which :mod:`~ios_ray.frontend.sizes` folds into literals.
 """
@@ -17,37 +19,61 @@ from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from ios_ray.errors import UserError, first_line
+from ios_ray.frontend.nodes import constant_nodes
 
 
-class _StackTracer(fx.Tracer):
-    """An fx tracer that remembers which submodule it was inside when tracing failed."""
+class _LeafFallbackTracer(fx.Tracer):
+    """An fx tracer that turns a submodule it cannot trace through into a call of that submodule (a leaf).
+
+    The nodes the failed attempt added are removed again, except the parameter reads (``get_attr``) that fx caches
+    and may hand out later; those left unused are removed at the end (:meth:`drop_unused_reads`).
+    """
 
     def __init__(self) -> None:
         super().__init__()
-        self.stack: list[str] = []
-        self.failed_in: str | None = None
+        self.leaves: list[str] = []
+        self._attempted: list[fx.Node] = []
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return module_qualified_name in self.leaves or super().is_leaf_module(m, module_qualified_name)
 
     def call_module(self, m: nn.Module, forward: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         path = self.path_of_module(m)
-        self.stack.append(path)
+        before, stack, calls = len(self.graph.nodes), self.module_stack.copy(), dict(self.num_calls)
         try:
             return super().call_module(m, forward, args, kwargs)
-        except Exception:
-            self.failed_in = self.failed_in or path
-            raise
-        finally:
-            self.stack.pop()
+        except Exception:  # noqa: BLE001 - whatever stops tracing inside a submodule makes it a leaf
+            if not path:
+                raise
+        self.module_stack.clear()  # fx pops its scope bookkeeping only on success
+        self.module_stack.update(stack)
+        self.num_calls.clear()
+        self.num_calls.update(calls)
+        for node in reversed(list(self.graph.nodes)[before:]):
+            if node.op == "get_attr":
+                self._attempted.append(node)
+            elif not node.users:
+                self.graph.erase_node(node)
+        self.leaves.append(path)
+        return super().call_module(m, forward, args, kwargs)
+
+    def drop_unused_reads(self) -> None:
+        """Remove the parameter reads of failed attempts that nothing else reads."""
+        for node in self._attempted:
+            if not node.users:
+                self.graph.erase_node(node)
 
 
 def trace(module: nn.Module) -> fx.GraphModule:
-    """Symbolically trace a module; failure raises UserError naming the submodule that could not be traced."""
-    tracer = _StackTracer()
+    """Symbolically trace a module, keeping submodules fx cannot trace through as calls; a failure in the module's
+    own ``forward`` raises UserError."""
+    tracer = _LeafFallbackTracer()
     try:
         graph = tracer.trace(module)
     except Exception as exc:  # noqa: BLE001 - fx raises many kinds; all become one sentence
-        where = f"submodule {tracer.failed_in!r} ({type(module.get_submodule(tracer.failed_in)).__name__})" \
-            if tracer.failed_in else f"module {type(module).__name__}"
-        raise UserError(f"torch.fx cannot trace {where}: {first_line(exc)}") from exc
+        raise UserError(f"torch.fx cannot trace the forward of {type(module).__name__} ({first_line(exc)}); move the "
+                        "code it stops at into a submodule, which then runs as one opaque unit.") from exc
+    tracer.drop_unused_reads()
     return fx.GraphModule(tracer.root, graph)
 
 
@@ -70,3 +96,76 @@ def propagate(gm: fx.GraphModule, example_input: torch.Tensor, name: str) -> Non
             cause = exc.__cause__ or exc  # ShapeProp wraps the model's own error
             raise UserError(f"running {name} on an input of shape {tuple(example_input.shape)} failed: "
                             f"{type(cause).__name__}: {first_line(cause)}") from cause
+
+
+def record_batch_layout(gm: fx.GraphModule, example_input: torch.Tensor) -> None:
+    """Run ``gm`` once more at another batch size and record, on every tensor node computed from the input, which
+    dimensions grow with the batch (``meta['batch_dims']``) and its size per sample (``meta['sample_shape']``, None
+    where a size does not grow in proportion). A tuple holding such a tensor, or nested, is marked with None for
+    both. A model that cannot run at another batch size records nothing: its dimension 0 then stands for the batch,
+    as it does in most models."""
+    batch = example_input.shape[0]
+    other = 2 if batch == 1 else 1
+    results: dict[fx.Node, Any] = {}
+
+    class _Shapes(fx.Interpreter):
+        def run_node(self, n: fx.Node) -> Any:
+            result = super().run_node(n)
+            if isinstance(result, (torch.Tensor, tuple, list)):
+                results[n] = _shapes(result)
+            return result
+
+    x = example_input[:1].expand(other, *example_input.shape[1:]).clone()
+    try:
+        with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
+            _Shapes(gm).run(x)
+    except Exception:  # noqa: BLE001 - a model that runs at its import batch size only
+        return
+    constants = constant_nodes(gm.graph)
+    for node, sizes in results.items():
+        if node in constants or "tensor_meta" not in node.meta:
+            continue
+        imported = _shapes_of(node.meta["tensor_meta"])
+        if isinstance(sizes, tuple):
+            node.meta["batch_dims"], node.meta["sample_shape"] = _layout(imported, sizes, batch, other)
+        elif not _plain_items(imported, sizes, batch, other):
+            node.meta["batch_dims"] = node.meta["sample_shape"] = None
+
+
+def _plain_items(imported: Any, sizes: Any, batch: int, other: int) -> bool:
+    """Whether a tuple is flat and every tensor in it holds the batch in dimension 0, one sample per batch entry."""
+    if not isinstance(imported, list) or not isinstance(sizes, list) or len(imported) != len(sizes):
+        return False
+    layouts = [_layout(a, b, batch, other) for a, b in zip(imported, sizes)]
+    return all(d is not None and s is not None and d == tuple(i == 0 for i in range(len(d))) and s[0] == 1
+               for d, s in layouts)
+
+
+def _shapes(value: Any) -> Any:
+    """A tensor's shape as a tuple; a flat tuple of tensors as a list of shapes; None for anything else."""
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape)
+    if isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value):
+        return [tuple(v.shape) for v in value]
+    return None
+
+
+def _shapes_of(meta: Any) -> Any:
+    """What :func:`_shapes` gives, from ShapeProp's ``tensor_meta``."""
+    if hasattr(meta, "shape"):
+        return tuple(meta.shape)
+    if isinstance(meta, (tuple, list)) and all(hasattr(m, "shape") for m in meta):
+        return [tuple(m.shape) for m in meta]
+    return None
+
+
+def _layout(imported: Any, sizes: Any, batch: int, other: int
+            ) -> tuple[tuple[bool, ...] | None, tuple[int, ...] | None]:
+    """Which dimensions grow with the batch, and the size per sample (None where a size grows out of proportion),
+    from a tensor's shapes at the import batch size and at the other; (None, None) where they are not both shapes."""
+    if not isinstance(imported, tuple) or not isinstance(sizes, tuple) or len(imported) != len(sizes):
+        return None, None
+    dims = tuple(a != b for a, b in zip(imported, sizes))
+    if any(grows and (a * other != b * batch or a % batch) for a, b, grows in zip(imported, sizes, dims)):
+        return dims, None
+    return dims, tuple(a // batch if grows else a for a, grows in zip(imported, dims))

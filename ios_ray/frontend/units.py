@@ -26,8 +26,8 @@ from ios_ray.blocks import find_blocks
 from ios_ray.errors import UserError
 from ios_ray.frontend.elementwise import elementwise_chain, elementwise_step
 from ios_ray.frontend.match import Match, Scope
-from ios_ray.frontend.nodes import (F32, constant_nodes, full_shape, is_batch_size, is_tensor, is_tuple_of_tensors,
-                                    numel, only_user, op_name, readers, shape)
+from ios_ray.frontend.nodes import (F32, constant_nodes, full_shape, is_batch_folded, is_batch_size, is_tensor,
+                                    is_tuple_of_tensors, numel, only_user, op_name, readers, sample_layout, shape)
 from ios_ray.frontend.patterns import find_matches
 from ios_ray.frontend.report import op_kind
 from ios_ray.ir import GRAPH_INPUT, Graph, Unit, Value
@@ -49,6 +49,7 @@ class _Walk:
         self.name = name
         self.input_shape = input_shape
         self.scope = Scope(gm, constant_nodes(gm.graph))
+        self.scope.taken.update(n for n in gm.graph.nodes if n not in self.scope.constants and is_batch_folded(n))
         self.matches = find_matches(self.scope)
         self.values: dict[fx.Node, Value] = {}
         self.units: list[Unit] = []
@@ -160,22 +161,25 @@ class _Walk:
     def _add_opaque(self, node: fx.Node) -> None:
         """A unit calling the original code of ``node``, of the size and tuple nodes it reads, and of the ops after
         it that read only what the one before computes (a permute -> LayerNorm -> permute is one unit)."""
-        inner = _inner_nodes(node)
+        inner = _inner_nodes(node, self.scope.constants)
         sizes = [n for n in inner if is_batch_size(n)]
         inputs = list(dict.fromkeys(n for m in (*inner, node) if not is_batch_size(m) for n in m.all_input_nodes
                                     if n not in inner and n not in self.scope.constants))
-        sized = {n.name: shape(n) for m in sizes for n in m.all_input_nodes if is_tensor(n)}
+        sized = {n.name: sample_layout(n) for m in sizes for n in m.all_input_nodes if is_tensor(n) and n not in inner}
         if sized and not inputs:
             inputs = [next(n for n in self.gm.graph.nodes if n.op == "placeholder")]
         self.scope.taken.add(node)
         chain = self._single_input_chain(node)
         attrs = {"op": op_name(node, self.gm), "args": self._describe_args(node, inputs)}
+        folded = [n for n in inner if is_tensor(n) and is_batch_folded(n)]
+        if folded:  # what the unit computes before its op enters its stage keys
+            attrs["after"] = tuple(f"{op_name(n, self.gm)}{self._describe_args(n, inputs)}" for n in folded)
         if chain:
             attrs["then"] = tuple(text for _, text in chain)
-        code = [n for n in inner if n not in sizes] + [node] + [n for n, _ in chain]
+        code = [*inner, node, *(n for n, _ in chain)]
         refs: dict[str, Any] = {"node": node.name, "args": tuple(n.name for n in inputs)}
         if len(code) > 1 or sizes:
-            refs.update(nodes=tuple(n.name for n in code), sizes=tuple(n.name for n in sizes), sized=sized)
+            refs.update(nodes=tuple(n.name for n in code), sized=sized)
         elements = sum(numel(shape(n)) for n in (node, *(n for n, _ in chain)))
         tail = code[-1]
         self._append(Unit(node.name, "opaque", self._inputs(inputs), shape(tail), attrs, refs, flops=elements,
@@ -215,13 +219,23 @@ class _Text(str):
         return str(self)
 
 
-def _inner_nodes(node: fx.Node) -> list[fx.Node]:
-    """The size nodes (depending on the batch size) and the tuple a node reads, which its unit computes itself."""
+def _inner_nodes(node: fx.Node, constants: set[fx.Node]) -> list[fx.Node]:
+    """What a node reads that its unit computes itself: size nodes that depend on the batch size, a tuple taken
+    item by item, and tensors whose batch is folded into another dimension (with all they read, up to tensors that
+    hold the batch in dimension 0)."""
     found: dict[fx.Node, None] = {}
+
+    def computed_here(reader: fx.Node, source: fx.Node) -> bool:
+        if is_batch_size(source) or _items_taken_one_by_one(source):
+            return True
+        if source in constants or not is_batch_folded(source):
+            return False
+        # a size read of a folded tensor of known layout reads a meta tensor of its shape instead (``sized``)
+        return not (is_batch_size(reader) and source.meta.get("sample_shape") is not None)
 
     def visit(n: fx.Node) -> None:
         for source in n.all_input_nodes:
-            if is_batch_size(source) or _items_taken_one_by_one(source):
+            if computed_here(n, source):
                 visit(source)
                 found[source] = None
     visit(node)

@@ -5,7 +5,8 @@
 * ``linear``, ``flatten``, ``shuffle`` (channels in groups, transposed), ``slice`` (a range of channels), ``scale``
   (``x * gate``): the op itself; ``add``, ``concat`` and ``elementwise``: their input value as it is.
 * ``pool`` and ``opaque``: the original fx code (:class:`CodeCall`), with the unit's inputs in place of the tensors it
-  reads; size values that depend on the batch size are computed on meta tensors of the input's batch size.
+  reads; a size value that depends on the batch size and reads a tensor from elsewhere reads a meta tensor of that
+  tensor's shape at the input's batch size.
 * any unit with an epilogue: its steps (original fx code) after it (:class:`Epilogue`).
 """
 
@@ -62,30 +63,31 @@ class FoldedSepConv:
 
 @dataclass
 class CodeCall:
-    """Runs the original code of fx ``nodes`` (the last one's result is the unit's) on the unit's inputs.
+    """Runs the original code of fx ``nodes``, in order (the last one's result is the unit's), on the unit's inputs.
 
-    ``arg_names`` name the nodes the inputs stand for. ``size_nodes`` compute sizes that depend on the batch size
-    from meta tensors of the ``sized`` per-sample shapes, with the batch size of the first input.
+    ``arg_names`` name the nodes the inputs stand for. A size computation among the nodes that reads a tensor the
+    unit neither takes nor computes reads a meta tensor of that tensor's shape at this batch size instead (the batch
+    size of the first tensor input): ``sized`` gives, by node name, its size per sample and which dimensions grow with the
+    batch.
     """
 
     nodes: tuple[fx.Node, ...]
     module: fx.GraphModule
     arg_names: tuple[str, ...]
     constants: Mapping[str, Any]
-    size_nodes: tuple[fx.Node, ...] = ()
-    sized: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    sized: Mapping[str, tuple[tuple[int, ...], tuple[bool, ...]]] = field(default_factory=dict)
 
     def __call__(self, inputs: list[torch.Tensor]) -> torch.Tensor:
-        sizes: dict[str, Any] = {}
-        if self.size_nodes:
-            batch = inputs[0].shape[0]
-            sizes = {name: torch.empty((batch, *shape), device="meta") for name, shape in self.sized.items()}
-            for node in self.size_nodes:
-                sizes[node.name] = _run(node, self.module, lambda n: sizes.get(n.name, self.constants.get(n.name)))
         env: dict[str, Any] = dict(zip(self.arg_names, inputs))
 
         def lookup(n: fx.Node) -> Any:
-            return env[n.name] if n.name in env else sizes[n.name] if n.name in sizes else self.constants[n.name]
+            if n.name in env:
+                return env[n.name]
+            if n.name in self.sized:
+                sizes, grows = self.sized[n.name]
+                batch = next(t.shape[0] for t in inputs if isinstance(t, torch.Tensor))
+                return torch.empty([s * batch if g else s for s, g in zip(sizes, grows)], device="meta")
+            return self.constants[n.name]
         for node in self.nodes:
             env[node.name] = _run(node, self.module, lookup)
         return env[self.nodes[-1].name]
@@ -141,7 +143,7 @@ def _bind_body(unit: Unit, module: fx.GraphModule, nodes: Mapping[str, fx.Node],
     node = nodes[refs["node"]]
     arg_names = tuple(refs.get("args", [n.name for n in node.all_input_nodes]))
     return CodeCall(tuple(nodes[n] for n in refs.get("nodes", (node.name,))), module, arg_names, constants,
-                    tuple(nodes[n] for n in refs.get("sizes", ())), refs.get("sized", {}))
+                    refs.get("sized", {}))
 
 
 def _step(node: fx.Node, module: fx.GraphModule, constants: Mapping[str, Any]) -> CodeCall:

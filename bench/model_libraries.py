@@ -1,0 +1,213 @@
+"""Import the real torchvision and timm models and check that ios-ray runs each one as eager does.
+
+    python bench/model_libraries.py --torchvision              # every torchvision classification model
+    python bench/model_libraries.py --timm resnet50 tf_efficientnet_b0 ...
+    python bench/model_libraries.py --timm-families            # one or two timm models of each family below
+
+For each model (random weights, random batch-norm statistics, all in float64): import it at batch 1 with its own
+input shape, then run the sequential schedule, the greedy one (concurrent groups) and the DP's (merged convs
+included; stage costs from ``SyntheticCost``, made up: no latency is measured here) at batch 2 and compare with the
+model's own output; count the opaque units and the distinct candidate stages (r=3, s=8). Prints a table and a summary;
+``--out FILE`` also writes one JSON line per model. Exit code 1 when a model fails to import or differs from eager.
+
+torchvision's compiled ops may not load against the installed torch (a CPU build, say); classification models do
+not use them, so where ``import torchvision`` fails on its two operator schemas (``torchvision::nms``, ``qnms``)
+this script defines those schemas first (``--no-torchvision-shim`` leaves them alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from rich.console import Console
+from rich.table import Table
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ios_ray.frontend import import_module, opaque_report  # noqa: E402
+from ios_ray.ir import Graph  # noqa: E402
+from ios_ray.models import resolve_model  # noqa: E402
+from ios_ray.runtime import Program, ScheduleRunner  # noqa: E402
+from ios_ray.schedule import Schedule  # noqa: E402
+from ios_ray.scheduler import (SearchParams, SyntheticCost, greedy, optimize_graph, plan_graph,  # noqa: E402
+                               sequential)
+
+#: timm models, one or two per family: CNNs of every idiom, and a few hybrids with attention.
+TIMM_FAMILIES = (
+    "resnet50 resnext50_32x4d seresnet50 ecaresnet50d resnet50d efficientnet_b0 tf_efficientnet_b0 "
+    "efficientnetv2_rw_s mobilenetv3_large_100 tf_mobilenetv3_large_100 mobilenetv2_100 regnety_016 regnetz_b16 "
+    "densenet121 inception_v3 inception_v4 inception_resnet_v2 xception41 legacy_xception nasnetalarge "
+    "pnasnet5large dpn68 ghostnet_100 ghostnetv2_100 mixnet_s tf_mixnet_s convnext_tiny convnextv2_atto "
+    "res2net50_26w_4s resnest14d dla34 hrnet_w18_small cspresnet50 cspdarknet53 darknet53 rexnet_100 tresnet_m "
+    "ese_vovnet19b_dw selecsls42b skresnet18 hardcorenas_a lcnet_050 fbnetc_100 mnasnet_100 spnasnet_100 tinynet_a "
+    "gernet_s repvgg_a0 resnetrs50 nf_resnet50 nfnet_l0 dm_nfnet_f0 bat_resnext26ts botnet26t_256 halonet26t "
+    "lambda_resnet26t cs3darknet_s efficientvit_b0 fastvit_t8 mobileone_s0 repghostnet_050 inception_next_tiny "
+    "edgenext_xx_small mobilevit_xxs poolformer_s12 sequencer2d_s vgg11 hgnet_tiny hgnetv2_b0 rdnet_tiny starnet_s1"
+).split()
+CHECK_BATCH = 2
+TOLERANCE = 1e-9
+
+
+class _Timeout(Exception):
+    pass
+
+
+def check_model(spec: str, timeout_s: int) -> dict[str, Any]:
+    """Import one model spec, compare its schedules with eager, count what the search would measure."""
+    row: dict[str, Any] = {"model": spec}
+    started = time.perf_counter()
+    signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(_Timeout()))
+    signal.alarm(timeout_s)
+    try:
+        resolved = resolve_model(spec)
+        model = _random_batch_norms(resolved.build()).double()
+        imported = import_module(model, torch.randn(1, *resolved.input_shape, dtype=torch.float64), spec)
+        graph = imported.graph
+        report = opaque_report(graph)
+        row.update(units=len(graph.units), opaque=report.opaque, opaque_flops=report.flops_share,
+                   opaque_ops=", ".join(f"{op} x{n}" for op, n in report.ops[:3]), import_s=_since(started))
+        _check_schedules(model, imported, row.setdefault("errors", {}))
+        row["stages"] = len(plan_graph(graph, SearchParams(r=3, s=8)).stages)
+    except _Timeout:
+        row["failed"] = f"still running after {timeout_s} s"
+    except Exception as exc:  # noqa: BLE001 - a bench reports every failure and goes on
+        row["failed"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+    finally:
+        signal.alarm(0)
+    row["seconds"] = _since(started)
+    return row
+
+
+def _check_schedules(model: nn.Module, imported: Any, errors: dict[str, float]) -> None:
+    """Fill ``errors`` with each schedule's largest relative difference from eager (float64), one by one: the
+    sequential, the greedy and the DP's."""
+    graph: Graph = imported.graph
+    program = Program.from_imported(imported)
+    cost = SyntheticCost(graph)
+    x = torch.randn(CHECK_BATCH, *graph.input_shape, dtype=torch.float64)
+    with torch.no_grad():
+        expected = model(x)
+    schedules = {
+        "sequential": lambda: tuple(sequential(graph, b, cost) for b in graph.blocks),
+        "greedy": lambda: tuple(greedy(graph, b, cost) for b in graph.blocks),
+        "dp": lambda: optimize_graph(graph, cost, SearchParams(r=3, s=8)).schedules,
+    }
+    for name, blocks in schedules.items():
+        runner = ScheduleRunner(program, Schedule(graph.name, graph.fingerprint, "cpu", CHECK_BATCH, blocks()), "cpu")
+        with torch.no_grad():
+            out = runner(x)
+        errors[name] = float((out - expected).abs().max() / expected.abs().max().clamp_min(1e-30))
+
+
+def _random_batch_norms(model: nn.Module) -> nn.Module:
+    """Random running statistics and affine parameters in every batch-norm, so that folding is exercised."""
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for bn in model.modules():
+            if isinstance(bn, nn.modules.batchnorm._BatchNorm) and bn.running_mean is not None:
+                size = bn.running_mean.shape
+                bn.running_mean.copy_(torch.rand(size, generator=generator) - 0.5)
+                bn.running_var.copy_(torch.rand(size, generator=generator) + 0.5)
+                if bn.affine:
+                    bn.weight.copy_(torch.rand(size, generator=generator) + 0.5)
+                    bn.bias.copy_(torch.rand(size, generator=generator) - 0.5)
+    return model.eval()
+
+
+def _since(started: float) -> float:
+    return round(time.perf_counter() - started, 1)
+
+
+def _define_torchvision_schemas() -> None:
+    """The two operator schemas torchvision's Python needs where its compiled ops do not load."""
+    try:
+        import torchvision  # noqa: F401
+    except RuntimeError as exc:
+        if "torchvision::nms" not in str(exc):
+            raise
+        for name in list(sys.modules):
+            if name.startswith("torchvision"):
+                del sys.modules[name]
+        library = torch.library.Library("torchvision", "DEF")
+        library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        library.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        _define_torchvision_schemas.library = library  # type: ignore[attr-defined]  # keep the definitions alive
+
+
+def specs(args: argparse.Namespace) -> Iterator[str]:
+    """The model specs to check, in order."""
+    if args.torchvision:
+        import torchvision.models
+
+        yield from (f"torchvision:{name}" for name in torchvision.models.list_models(module=torchvision.models))
+    names = list(args.timm or ()) + (TIMM_FAMILIES if args.timm_families else [])
+    if names:
+        import timm
+
+        yield from (f"timm:{name}" for name in names if timm.is_model(name))
+
+
+def print_table(rows: list[dict[str, Any]], console: Console) -> None:
+    """The per-model table and a summary line."""
+    table = Table(title="real library models through ios-ray (CPU, float64 check at batch 2)")
+    for column in ("model", "units", "opaque", "opaque FLOPs", "most opaque ops", "stages", "max rel. error", "s"):
+        table.add_column(column, justify="left" if column in ("model", "most opaque ops") else "right")
+    for row in rows:
+        if "failed" in row and "units" not in row:
+            table.add_row(row["model"], "", "", "", f"[red]{row['failed']}[/red]", "", "", str(row["seconds"]))
+            continue
+        errors = row.get("errors") or {}
+        error = f"{max(errors.values()):.1e}" + ("" if len(errors) == 3 else f" ({', '.join(errors)})") \
+            if errors else ""
+        table.add_row(row["model"], str(row.get("units", "")), str(row.get("opaque", "")),
+                      f"{row['opaque_flops']:.1%}" if "opaque_flops" in row else "", row.get("opaque_ops", ""),
+                      str(row.get("stages", "")), f"[red]{row['failed']}[/red]" if "failed" in row else error,
+                      str(row["seconds"]))
+    console.print(table)
+    equal = sum(1 for r in rows if len(r.get("errors", {})) == 3 and max(r["errors"].values()) <= TOLERANCE)
+    slow = [r["model"] for r in rows if r.get("failed", "").startswith("still running")]
+    console.print(f"{len(rows)} models: {sum('units' in r for r in rows)} import, {equal} equal eager "
+                  f"(relative error <= {TOLERANCE:g} in float64 under the sequential, greedy and DP schedules); "
+                  f"{len(slow)} ran out of time{': ' + ', '.join(slow) if slow else ''}; "
+                  f"{len(_failures(rows))} failed or differ.")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--torchvision", action="store_true", help="every torchvision classification model")
+    parser.add_argument("--timm", nargs="*", metavar="NAME", help="these timm models")
+    parser.add_argument("--timm-families", action="store_true", help="one or two timm models per family")
+    parser.add_argument("--timeout", type=int, default=120, help="seconds per model (default 120)")
+    parser.add_argument("--out", type=Path, help="also write one JSON line per model here")
+    parser.add_argument("--no-torchvision-shim", action="store_true", help="do not define torchvision's schemas")
+    args = parser.parse_args()
+    if not (args.torchvision or args.timm or args.timm_families):
+        parser.error("name what to check: --torchvision, --timm NAME..., --timm-families")
+    if not args.no_torchvision_shim:
+        _define_torchvision_schemas()
+    console, rows = Console(width=170), []
+    for spec in specs(args):
+        rows.append(check_model(spec, args.timeout))
+        console.print(json.dumps(rows[-1]))
+        if args.out:
+            with args.out.open("a") as out:
+                out.write(json.dumps(rows[-1]) + "\n")
+    print_table(rows, console)
+    return 1 if _failures(rows) else 0
+
+
+def _failures(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows that failed other than by running out of time, or whose output differs from eager."""
+    return [r for r in rows if ("failed" in r and not r["failed"].startswith("still running"))
+            or any(e > TOLERANCE for e in r.get("errors", {}).values())]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
