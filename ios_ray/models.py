@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
+import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -51,6 +53,7 @@ def _resolve(spec: str) -> ModelSpec:
         build, shape = library_model(library, name)
         return ModelSpec(spec, _checked(build, spec), shape or DEFAULT_INPUT_SHAPE)
     module_name, factory_name = library, name
+    _importable_from_here()
     try:
         factory = getattr(importlib.import_module(module_name), factory_name)
     except (ImportError, AttributeError) as exc:
@@ -62,6 +65,14 @@ def _resolve(spec: str) -> ModelSpec:
         raise UserError(f"{spec!r} is not a callable factory of an nn.Module.")
     shape = tuple(getattr(factory, "input_shape", DEFAULT_INPUT_SHAPE))
     return ModelSpec(spec, _checked(factory, spec), shape)
+
+
+def _importable_from_here() -> None:
+    """Let ``package.module:factory`` name code in the working directory, as ``python -m`` does (a console script's
+    ``sys.path`` starts at its own folder instead)."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
 
 
 def _checked(factory: Callable[[], object], spec: str) -> Callable[[], nn.Module]:

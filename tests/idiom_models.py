@@ -4,8 +4,9 @@ They spell things the way those libraries do: ``F.relu(x, inplace=True)`` after 
 dropout, ``out += identity`` then a shared ``nn.ReLU(inplace=True)``, pre-activation batch-norms on a list of
 features, squeeze-excitation gates, stochastic depth (an fx-wrapped function, as torchvision's), timm's
 ``BatchNormAct2d`` (``F.batch_norm`` on parameters, then an activation), size arithmetic on ``x.size()``, a channel
-shuffle, ``permute``/``LayerNorm``, a layer scale, timm's TensorFlow-"SAME" convs and pools, and attention with the
-batch folded into its heads. All but the Inception V3 are small, for quick tests.
+shuffle, ``permute``/``LayerNorm``, a layer scale, timm's TensorFlow-"SAME" convs and pools, weight-standardised and
+functional convs, and attention with the batch folded into its heads. All but the Inception V3 are small, for quick
+tests.
 """
 
 from __future__ import annotations
@@ -668,6 +669,46 @@ class AttentionStyle(nn.Module):
         return self.head(self.conv(self.attention(self.stem(x))).mean((2, 3)))
 
 
+# ----------------------------------------------------------------- convs on computed weights (timm's BiT and NFNets)
+
+
+class StdConv2d(nn.Conv2d):
+    """timm's weight-standardised conv: each filter normalised by ``F.batch_norm`` in training mode, every call."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = F.batch_norm(self.weight.reshape(1, self.out_channels, -1), None, None, training=True, momentum=0.0,
+                              eps=1e-6).reshape_as(self.weight)
+        return F.conv2d(x, weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+class FunctionalConv(nn.Module):
+    """A conv written with ``F.conv2d`` on the module's own parameters, keyword arguments included."""
+
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(cout, cin, 3, 3) * 0.2)
+        self.bias = nn.Parameter(torch.randn(cout) * 0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(x, self.weight, self.bias, padding=1)
+
+
+class StdConvStyle(nn.Module):
+    """A weight-standardised stem, two branches (a standardised 1x1 conv; a functional 3x3 conv, batch-norm, ReLU)
+    summed, a pooled head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = StdConv2d(3, 16, 3, stride=2, padding=1)
+        self.left = StdConv2d(16, 16, 1, bias=False)
+        self.right = nn.Sequential(FunctionalConv(16, 16), nn.BatchNorm2d(16), nn.ReLU(inplace=True))
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.stem(x))
+        return self.head((self.left(x) + self.right(x)).mean((2, 3)))
+
+
 # ----------------------------------------------------------------------------------------------------- factories
 
 
@@ -716,6 +757,11 @@ def attention_style() -> nn.Module:
     return AttentionStyle().eval()
 
 
+def std_conv_style() -> nn.Module:
+    """Factory: weight-standardised and functional convs."""
+    return StdConvStyle().eval()
+
+
 def tf_same_style() -> nn.Module:
     """Factory: timm's TensorFlow-"SAME" layers in a small cell."""
     return TfSameStyle().eval()
@@ -723,7 +769,7 @@ def tf_same_style() -> nn.Module:
 
 inception_v3_style.input_shape = (3, 299, 299)  # type: ignore[attr-defined]
 for _factory in (resnet_style, densenet_style, mobilenet_v3_style, efficientnet_style, timm_style, shufflenet_style,
-                 convnext_style, attention_style):
+                 convnext_style, attention_style, std_conv_style):
     _factory.input_shape = (3, 32, 32)  # type: ignore[attr-defined]
 tf_same_style.input_shape = (3, 33, 30)  # type: ignore[attr-defined]
 
@@ -732,4 +778,5 @@ SMALL: dict[str, Callable[[], nn.Module]] = {
     "resnet": resnet_style, "densenet": densenet_style, "mobilenet_v3": mobilenet_v3_style,
     "efficientnet": efficientnet_style, "timm": timm_style, "shufflenet": shufflenet_style,
     "convnext": convnext_style, "tf_same": tf_same_style, "attention": attention_style,
+    "std_conv": std_conv_style,
 }

@@ -32,6 +32,7 @@ from tests.idiom_models import (
     attention_style,
     inception_v3_style,
     shufflenet_style,
+    std_conv_style,
     tf_same_style,
 )
 from tests.test_runtime_schedules import BUILDERS, make_schedule
@@ -124,6 +125,14 @@ def test_tf_same_layers_are_a_pad_then_a_conv_or_pool_unit() -> None:
     ]), pads
 
 
+def test_convs_on_weights_computed_from_parameters_are_conv_units_with_their_batch_norm_folded() -> None:
+    graph = import_module(std_conv_style(), torch.randn(1, 3, 32, 32)).graph
+    convs = [u for u in graph.units if u.kind == "conv"]
+    assert len(convs) == 3 and opaque_report(graph).opaque == 0, [(u.id, u.kind) for u in graph.units]
+    functional = next(u for u in convs if u.attrs["kernel"] == (3, 3) and u.attrs["stride"] == (1, 1))
+    assert "bn" in functional.refs and functional.attrs["act"] == "relu"
+
+
 def test_tensors_with_the_batch_folded_into_another_dimension_stay_inside_the_unit_that_reads_them() -> None:
     graph = import_module(attention_style(), torch.randn(1, 3, 32, 32)).graph
     opaque = [u for u in graph.units if u.kind == "opaque"]
@@ -136,6 +145,13 @@ def test_tensors_with_the_batch_folded_into_another_dimension_stay_inside_the_un
     # every unit's output holds the batch in dimension 0: channels first (16, 48 for q, k and v, 10 classes), never a
     # per-head layout such as (256, 4)
     assert all(u.shape[0] in (16, 48, 10) for u in graph.units), [(u.id, u.shape) for u in graph.units]
+
+
+def test_a_second_run_at_another_batch_size_happens_only_where_an_op_may_move_the_batch() -> None:
+    convs = import_module(SMALL["timm"](), torch.randn(1, 3, 32, 32)).module
+    assert not any("batch_dims" in node.meta for node in convs.graph.nodes)
+    attention = import_module(attention_style(), torch.randn(1, 3, 32, 32)).module
+    assert any(node.meta.get("batch_dims") == (False, True, False) for node in attention.graph.nodes)
 
 
 def test_a_submodule_torch_fx_cannot_trace_runs_as_one_opaque_unit() -> None:

@@ -74,6 +74,18 @@ def test_timm_model_by_name_with_its_pretrained_config(fakes: None, monkeypatch:
     assert resolve_model("timm:timm_style").input_shape == (3, 40, 40)
 
 
+def test_a_factory_in_the_working_directory_loads_as_under_python_m(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # the ios-ray console script's sys.path starts at its own folder, not at the working directory
+    (tmp_path / "my_local_models.py").write_text(
+        "from torch import nn\n\ndef net():\n    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    spec = resolve_model("my_local_models:net", input_shape=(3, 8, 8))
+    assert [type(m).__name__ for m in spec.build()] == ["Conv2d", "ReLU"]
+    monkeypatch.delitem(sys.modules, "my_local_models")
+
+
 def test_input_shape_overrides_the_libraries_own(fakes: None) -> None:
     assert resolve_model("torchvision:resnet_style", input_shape=(3, 64, 64)).input_shape == (3, 64, 64)
     assert import_model("timm:timm_style", input_shape=(3, 32, 32)).graph.input_shape == (3, 32, 32)

@@ -7,9 +7,10 @@ not how it is spelled (torchvision, timm and code in their style import into the
 2. :mod:`~ios_ray.frontend.rewrites`: in-place ops become out-of-place; what is the identity in eval mode
    (dropout, ``nn.Identity``, stochastic depth, ``contiguous``) vanishes; views become reshapes.
 3. :func:`~ios_ray.frontend.trace.propagate`: one run on the example input records shapes and size values;
-   eval ``F.batch_norm`` calls become ``nn.BatchNorm2d`` calls; timm's TensorFlow-"SAME" layers become a pad and
-   the plain torch layer; :func:`~ios_ray.frontend.trace.record_batch_layout`: one more run at another batch size
-   records which dimensions grow with the batch (a tensor whose batch is folded into another dimension, as attention's
+   eval ``F.batch_norm`` calls become ``nn.BatchNorm2d`` calls, ``F.conv2d`` on parameters ``nn.Conv2d`` calls;
+   timm's TensorFlow-"SAME" layers become a pad and the plain torch layer;
+   :func:`~ios_ray.frontend.trace.record_batch_layout`: one more run at another batch size records which
+   dimensions grow with the batch (a tensor whose batch is folded into another dimension, as attention's
    ``reshape(B * heads, ...)`` does, is computed inside the unit that reads it, never passed between units).
 4. :func:`~ios_ray.frontend.sizes.fold_sizes`: arithmetic on sizes becomes literals (all but the batch size).
 5. :mod:`~ios_ray.frontend.patterns` groups nodes into units (convs with their batch-norms and activations, pools,
@@ -32,8 +33,8 @@ import torch.fx as fx
 from torch import nn
 
 from ios_ray.frontend.report import OPAQUE_WARNING_SHARE, OpaqueReport, opaque_report
-from ios_ray.frontend.rewrites import (batch_norms_as_modules, drop_eval_identities, functionalize,
-                                      same_padding_as_pads, views_as_reshapes)
+from ios_ray.frontend.rewrites import (batch_norms_as_modules, drop_eval_identities, functional_convs_as_modules,
+                                      functionalize, same_padding_as_pads, views_as_reshapes)
 from ios_ray.frontend.sizes import fold_sizes
 from ios_ray.frontend.trace import propagate, record_batch_layout, trace
 from ios_ray.frontend.units import build_graph
@@ -58,7 +59,7 @@ def import_module(module: nn.Module, example_input: torch.Tensor, name: str | No
     name = name or type(module).__name__
     gm = views_as_reshapes(drop_eval_identities(functionalize(trace(module))))
     propagate(gm, example_input, name)
-    gm = same_padding_as_pads(batch_norms_as_modules(gm))
+    gm = same_padding_as_pads(functional_convs_as_modules(batch_norms_as_modules(gm)))
     record_batch_layout(gm, example_input)
     gm = fold_sizes(gm)
     graph, constants = build_graph(gm, name, tuple(example_input.shape[1:]))

@@ -164,3 +164,19 @@ def constant_nodes(graph: fx.Graph) -> set[fx.Node]:
                 all(n in found for n in node.all_input_nodes):
             found.add(node)
     return found
+
+
+def evaluate_constant(gm: fx.GraphModule, node: fx.Node, constants: dict[str, Any]) -> Any:
+    """Evaluate a node that does not depend on the model input, its inputs' values in ``constants`` by name."""
+    if node.op == "get_attr":
+        target: Any = gm
+        for part in str(node.target).split("."):
+            target = getattr(target, part)
+        return target
+    args = fx.node.map_arg(node.args, lambda n: constants[n.name])
+    kwargs = fx.node.map_arg(node.kwargs, lambda n: constants[n.name])
+    if node.op == "call_function":
+        return node.target(*args, **kwargs)  # type: ignore[operator]
+    if node.op == "call_method":
+        return getattr(args[0], str(node.target))(*args[1:], **kwargs)
+    return gm.get_submodule(str(node.target))(*args, **kwargs)

@@ -13,6 +13,9 @@ Each pass is a function ``GraphModule -> GraphModule`` that edits the graph in p
   where a dropped ``contiguous`` made the input non-contiguous).
 * :func:`batch_norms_as_modules` (needs shapes): an eval ``F.batch_norm`` on parameters (timm's ``BatchNormAct2d``
   traces to one) becomes a call of an ``nn.BatchNorm2d`` on the same tensors, so it folds like the module does.
+* :func:`functional_convs_as_modules`: ``F.conv2d`` on a weight computed from parameters alone (``self.weight``,
+  timm's weight-standardised ``StdConv2d``/``ScaledStdConv2d`` in BiT and NFNet models) becomes a call of an
+  ``nn.Conv2d`` holding that weight, evaluated once at import, so it folds and merges like any conv.
 * :func:`same_padding_as_pads` (needs shapes): timm's TensorFlow-"SAME" layers (``Conv2dSame``, ``MaxPool2dSame``,
   ``AvgPool2dSame``; their ``forward`` branches on the input's size, so tracing keeps them whole) become an
   ``F.pad`` by the padding "SAME" gives the traced size, then the plain torch layer: a conv unit, a pool unit.
@@ -35,7 +38,7 @@ from torch import nn
 
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
-from ios_ray.frontend.nodes import call_arguments, full_shape, hashable
+from ios_ray.frontend.nodes import call_arguments, constant_nodes, evaluate_constant, full_shape, hashable
 
 _OUT_OF_PLACE_FUNCTIONS: dict[Any, Any] = {
     operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
@@ -165,6 +168,77 @@ def _batch_norm_module(gm: fx.GraphModule, node: fx.Node) -> nn.BatchNorm2d | No
         module.weight = _parameter(weight)
         module.bias = _parameter(bias)
     return module.to(mean.device)
+
+
+_CONV2D_PARAMETERS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+_CONV2D_DEFAULTS = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
+
+
+def functional_convs_as_modules(gm: fx.GraphModule) -> fx.GraphModule:
+    """``F.conv2d(x, weight, bias, ...)`` on a computed input, with a weight and bias computed from parameters alone,
+    becomes a call of a new ``nn.Conv2d`` holding their values (evaluated once, here); the nodes that computed
+    them go away where nothing else reads them."""
+    constants, values = constant_nodes(gm.graph), {}
+    for node in list(gm.graph.nodes):
+        arguments = _conv2d_arguments(node)
+        if arguments is None or arguments["input"] in constants or \
+                any(t is not None and t not in constants for t in (arguments["weight"], arguments["bias"])):
+            continue
+        with torch.no_grad():
+            weight, bias = (None if t is None else _constant_value(gm, t, values)
+                            for t in (arguments["weight"], arguments["bias"]))
+        if not isinstance(weight, torch.Tensor) or weight.dim() != 4:
+            continue
+        conv = nn.Conv2d(weight.shape[1] * arguments["groups"], weight.shape[0], tuple(weight.shape[2:]),
+                         arguments["stride"], arguments["padding"], arguments["dilation"], arguments["groups"],
+                         bias is not None, device=weight.device, dtype=weight.dtype).eval()
+        conv.weight = _parameter(weight.detach().clone())
+        if bias is not None:
+            conv.bias = _parameter(bias.detach().clone())
+        with gm.graph.inserting_before(node):
+            call = gm.graph.call_module(_add_module(gm, _owner(arguments["weight"]), conv), (arguments["input"],))
+        call.meta = dict(node.meta)
+        node.replace_all_uses_with(call)
+        gm.graph.erase_node(node)
+    for node in reversed(list(gm.graph.nodes)):
+        if node in constants and not node.users:
+            gm.graph.erase_node(node)
+    return _finish(gm)
+
+
+def _conv2d_arguments(node: fx.Node) -> dict[str, Any] | None:
+    """A ``F.conv2d`` call's arguments by name, defaults filled in; None for anything else, a string padding, or
+    hyper-parameters that are computed."""
+    if node.op != "call_function" or node.target is not F.conv2d or len(node.args) > len(_CONV2D_PARAMETERS) or \
+            not set(node.kwargs) <= set(_CONV2D_PARAMETERS):
+        return None
+    arguments = {**_CONV2D_DEFAULTS, **dict(zip(_CONV2D_PARAMETERS, node.args)), **node.kwargs}
+    settings = [a for k in ("stride", "padding", "dilation", "groups") for a in _items(arguments[k])]
+    if not isinstance(arguments.get("input"), fx.Node) or not isinstance(arguments.get("weight"), fx.Node) or \
+            isinstance(arguments["padding"], str) or any(isinstance(a, fx.Node) for a in settings):
+        return None
+    return arguments
+
+
+def _items(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def _constant_value(gm: fx.GraphModule, node: fx.Node, values: dict[str, Any]) -> Any:
+    """The value of a node computed from parameters alone (``values`` memoises by name)."""
+    if node.name not in values:
+        for source in node.all_input_nodes:
+            _constant_value(gm, source, values)
+        values[node.name] = evaluate_constant(gm, node, values)
+    return values[node.name]
+
+
+def _owner(weight: fx.Node) -> str:
+    """The module path a conv's weight belongs to (the first parameter it is computed from), for naming."""
+    while weight.op != "get_attr" and weight.all_input_nodes:
+        weight = weight.all_input_nodes[0]
+    owner = str(weight.target).rpartition(".")[0] if weight.op == "get_attr" else ""
+    return owner or "conv"
 
 
 #: timm's layers that pad as TensorFlow's "SAME" does, by class name: the torch layer each one is, and its pad value.

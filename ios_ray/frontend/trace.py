@@ -103,7 +103,10 @@ def record_batch_layout(gm: fx.GraphModule, example_input: torch.Tensor) -> None
     dimensions grow with the batch (``meta['batch_dims']``) and its size per sample (``meta['sample_shape']``, None
     where a size does not grow in proportion). A tuple holding such a tensor, or nested, is marked with None for
     both. A model that cannot run at another batch size records nothing: its dimension 0 then stands for the batch,
-    as it does in most models."""
+    as it does in most models. A graph of ops that all keep each sample in its own row of dimension 0 (convs, pools,
+    norms, activations, elementwise arithmetic, concatenations and means over other dimensions) is not run again."""
+    if all(_keeps_rows(gm, node) for node in gm.graph.nodes):
+        return
     batch = example_input.shape[0]
     other = 2 if batch == 1 else 1
     results: dict[fx.Node, Any] = {}
@@ -130,6 +133,53 @@ def record_batch_layout(gm: fx.GraphModule, example_input: torch.Tensor) -> None
             node.meta["batch_dims"], node.meta["sample_shape"] = _layout(imported, sizes, batch, other)
         elif not _plain_items(imported, sizes, batch, other):
             node.meta["batch_dims"] = node.meta["sample_shape"] = None
+
+
+#: The files of ``torch.nn.modules`` whose layers keep the batch in dimension 0 (as the only dimension that grows).
+_ROW_WISE_MODULES = {"conv", "batchnorm", "pooling", "linear", "dropout", "normalization", "padding", "upsampling",
+                     "pixelshuffle", "channelshuffle", "activation"}
+#: Functions and methods, by name, that keep the batch in dimension 0 whatever their arguments.
+_ROW_WISE_CALLS = {
+    "add", "sub", "mul", "truediv", "neg", "relu", "relu6", "sigmoid", "tanh", "gelu", "silu", "hardswish",
+    "hardsigmoid", "leaky_relu", "hardtanh", "elu", "clamp", "clamp_min", "clamp_max", "abs", "exp", "sqrt", "pow",
+    "contiguous", "clone", "conv2d", "batch_norm", "layer_norm", "group_norm", "max_pool2d", "avg_pool2d",
+    "adaptive_avg_pool2d", "adaptive_max_pool2d", "dropout", "interpolate", "linear", "softmax", "size", "dim",
+    "numel",
+}
+#: Those that do where the dimension they work along (argument 1, or the keyword) is not dimension 0, and the
+#: dimension they take when none is given (None: all of them).
+_ROW_WISE_ALONG = {"cat": 0, "concat": 0, "chunk": 0, "split": 0, "mean": None, "sum": None, "amax": None,
+                   "flatten": 0}
+_SIZE_ATTRIBUTES = ("shape", "ndim", "dtype", "device", "is_cuda")
+
+
+def _keeps_rows(gm: fx.GraphModule, node: fx.Node) -> bool:
+    """Whether a node surely keeps the batch in dimension 0 of what it computes (False where unsure)."""
+    if node.op in ("placeholder", "output", "get_attr") or "tensor_meta" not in node.meta:
+        return True  # sizes, flags and asserts hold no batch
+    if node.op == "call_module":
+        kind = type(gm.get_submodule(str(node.target)))
+        path = kind.__module__.split(".")
+        return path[:3] == ["torch", "nn", "modules"] and path[-1] in _ROW_WISE_MODULES and \
+            kind is not nn.MultiheadAttention
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    source = node.args[0] if node.args else None
+    source = source[0] if isinstance(source, (list, tuple)) and source else source
+    meta = source.meta.get("tensor_meta") if isinstance(source, fx.Node) else None
+    if name == "getattr":
+        return node.args[1] in _SIZE_ATTRIBUTES
+    if name == "getitem":  # an item of a tuple (of sizes, or of chunks), not of a tensor
+        return not hasattr(meta, "shape")
+    if name == "pad":  # pads the last len(pad) / 2 dimensions
+        pad = node.args[1] if len(node.args) > 1 else node.kwargs.get("pad")
+        return hasattr(meta, "shape") and isinstance(pad, (tuple, list)) and len(pad) < 2 * len(meta.shape)
+    if name in _ROW_WISE_ALONG:
+        dim = node.kwargs.get("dim", node.kwargs.get("start_dim", node.args[1] if len(node.args) > 1 else
+                                                     _ROW_WISE_ALONG[name]))
+        dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+        rank = len(meta.shape) if hasattr(meta, "shape") else 0
+        return rank > 0 and all(isinstance(d, int) and d % rank != 0 for d in dims)
+    return name in _ROW_WISE_CALLS
 
 
 def _plain_items(imported: Any, sizes: Any, batch: int, other: int) -> bool:

@@ -26,8 +26,9 @@ from ios_ray.blocks import find_blocks
 from ios_ray.errors import UserError
 from ios_ray.frontend.elementwise import elementwise_chain, elementwise_step
 from ios_ray.frontend.match import Match, Scope
-from ios_ray.frontend.nodes import (F32, constant_nodes, full_shape, is_batch_folded, is_batch_size, is_tensor,
-                                    is_tuple_of_tensors, numel, only_user, op_name, readers, sample_layout, shape)
+from ios_ray.frontend.nodes import (F32, constant_nodes, evaluate_constant, full_shape, is_batch_folded,
+                                    is_batch_size, is_tensor, is_tuple_of_tensors, numel, only_user, op_name, readers,
+                                    sample_layout, shape)
 from ios_ray.frontend.patterns import find_matches
 from ios_ray.frontend.report import op_kind
 from ios_ray.ir import GRAPH_INPUT, Graph, Unit, Value
@@ -76,7 +77,7 @@ class _Walk:
                 raise UserError(f"{self.name} takes more than one input; ios-ray imports single-input models.")
             self.values[node] = Value.of(GRAPH_INPUT)
         elif node in self.scope.constants:
-            self.constants[node.name] = _evaluate_constant(self.gm, node, self.constants)
+            self.constants[node.name] = evaluate_constant(self.gm, node, self.constants)
         elif is_batch_size(node) or _items_taken_one_by_one(node):
             return
         elif _target_in(node, _ADDS) and self._foldable_add(node):
@@ -273,22 +274,6 @@ def _flops(match: Match) -> int:
     if match.kind in ("shuffle", "slice"):
         return 0
     return numel(shape(match.inputs[0])) if match.inputs else out
-
-
-def _evaluate_constant(gm: fx.GraphModule, node: fx.Node, constants: dict[str, Any]) -> Any:
-    """Evaluate a node that does not depend on the model input."""
-    if node.op == "get_attr":
-        target: Any = gm
-        for part in str(node.target).split("."):
-            target = getattr(target, part)
-        return target
-    args = fx.node.map_arg(node.args, lambda n: constants[n.name])
-    kwargs = fx.node.map_arg(node.kwargs, lambda n: constants[n.name])
-    if node.op == "call_function":
-        return node.target(*args, **kwargs)  # type: ignore[operator]
-    if node.op == "call_method":
-        return getattr(args[0], str(node.target))(*args[1:], **kwargs)
-    return gm.get_submodule(str(node.target))(*args, **kwargs)
 
 
 def _target_in(node: fx.Node, targets: tuple) -> bool:

@@ -67,8 +67,8 @@ class CodeCall:
 
     ``arg_names`` name the nodes the inputs stand for. A size computation among the nodes that reads a tensor the
     unit neither takes nor computes reads a meta tensor of that tensor's shape at this batch size instead (the batch
-    size of the first tensor input): ``sized`` gives, by node name, its size per sample and which dimensions grow with the
-    batch.
+    size of the first tensor input): ``sized`` gives, by node name, its size per sample and which dimensions grow
+    with the batch.
     """
 
     nodes: tuple[fx.Node, ...]
