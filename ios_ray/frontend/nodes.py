@@ -34,11 +34,28 @@ def full_shape(node: Any) -> tuple[int, ...] | None:
     return tuple(meta.shape) if meta is not None and hasattr(meta, "shape") else None
 
 
+def pair(value: Any) -> Any:
+    """A layer's size argument as a tuple: an int ``k`` as ``(k, k)``, a list as a tuple; None stays None."""
+    if value is None:
+        return None
+    return tuple(value) if isinstance(value, (list, tuple)) else (value, value)
+
+
+def batch_first(dims: tuple[bool, ...] | None, sizes: tuple[int, ...] | None) -> bool:
+    """Whether a recorded layout holds the batch exactly in dimension 0: only that dimension grows, one sample
+    per batch entry."""
+    return bool(dims) and sizes is not None and dims == _dimension_0(len(dims)) and sizes[0] == 1
+
+
+def _dimension_0(rank: int) -> tuple[bool, ...]:
+    return tuple(i == 0 for i in range(rank))
+
+
 def batch_dims(node: fx.Node) -> tuple[bool, ...]:
     """Which dimensions of a tensor node grow with the batch size: as recorded at import
     (:func:`~ios_ray.frontend.trace.record_batch_layout`), else dimension 0 alone."""
     dims = node.meta.get("batch_dims")
-    return dims if dims is not None else tuple(i == 0 for i in range(len(full_shape(node) or ())))
+    return dims if dims is not None else _dimension_0(len(full_shape(node) or ()))
 
 
 def sample_layout(node: fx.Node) -> tuple[tuple[int, ...], tuple[bool, ...]]:
@@ -51,10 +68,7 @@ def sample_layout(node: fx.Node) -> tuple[tuple[int, ...], tuple[bool, ...]]:
 def is_batch_folded(node: fx.Node) -> bool:
     """A tensor computed from the input whose batch is not exactly its dimension 0: folded into another dimension
     (``x.reshape(B * heads, ...)``), moved, or reduced away. Such a tensor never passes between units."""
-    if "batch_dims" not in node.meta:
-        return False
-    sizes, dims = node.meta.get("sample_shape"), node.meta["batch_dims"]
-    return sizes is None or not dims or dims != tuple(i == 0 for i in range(len(dims))) or sizes[0] != 1
+    return "batch_dims" in node.meta and not batch_first(node.meta["batch_dims"], node.meta.get("sample_shape"))
 
 
 def is_tensor(node: Any) -> bool:

@@ -26,7 +26,7 @@ from ios_ray.frontend.conv import match_conv
 from ios_ray.frontend.elementwise import elementwise_chain
 from ios_ray.frontend.match import Match, Scope
 from ios_ray.frontend.nodes import (calls, full_shape, is_tensor, is_tuple_of_tensors, module_of, normalized_kwargs,
-                                    numel, only_user, shape)
+                                    numel, only_user, pair, shape)
 
 Rule = Callable[[Scope, fx.Node], Match | None]
 
@@ -59,7 +59,7 @@ def match_pool(scope: Scope, node: fx.Node) -> Match | None:
     if mode is None or any(isinstance(v, fx.Node) for v in params.values()) or params.get("return_indices") \
             or not isinstance(node.args[0] if node.args else None, fx.Node):
         return None
-    attrs = {"mode": mode, **{k: _pair(v) if k in _PAIRS else v for k, v in params.items() if k != "return_indices"}}
+    attrs = {"mode": mode, **{k: pair(v) if k in _PAIRS else v for k, v in params.items() if k != "return_indices"}}
     if attrs.get("stride") in (None, ()):
         attrs["stride"] = attrs.get("kernel_size")
     return Match.single("pool", node, [node.args[0]], attrs)
@@ -220,9 +220,3 @@ def find_matches(scope: Scope) -> dict[fx.Node, Match]:
 
 def _one_of(target: Any, table: dict) -> bool:
     return any(target is key for key in table)
-
-
-def _pair(value: Any) -> Any:
-    if value is None:
-        return None
-    return tuple(value) if isinstance(value, (list, tuple)) else (value, value)

@@ -38,7 +38,7 @@ from torch import nn
 
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
-from ios_ray.frontend.nodes import call_arguments, constant_nodes, evaluate_constant, full_shape, hashable
+from ios_ray.frontend.nodes import call_arguments, constant_nodes, evaluate_constant, full_shape, hashable, pair
 
 _OUT_OF_PLACE_FUNCTIONS: dict[Any, Any] = {
     operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
@@ -208,7 +208,8 @@ def functional_convs_as_modules(gm: fx.GraphModule) -> fx.GraphModule:
 
 def _conv2d_arguments(node: fx.Node) -> dict[str, Any] | None:
     """A ``F.conv2d`` call's arguments by name, defaults filled in; None for anything else, a string padding, or
-    hyper-parameters that are computed."""
+    hyper-parameters that are computed. (``call_arguments`` finds no signature on this builtin, and fx's
+    normalisation cannot tell its two overloads apart.)"""
     if node.op != "call_function" or node.target is not F.conv2d or len(node.args) > len(_CONV2D_PARAMETERS) or \
             not set(node.kwargs) <= set(_CONV2D_PARAMETERS):
         return None
@@ -288,17 +289,13 @@ def _same_padding_layer(gm: fx.GraphModule, node: fx.Node) -> tuple[nn.Module, f
 def _same_pads(size: tuple[int, ...], layer: nn.Module) -> tuple[int, int, int, int]:
     """``F.pad``'s (left, right, top, bottom) that TensorFlow's "SAME" gives a layer on an input of ``size`` (H, W):
     the output has ceil(size / stride) positions, the extra row or column going after (timm's ``pad_same``)."""
-    kernel = layer.weight.shape[-2:] if isinstance(layer, nn.Conv2d) else _pair(layer.kernel_size)
-    stride = _pair(layer.stride)
-    dilation = _pair(layer.dilation) if isinstance(layer, nn.Conv2d) else (1, 1)
+    kernel = layer.weight.shape[-2:] if isinstance(layer, nn.Conv2d) else pair(layer.kernel_size)
+    stride = pair(layer.stride)
+    dilation = pair(layer.dilation) if isinstance(layer, nn.Conv2d) else (1, 1)
     totals = [max((math.ceil(n / s) - 1) * s + (k - 1) * d + 1 - n, 0)
               for n, k, s, d in zip(size, kernel, stride, dilation)]
     (top, height), (left, width) = ((t // 2, t) for t in totals)
     return left, width - left, top, height - top
-
-
-def _pair(value: Any) -> tuple[int, int]:
-    return (value, value) if isinstance(value, int) else tuple(value)  # type: ignore[return-value]
 
 
 def _attr(gm: fx.GraphModule, target: str) -> Any:

@@ -19,7 +19,7 @@ from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from ios_ray.errors import UserError, first_line
-from ios_ray.frontend.nodes import constant_nodes
+from ios_ray.frontend.nodes import batch_first, constant_nodes
 
 
 class _LeafFallbackTracer(fx.Tracer):
@@ -186,9 +186,7 @@ def _plain_items(imported: Any, sizes: Any, batch: int, other: int) -> bool:
     """Whether a tuple is flat and every tensor in it holds the batch in dimension 0, one sample per batch entry."""
     if not isinstance(imported, list) or not isinstance(sizes, list) or len(imported) != len(sizes):
         return False
-    layouts = [_layout(a, b, batch, other) for a, b in zip(imported, sizes)]
-    return all(d is not None and s is not None and d == tuple(i == 0 for i in range(len(d))) and s[0] == 1
-               for d, s in layouts)
+    return all(batch_first(*_layout(a, b, batch, other)) for a, b in zip(imported, sizes))
 
 
 def _shapes(value: Any) -> Any:
