@@ -151,7 +151,10 @@ def specs(args: argparse.Namespace) -> Iterator[str]:
     if names:
         import timm
 
-        yield from (f"timm:{name}" for name in names if timm.is_model(name))
+        unknown = [name for name in names if not timm.is_model(name)]
+        if unknown:
+            raise SystemExit(f"error: timm has no model {', '.join(unknown)} (names are separated by spaces).")
+        yield from (f"timm:{name}" for name in names)
 
 
 def print_table(rows: list[dict[str, Any]], console: Console) -> None:

@@ -7,10 +7,16 @@ topological order that is exactly a unit that no edge jumps over. Blocks are cut
   being its exit (an Inception module and its concat, say);
 * consecutive cuts with nothing in parallel between them form one chain block (a stem, a classifier).
 
-Nothing is marked by hand in the models; the blocks follow from the wiring alone. A block of more than
-``max_units`` units (a NASNet stack, whose cells read the two cells before them, has no cut at all) is split
-into parts at its narrowest points: where the fewest values computed before are still read after. Parts of a
-block run one after the other, each is scheduled like a block of its own.
+Nothing is marked by hand in the models; the blocks follow from the wiring alone. Two kinds of block are too
+big for the DP, which solves every *state* of a block (every set of its units closed under predecessors), and
+are split into *parts* that run one after the other, each scheduled like a block of its own:
+
+* a block of more than ``max_units`` units (a NASNet stack, whose cells read the two cells before them, has no
+  cut at all) is split at its narrowest points: where the fewest values computed before are still read after;
+* a part with more than ``max_states`` states (parallel branches that are long as well as many: HRNet's
+  multi-resolution stages, PNASNet's cells) is split at depth levels, the longest-path distance from the part's
+  start, as few times as keeps each part under the bound. Units of one depth never depend on each other, so
+  every branch stays in each part and the branches still run side by side.
 """
 
 from __future__ import annotations
@@ -24,8 +30,14 @@ from ios_ray.ir import GRAPH_INPUT, Block, Unit, Value
 #: Blocks larger than this are split into parts (the largest block of the IOS benchmarks has 33 units).
 MAX_BLOCK_UNITS = 40
 
+#: Parts with more states than this are split at depth levels. The IOS benchmarks' block with the most states,
+#: RandWire's, has 12,293 (3.4 million transitions at r=3, s=8: seconds of DP); HRNet's and PNASNet's have
+#: hundreds of thousands, and their DP does not finish.
+MAX_BLOCK_STATES = 16384
 
-def find_blocks(units: Sequence[Unit], output: Value, max_units: int = MAX_BLOCK_UNITS) -> tuple[Block, ...]:
+
+def find_blocks(units: Sequence[Unit], output: Value, max_units: int = MAX_BLOCK_UNITS,
+                max_states: int = MAX_BLOCK_STATES) -> tuple[Block, ...]:
     """The blocks of units given in topological order, with the graph output read from ``output``."""
     cuts = cut_units(units, output)
     blocks: list[list[str]] = []
@@ -44,7 +56,8 @@ def find_blocks(units: Sequence[Unit], output: Value, max_units: int = MAX_BLOCK
         blocks.append(current)
     by_id = {u.id: u for u in units}
     parts = [part for block in blocks for part in split_block([by_id[u] for u in block], max_units)]
-    return tuple(Block(i, tuple(p)) for i, p in enumerate(parts))
+    narrow = [level for part in parts for level in split_wide([by_id[u] for u in part], max_states)]
+    return tuple(Block(i, tuple(p)) for i, p in enumerate(narrow))
 
 
 def split_block(units: Sequence[Unit], max_units: int) -> list[list[str]]:
@@ -63,6 +76,67 @@ def split_block(units: Sequence[Unit], max_units: int) -> list[list[str]]:
         if all(b - a <= max_units for a, b in zip(bounds, bounds[1:])):
             return _absorb_small([ids[a:b] for a, b in zip(bounds, bounds[1:])], max_units)
     return [ids]
+
+
+def split_wide(units: Sequence[Unit], max_states: int) -> list[list[str]]:
+    """Split a part with more than ``max_states`` states into runs of whole depth levels, each run as long as
+    stays within the bound; a single level over the bound (many independent units) is cut into chunks.
+
+    The units of each run are listed by depth, then by their order in ``units``: a topological order.
+    """
+    ids = [u.id for u in units]
+    if count_states(units, max_states) <= max_states:
+        return [ids]
+    by_level: dict[int, list[Unit]] = {}
+    for unit, level in zip(units, _depths(units)):
+        by_level.setdefault(level, []).append(unit)
+    parts: list[list[Unit]] = [[]]
+    for level in sorted(by_level):
+        for chunk in _chunks(by_level[level], max_states.bit_length() - 1):
+            grown = parts[-1] + chunk
+            if count_states(grown, max_states) <= max_states:
+                parts[-1] = grown
+            else:
+                parts.append(list(chunk))
+    return [[u.id for u in part] for part in parts if part]
+
+
+def count_states(units: Sequence[Unit], limit: int) -> int:
+    """The number of sets of ``units`` closed under predecessors (the DP's states: the full set included, the
+    empty one not), or ``limit + 1`` where there are more than ``limit``."""
+    index = {u.id: i for i, u in enumerate(units)}
+    succs = [0] * len(units)
+    for i, unit in enumerate(units):
+        for source in unit.sources:
+            if source in index:
+                succs[index[source]] |= 1 << i
+    full = (1 << len(units)) - 1
+    seen, todo = {full}, [full]
+    while todo and len(seen) <= limit:
+        state = todo.pop()
+        left = state
+        while left:
+            low = left & -left
+            left ^= low
+            if not succs[low.bit_length() - 1] & state:  # a unit nothing in the state reads: it can go
+                rest = state ^ low
+                if rest and rest not in seen:
+                    seen.add(rest)
+                    todo.append(rest)
+    return min(len(seen), limit + 1)
+
+
+def _depths(units: Sequence[Unit]) -> list[int]:
+    """Each unit's longest-path distance from the units that read nothing inside ``units`` (those are 0)."""
+    depth: dict[str, int] = {}
+    for unit in units:
+        depth[unit.id] = max((depth[s] + 1 for s in unit.sources if s in depth), default=0)
+    return [depth[u.id] for u in units]
+
+
+def _chunks(level: list[Unit], size: int) -> list[list[Unit]]:
+    """A depth level cut into chunks of at most ``size`` units (2**size states), in order."""
+    return [level[i:i + size] for i in range(0, len(level), max(size, 1))]
 
 
 def _absorb_small(parts: list[list[str]], max_units: int, small: int = 2) -> list[list[str]]:

@@ -709,6 +709,29 @@ class StdConvStyle(nn.Module):
         return self.head((self.left(x) + self.right(x)).mean((2, 3)))
 
 
+# ------------------------------------------------------------------------ parallel branches long as well as many
+
+
+class MultiResolutionStyle(nn.Module):
+    """HRNet's shape in small: three branches at three resolutions, each a chain of four convs, fused by strided
+    convs into the lowest resolution and summed: one block whose states multiply across the branches."""
+
+    def __init__(self, width: int = 8, depth: int = 4) -> None:
+        super().__init__()
+        self.stem = conv_norm_act(3, width, 3)
+        self.branches = nn.ModuleList(
+            nn.Sequential(conv_norm_act(width, width, 3, stride=2 ** b),
+                          *(conv_norm_act(width, width, 3) for _ in range(depth - 1)))
+            for b in range(3))
+        self.fuse = nn.ModuleList(conv_norm_act(width, width, 3, stride=2 ** (2 - b)) for b in range(3))
+        self.head = nn.Linear(width, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        fused = sum(fuse(branch(x)) for branch, fuse in zip(self.branches, self.fuse))
+        return self.head(fused.mean((2, 3)))
+
+
 # ----------------------------------------------------------------------------------------------------- factories
 
 
@@ -762,6 +785,11 @@ def std_conv_style() -> nn.Module:
     return StdConvStyle().eval()
 
 
+def multi_resolution_style() -> nn.Module:
+    """Factory: three long branches side by side (HRNet-like)."""
+    return MultiResolutionStyle().eval()
+
+
 def tf_same_style() -> nn.Module:
     """Factory: timm's TensorFlow-"SAME" layers in a small cell."""
     return TfSameStyle().eval()
@@ -769,7 +797,7 @@ def tf_same_style() -> nn.Module:
 
 inception_v3_style.input_shape = (3, 299, 299)  # type: ignore[attr-defined]
 for _factory in (resnet_style, densenet_style, mobilenet_v3_style, efficientnet_style, timm_style, shufflenet_style,
-                 convnext_style, attention_style, std_conv_style):
+                 convnext_style, attention_style, std_conv_style, multi_resolution_style):
     _factory.input_shape = (3, 32, 32)  # type: ignore[attr-defined]
 tf_same_style.input_shape = (3, 33, 30)  # type: ignore[attr-defined]
 
@@ -778,5 +806,5 @@ SMALL: dict[str, Callable[[], nn.Module]] = {
     "resnet": resnet_style, "densenet": densenet_style, "mobilenet_v3": mobilenet_v3_style,
     "efficientnet": efficientnet_style, "timm": timm_style, "shufflenet": shufflenet_style,
     "convnext": convnext_style, "tf_same": tf_same_style, "attention": attention_style,
-    "std_conv": std_conv_style,
+    "std_conv": std_conv_style, "multi_resolution": multi_resolution_style,
 }

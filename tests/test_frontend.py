@@ -10,7 +10,7 @@ from functools import lru_cache
 import pytest
 import torch
 
-from ios_ray.blocks import cut_units, find_blocks
+from ios_ray.blocks import count_states, cut_units, find_blocks
 from ios_ray.errors import UserError
 from ios_ray.frontend import Imported, import_module, import_model
 from ios_ray.ir import GRAPH_INPUT, Block, Graph, Unit, Value
@@ -70,6 +70,19 @@ def test_block_detection_on_hand_made_dag() -> None:
     assert blocks == [("a",), ("b", "c", "d"), ("e",), ("f", "g", "h", "i")]
     graph = Graph("dag", (4,), tuple(units), output)
     assert BlockDag.of(graph, Block(0, tuple(u.id for u in units))).width == 2
+
+
+def test_states_are_counted_and_a_level_too_wide_for_the_bound_is_cut_into_chunks() -> None:
+    # ten independent units read one unit, a concat reads them all: states are the 2**10 - 1 non-empty sets of the
+    # ten, and all eleven
+    branches = [_unit(f"b{i}", "a") for i in range(10)]
+    units = [_unit("a", GRAPH_INPUT), *branches, _unit("c", *(b.id for b in branches))]
+    assert count_states(units[1:], 10_000) == 2 ** 10
+    assert count_states(units[1:], 100) == 101  # counting stops past the limit
+    blocks = [b.units for b in find_blocks(units, Value.of("c"), max_states=64)]
+    # 6 independent units have 63 states, 7 have 127: the level is cut into 6 and 4, the concat joins the last
+    assert blocks == [("a",), tuple(f"b{i}" for i in range(6)), (*(f"b{i}" for i in range(6, 10)), "c")]
+    assert [b.units for b in find_blocks(units, Value.of("c"))] == [("a",), tuple(u.id for u in units[1:])]
 
 
 def test_big_block_split_at_narrow_points() -> None:

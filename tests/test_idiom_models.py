@@ -13,16 +13,20 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
 
+from ios_ray.blocks import count_states, find_blocks
 from ios_ray.frontend import Imported, import_model, import_module, opaque_report
 from ios_ray.frontend.activations import ACTIVATIONS
 from ios_ray.frontend.report import op_kind, unit_ops
 from ios_ray.ir import Graph
 from ios_ray.runtime import Program, ScheduleRunner
-from ios_ray.scheduler import SearchParams, plan_graph
+from ios_ray.scheduler import BlockDag, SearchParams, plan_graph
+from tests.test_runtime_schedules import dp_blocks
 from tests.helpers import randomise_batchnorm, relative_error
 from tests.idiom_models import (
     SMALL,
@@ -31,6 +35,7 @@ from tests.idiom_models import (
     SqueezeExcite,
     attention_style,
     inception_v3_style,
+    multi_resolution_style,
     shufflenet_style,
     std_conv_style,
     tf_same_style,
@@ -171,4 +176,23 @@ def test_torchvision_style_inception_plans_as_many_stages_as_the_zoos() -> None:
     zoo = import_model("inception_v3").graph
     assert (len(graph.units), len(graph.blocks)) == (len(zoo.units), len(zoo.blocks))
     assert len(plan_graph(graph, params).stages) == len(plan_graph(zoo, params).stages) == 3711
+    case.check_schedules()
+
+
+def test_a_block_with_too_many_states_runs_as_parts_cut_at_depth_levels_with_the_branches_side_by_side() -> None:
+    case = Case(multi_resolution_style)
+    graph = case.imported.graph
+    [wide] = [b for b in graph.blocks if len(b.units) > 1]
+    units = [graph.unit(u) for u in wide.units]
+    assert count_states(units, 10_000) == 216  # 5 states per branch (none to all four convs), fuse convs, mean
+    split = dataclasses.replace(graph, blocks=find_blocks(graph.units, graph.output, max_states=40))
+    parts = [b for b in split.blocks if set(b.units) <= set(wide.units)]
+    assert len(parts) > 1 and sorted(u for p in parts for u in p.units) == sorted(wide.units)
+    for part in parts:
+        assert count_states([graph.unit(u) for u in part.units], 40) <= 40
+        BlockDag.of(split, part)  # listed in topological order, or this raises
+    # every cut is between depth levels, so the first part holds the start of all three branches
+    assert {u.split(".")[1] for u in parts[0].units if u.startswith("branches.")} == {"0", "1", "2"}
+    assert any(len(stage.groups) > 1 for block in dp_blocks(split) for stage in block.stages)
+    case.imported = dataclasses.replace(case.imported, graph=split)
     case.check_schedules()
