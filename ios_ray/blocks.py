@@ -56,7 +56,7 @@ def find_blocks(units: Sequence[Unit], output: Value, max_units: int = MAX_BLOCK
         blocks.append(current)
     by_id = {u.id: u for u in units}
     parts = [part for block in blocks for part in split_block([by_id[u] for u in block], max_units)]
-    narrow = [level for part in parts for level in split_wide([by_id[u] for u in part], max_states)]
+    narrow = [piece for part in parts for piece in split_wide([by_id[u] for u in part], max_states)]
     return tuple(Block(i, tuple(p)) for i, p in enumerate(narrow))
 
 
