@@ -115,19 +115,17 @@ def test_each_channel_shuffle_is_one_unit() -> None:
     assert kinds["shuffle"] == 3 and kinds["concat"] == 0 and kinds["opaque"] == 0
 
 
-def test_tf_same_layers_are_a_pad_then_a_conv_or_pool_unit() -> None:
+def test_tf_same_layers_are_conv_or_pool_units_padding_themselves_where_they_can() -> None:
     graph = import_module(tf_same_style(), torch.randn(1, 3, 33, 30)).graph
     kinds = Counter(u.kind for u in graph.units)
-    # stem, depthwise and pointwise convs; both pools and the head's mean; a pad before each "SAME" layer that pads
-    # (the 1x1 stride-2 pointwise conv pads nothing)
-    assert (kinds["conv"], kinds["pool"], kinds["opaque"]) == (3, 3, 4), kinds
-    pads = sorted(u.attrs["args"] for u in graph.units if u.kind == "opaque")
-    # 33x30 -> 17x15 (stem: W pads 0 left and 1 right, H 1 and 1), then the cell's 17x15 -> 9x8 (k=5: 2 on every
-    # side; k=3: 1 on every side); F.pad takes (left, right, top, bottom)
-    assert pads == sorted([
-        "(('x', (0, 1, 1, 1)), {'value': 0.0})", "(('x', (2, 2, 2, 2)), {'value': 0.0})",
-        "(('x', (1, 1, 1, 1)), {'value': -inf})", "(('x', (1, 1, 1, 1)), {'value': 0.0})",
-    ]), pads
+    # stem, depthwise and pointwise convs; both pools and the head's mean; one pad, where "SAME" pads unevenly
+    assert (kinds["conv"], kinds["pool"], kinds["opaque"]) == (3, 3, 1), kinds
+    # 33x30 -> 17x15 (stem: W pads 0 left and 1 right, H 1 and 1: F.pad takes (left, right, top, bottom)), then the
+    # cell's 17x15 -> 9x8 pads evenly (k=5: 2 on every side; k=3: 1), so each layer pads itself (1x1: nothing)
+    [pad] = [u for u in graph.units if u.kind == "opaque"]
+    assert pad.attrs["args"] == "(('x', (0, 1, 1, 1)), {'value': 0.0})"
+    padding = {u.id.split("_")[0]: u.attrs["padding"] for u in graph.units if "padding" in u.attrs}
+    assert padding == {"stem": (0, 0), "depthwise": (2, 2), "max": (1, 1), "avg": (1, 1), "pointwise": (0, 0)}
 
 
 def test_convs_on_weights_computed_from_parameters_are_conv_units_with_their_batch_norm_folded() -> None:

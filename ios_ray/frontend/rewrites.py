@@ -249,9 +249,10 @@ _SAME_PADDING: dict[str, tuple[type[nn.Module], float]] = {
 
 
 def same_padding_as_pads(gm: fx.GraphModule) -> fx.GraphModule:
-    """A call of timm's ``Conv2dSame``, ``MaxPool2dSame`` or ``AvgPool2dSame`` on a 4-d input becomes ``F.pad`` by
-    the padding TensorFlow's "SAME" gives that input's size (where it pads at all), then the plain torch layer
-    (a copy of the module as its torch class, sharing its weights)."""
+    """A call of timm's ``Conv2dSame``, ``MaxPool2dSame`` or ``AvgPool2dSame`` on a 4-d input becomes the plain
+    torch layer (a copy of the module as its torch class, sharing its weights) with the padding TensorFlow's "SAME"
+    gives that input's size: the layer's own where it is the same on both sides (stride 1, odd kernels: the usual
+    case), else ``F.pad`` before it."""
     for node in list(gm.graph.nodes):
         found = _same_padding_layer(gm, node)
         if found is None:
@@ -259,6 +260,9 @@ def same_padding_as_pads(gm: fx.GraphModule) -> fx.GraphModule:
         plain, value = found
         source: fx.Node = node.args[0]  # type: ignore[assignment]
         pads = _same_pads(full_shape(source)[2:], plain)  # type: ignore[index]
+        if _pads_itself(plain, pads):
+            plain.padding = (pads[2], pads[0])
+            pads = (0, 0, 0, 0)
         with gm.graph.inserting_before(node):
             if any(pads):
                 padded = gm.graph.call_function(F.pad, (source, pads), {"value": value})
@@ -284,6 +288,18 @@ def _same_padding_layer(gm: fx.GraphModule, node: fx.Node) -> tuple[nn.Module, f
     plain = copy.copy(module)
     plain.__class__ = torch_class
     return plain, value
+
+
+def _pads_itself(layer: nn.Module, pads: tuple[int, int, int, int]) -> bool:
+    """Whether ``layer``'s own padding can do what ``F.pad`` by ``pads`` would: the same on both sides, and a layer
+    that pads as ``F.pad`` would (a conv with zeros, a max pool, an average pool counting the padding; no
+    ``ceil_mode``, whose windows differ)."""
+    left, right, top, bottom = pads
+    if left != right or top != bottom or pair(layer.padding) != (0, 0):
+        return False
+    if isinstance(layer, nn.Conv2d):
+        return layer.padding_mode == "zeros"
+    return not layer.ceil_mode and getattr(layer, "count_include_pad", True)
 
 
 def _same_pads(size: tuple[int, ...], layer: nn.Module) -> tuple[int, int, int, int]:
