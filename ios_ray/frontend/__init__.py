@@ -34,7 +34,7 @@ from torch import nn
 
 from ios_ray.frontend.report import OPAQUE_WARNING_SHARE, OpaqueReport, opaque_report
 from ios_ray.frontend.rewrites import (batch_norms_as_modules, drop_eval_identities, functional_convs_as_modules,
-                                      functionalize, same_padding_as_pads, views_as_reshapes)
+                                      functionalize, same_padding_as_torch_layers, views_as_reshapes)
 from ios_ray.frontend.sizes import fold_sizes
 from ios_ray.frontend.trace import propagate, record_batch_layout, trace
 from ios_ray.frontend.units import build_graph
@@ -59,7 +59,7 @@ def import_module(module: nn.Module, example_input: torch.Tensor, name: str | No
     name = name or type(module).__name__
     gm = views_as_reshapes(drop_eval_identities(functionalize(trace(module))))
     propagate(gm, example_input, name)
-    gm = same_padding_as_pads(functional_convs_as_modules(batch_norms_as_modules(gm)))
+    gm = same_padding_as_torch_layers(functional_convs_as_modules(batch_norms_as_modules(gm)))
     record_batch_layout(gm, example_input)
     gm = fold_sizes(gm)
     graph, constants = build_graph(gm, name, tuple(example_input.shape[1:]))

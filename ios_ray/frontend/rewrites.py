@@ -16,9 +16,10 @@ Each pass is a function ``GraphModule -> GraphModule`` that edits the graph in p
 * :func:`functional_convs_as_modules`: ``F.conv2d`` on a weight computed from parameters alone (``self.weight``,
   timm's weight-standardised ``StdConv2d``/``ScaledStdConv2d`` in BiT and NFNet models) becomes a call of an
   ``nn.Conv2d`` holding that weight, evaluated once at import, so it folds and merges like any conv.
-* :func:`same_padding_as_pads` (needs shapes): timm's TensorFlow-"SAME" layers (``Conv2dSame``, ``MaxPool2dSame``,
-  ``AvgPool2dSame``; their ``forward`` branches on the input's size, so tracing keeps them whole) become an
-  ``F.pad`` by the padding "SAME" gives the traced size, then the plain torch layer: a conv unit, a pool unit.
+* :func:`same_padding_as_torch_layers` (needs shapes): timm's TensorFlow-"SAME" layers (``Conv2dSame``,
+  ``MaxPool2dSame``, ``AvgPool2dSame``; their ``forward`` branches on the input's size, so tracing keeps them whole)
+  become the plain torch layer, a conv or pool unit, padded as "SAME" pads the traced size: by the layer itself
+  where the padding is even on both sides, else by an ``F.pad`` before it.
 
 Modules are never changed in place: a module that must change is copied into the GraphModule under a new name, so
 the user's model stays as it was.
@@ -248,11 +249,11 @@ _SAME_PADDING: dict[str, tuple[type[nn.Module], float]] = {
 }
 
 
-def same_padding_as_pads(gm: fx.GraphModule) -> fx.GraphModule:
+def same_padding_as_torch_layers(gm: fx.GraphModule) -> fx.GraphModule:
     """A call of timm's ``Conv2dSame``, ``MaxPool2dSame`` or ``AvgPool2dSame`` on a 4-d input becomes the plain
     torch layer (a copy of the module as its torch class, sharing its weights) with the padding TensorFlow's "SAME"
-    gives that input's size: the layer's own where it is the same on both sides (stride 1, odd kernels: the usual
-    case), else ``F.pad`` before it."""
+    gives that input's size: the layer's own where it is the same on both sides (odd sizes at stride 2, such as
+    NASNet's 331x331; timm pads statically where the size does not matter), else ``F.pad`` before it."""
     for node in list(gm.graph.nodes):
         found = _same_padding_layer(gm, node)
         if found is None:
