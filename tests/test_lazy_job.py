@@ -9,6 +9,7 @@ import pytest
 
 from ios_ray.app.job import SearchRequest, run_search
 from ios_ray.app.progress import SilentProgress
+from ios_ray.app.rounds import MAX_GROWTH, ROUND_STAGES_PER_ACTOR, RoundSize
 from ios_ray.errors import UserError
 
 MODEL = "tests.user_models:wide"
@@ -49,3 +50,17 @@ def test_bad_measure_mode_and_budget_are_one_sentence(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="budget must be at least 1"):
         search(tmp_path / "store.duckdb", "lazy", budget=0)
     assert not (tmp_path / "store.duckdb").exists()
+
+
+def test_rounds_grow_while_choosing_outweighs_measuring_and_shrink_back() -> None:
+    size = RoundSize()
+    assert size.stages(actors=2) == 2 * ROUND_STAGES_PER_ACTOR
+    assert size.after(choosing_s=0.1, measuring_s=0.01) == size  # quick choosing: the search is quick anyway
+    grown = size.after(choosing_s=1.0, measuring_s=0.5)
+    assert grown.growth == 2 and grown.stages(actors=2) == 4 * ROUND_STAGES_PER_ACTOR
+    assert grown.after(choosing_s=1.0, measuring_s=9.0) == grown  # the driver's share (10%) is fine: stay
+    assert grown.after(choosing_s=1.0, measuring_s=99.0).growth == 1  # the devices set the pace: smaller again
+    for _ in range(20):
+        size = size.after(choosing_s=1.0, measuring_s=0.1)
+    assert size.growth == MAX_GROWTH
+    assert RoundSize().after(choosing_s=0.0, measuring_s=0.0).growth == 1

@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from ios_ray.app.ray_session import ray_session
+from ios_ray.app.rounds import RoundSize
 from ios_ray.devices import DEFAULT_SIM_ACTORS, parse_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_module
@@ -58,8 +59,6 @@ MEASURE_MODES = ("all", "lazy")
 DEFAULT_MEASURE = "lazy"
 #: On a measured device, lower bounds sit this fraction below what they come from (timing noise); 0 on ``sim:``.
 LAZY_MARGIN = 0.1
-#: Stages a lazy round asks of each setting, per actor of its device (a few batches for every actor).
-ROUND_STAGES_PER_ACTOR = 32
 
 
 @dataclass(frozen=True)
@@ -190,7 +189,7 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
     lazy = LazySpace.build(model.graph, request.params, keys) if request.measure == "lazy" else None
     search = _Search(request, model, keys, plan, LatencyStore(request.store), lazy)
     identities = _simulated_identities(request.devices)
-    if identities is not None and not _any(_ask(search, identities, {})):
+    if identities is not None and not _any(_ask(search, identities, {}, RoundSize())):
         for label in request.devices:
             progress.device_started(label, 0, _stored(search, label))
         return _schedule_all(search, identities, started, None, progress)
@@ -201,10 +200,16 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
         if measured:
             pool.prepare(source, model.graph)
         actors = {label: len(pool.actors(label)) for label in request.devices}
-        asked = _ask(search, identities, actors)
+        size = RoundSize()
+        started_choosing = time.perf_counter()
+        asked = _ask(search, identities, actors, size)
         while _any(asked):
+            started_measuring = time.perf_counter()
             _measure(pool, search, source, asked, identities, progress)
-            asked = _ask(search, identities, actors, before=asked)
+            measured = time.perf_counter()
+            size = size.after(started_measuring - started_choosing, measured - started_measuring)
+            started_choosing = measured
+            asked = _ask(search, identities, actors, size, before=asked)
         return _schedule_all(search, identities, started, (pool, source), progress)
 
 
@@ -252,11 +257,11 @@ def _schedule_all(
 
 
 def _ask(
-    search: _Search, identities: Mapping[str, DeviceIdentity], actors: Mapping[str, int],
+    search: _Search, identities: Mapping[str, DeviceIdentity], actors: Mapping[str, int], size: RoundSize,
     before: Mapping[str, Mapping[int, list[str]]] | None = None,
 ) -> dict[str, dict[int, list[str]]]:
     """Per device and batch, the stage keys to measure next: every planned one the store lacks, or what the lazy
-    search's next round asks for (``actors`` per device sizes the round)."""
+    search's next round asks for (``size`` and ``actors`` per device size the round)."""
     asked: dict[str, dict[int, list[str]]] = {}
     for label in search.request.devices:
         identity = identities[label]
@@ -268,18 +273,14 @@ def _ask(
                 continue
             table = search.store.lookup(search.lazy.keys, identity.fingerprint, batch)
             search.stored[label, batch] = len(table)
-            found = next_round(search.lazy, table, _lazy_params(search.request, identity, actors.get(label, 1)))
+            params = LazyParams(_margin(identity), size.stages(actors.get(label, 1)), search.request.budget)
+            found = next_round(search.lazy, table, params)
             search.rounds[label, batch] = found
             asked[label][batch] = list(found.measure)
     if before is not None and _any(asked) and asked == before:
         raise UserError("the devices returned no latencies for stages they were asked to measure; the measured "
                         "ones were kept, so run the search again.")
     return asked
-
-
-def _lazy_params(request: SearchRequest, identity: DeviceIdentity, actors: int) -> LazyParams:
-    """A lazy round's parameters on one device: no margin on a ``sim:`` device, rounds sized to its actors."""
-    return LazyParams(_margin(identity), ROUND_STAGES_PER_ACTOR * max(actors, 1), request.budget)
 
 
 def _margin(identity: DeviceIdentity) -> float:

@@ -13,7 +13,9 @@ vectorised min-plus passes:
   after[state]``, without the ending's own latency).
 
 Latencies are a vector over stage indices; an ending's weight is the least of its candidates' (``inf`` where it
-has none that is known).
+has none that is known). Each pass reads the transitions in its own order (by state, by rest, by ending), stored
+that way once, so that a pass reads its arrays front to back instead of gathering through a permutation (on
+PNASNet-5 Large's 5-million-transition block that is 6x faster backward and 3x through).
 """
 
 from __future__ import annotations
@@ -40,21 +42,34 @@ class _Levels:
 
 
 @dataclass(frozen=True)
-class BlockArrays:
-    """A block's states, transitions and candidate stages as arrays (see the module docstring)."""
+class _Transitions:
+    """Transitions ``state -> rest`` through ``ending`` as three parallel arrays, in one order."""
 
-    block: int
-    full: int
     state: np.ndarray
     rest: np.ndarray
     ending: np.ndarray
+
+    def ordered(self, order: np.ndarray) -> _Transitions:
+        """The same transitions in ``order``, copied."""
+        return _Transitions(self.state[order], self.rest[order], self.ending[order])
+
+
+@dataclass(frozen=True)
+class BlockArrays:
+    """A block's states, transitions and candidate stages as arrays (see the module docstring): ``by_state`` sorted
+    by state (``state_start`` slices a state's), ``by_rest`` by rest (larger rests first), ``by_ending`` by
+    ending (``ending_start`` slices an ending's)."""
+
+    block: int
+    full: int
     candidates: np.ndarray
+    by_state: _Transitions
     state_start: np.ndarray
+    by_rest: _Transitions
+    by_ending: _Transitions
+    ending_start: np.ndarray
     _forward: _Levels
     _backward: _Levels
-    _backward_order: np.ndarray
-    _ending_order: np.ndarray
-    _ending_starts: np.ndarray
 
     @staticmethod
     def of(space: BlockSpace, index_of: Callable[[Stage], int]) -> BlockArrays:
@@ -78,7 +93,7 @@ class BlockArrays:
     @property
     def transitions(self) -> int:
         """The number of (state, ending) transitions."""
-        return len(self.state)
+        return len(self.by_state.state)
 
     def ending_weights(self, latency: np.ndarray) -> np.ndarray:
         """Per ending, the least latency of its candidate stages (``inf`` where none is finite)."""
@@ -93,51 +108,49 @@ class BlockArrays:
         """``cost[S]`` for every state under these ending weights; ``cost[full]`` is the block's best cost."""
         cost = np.full(len(self.state_start) - 1, np.inf)
         cost[0] = 0.0
+        rest, ending = self.by_state.rest, self.by_state.ending
         for (a, z), starts, targets in zip(*_unpack(self._forward)):
-            cost[targets] = np.minimum.reduceat(cost[self.rest[a:z]] + weights[self.ending[a:z]], starts)
+            cost[targets] = np.minimum.reduceat(cost[rest[a:z]] + weights[ending[a:z]], starts)
         return cost
 
     def backward(self, weights: np.ndarray) -> np.ndarray:
         """``after[S]``: the best cost of the units not in state S, once S has run."""
         after = np.full(len(self.state_start) - 1, np.inf)
         after[self.full] = 0.0
-        order = self._backward_order
+        state, ending = self.by_rest.state, self.by_rest.ending
         for (a, z), starts, targets in zip(*_unpack(self._backward)):
-            run = order[a:z]
-            found = np.minimum.reduceat(after[self.state[run]] + weights[self.ending[run]], starts)
+            found = np.minimum.reduceat(after[state[a:z]] + weights[ending[a:z]], starts)
             after[targets] = np.minimum(after[targets], found)
         return after
 
     def through(self, cost: np.ndarray, after: np.ndarray) -> np.ndarray:
         """Per ending, the best cost of a block schedule running it as a stage, less the ending's own latency."""
-        order = self._ending_order
-        return np.minimum.reduceat(cost[self.rest[order]] + after[self.state[order]], self._ending_starts)
+        return np.minimum.reduceat(cost[self.by_ending.rest] + after[self.by_ending.state], self.ending_start)
 
     def best_endings(self, weights: np.ndarray, cost: np.ndarray) -> list[int]:
         """The endings of the best schedule under ``weights`` (``cost`` from :meth:`forward`), last stage first."""
         chosen = []
         state = self.full
+        rest, ending = self.by_state.rest, self.by_state.ending
         while state != 0:
             a, z = self.state_start[state], self.state_start[state + 1]
-            best = a + int(np.argmin(cost[self.rest[a:z]] + weights[self.ending[a:z]]))
-            chosen.append(int(self.ending[best]))
-            state = int(self.rest[best])
+            best = a + int(np.argmin(cost[rest[a:z]] + weights[ending[a:z]]))
+            chosen.append(int(ending[best]))
+            state = int(rest[best])
         return chosen
 
 
 def _assemble(block: int, full: int, table: np.ndarray, candidates: np.ndarray, sizes: np.ndarray,
               states: int) -> BlockArrays:
-    """Precompute the level runs of both passes and the per-ending grouping."""
-    state, rest, ending = table[:, 0].copy(), table[:, 1].copy(), table[:, 2].copy()
-    state_start = np.searchsorted(state, np.arange(states + 1)).astype(np.int64)
-    backward_order = np.lexsort((rest, -sizes[rest])).astype(np.int64)
-    ending_order = np.argsort(ending, kind="stable").astype(np.int64)
-    sorted_endings = ending[ending_order]
-    ending_starts = np.flatnonzero(np.r_[True, sorted_endings[1:] != sorted_endings[:-1]]) if len(ending) else \
+    """Store the transitions in each pass's order and precompute the level runs of both passes."""
+    by_state = _Transitions(table[:, 0].copy(), table[:, 1].copy(), table[:, 2].copy())
+    state_start = np.searchsorted(by_state.state, np.arange(states + 1)).astype(np.int64)
+    by_rest = by_state.ordered(np.lexsort((by_state.rest, -sizes[by_state.rest])))
+    by_ending = by_state.ordered(np.argsort(by_state.ending, kind="stable"))
+    ending_start = np.flatnonzero(np.r_[True, by_ending.ending[1:] != by_ending.ending[:-1]]) if len(table) else \
         np.zeros(0, dtype=np.int64)
-    return BlockArrays(block, full, state, rest, ending, candidates, state_start,
-                       _levels(state, sizes[state]), _levels(rest[backward_order], sizes[rest[backward_order]]),
-                       backward_order, ending_order, ending_starts)
+    return BlockArrays(block, full, candidates, by_state, state_start, by_rest, by_ending, ending_start,
+                       _levels(by_state.state, sizes[by_state.state]), _levels(by_rest.rest, sizes[by_rest.rest]))
 
 
 def _levels(targets: np.ndarray, sizes: np.ndarray) -> _Levels:

@@ -21,6 +21,7 @@ identical blocks (NASNet's repeated cells) are solved once; a round is a few vec
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from dataclasses import dataclass
@@ -95,14 +96,25 @@ class LazySpace:
         seeds = np.concatenate([relations.one_group, relations.pairs])
         return LazySpace(tuple(index.planned), relations, blocks, copies, np.sort(seeds))
 
-    @property
+    @functools.cached_property
     def keys(self) -> list[str]:
-        """Every stage key the lazy search may ask for."""
+        """Every stage key the lazy search may ask for, by stage number."""
         return [p.key for p in self.planned]
 
+    @functools.cached_property
+    def numbers(self) -> dict[str, int]:
+        """Stage number by key."""
+        return {key: number for number, key in enumerate(self.keys)}
+
     def vector(self, table: Mapping[str, float]) -> np.ndarray:
-        """Latencies by stage number from a table by key; NaN where the table has none."""
-        return np.array([table.get(p.key, math.nan) for p in self.planned], dtype=float)
+        """Latencies by stage number from a table by key; NaN where the table has none (keys of other stages in
+        the table are ignored)."""
+        latency = np.full(len(self.planned), math.nan)
+        numbers = self.numbers
+        for key, ms in table.items():
+            if key in numbers:
+                latency[numbers[key]] = ms
+        return latency
 
 
 def next_round(space: LazySpace, table: Mapping[str, float], params: LazyParams = LazyParams()) -> LazyRound:
@@ -179,8 +191,9 @@ def _unique(arrays: list[BlockArrays]) -> tuple[tuple[BlockArrays, ...], tuple[i
     unique: list[BlockArrays] = []
     copies: list[int] = []
     for block in arrays:
-        digest = hashlib.sha256(b"".join(a.tobytes() for a in (block.state, block.rest, block.ending,
-                                                                 block.candidates))).hexdigest()
+        transitions = block.by_state
+        digest = hashlib.sha256(b"".join(a.tobytes() for a in (transitions.state, transitions.rest,
+                                                                 transitions.ending, block.candidates))).hexdigest()
         if digest in found:
             copies[found[digest]] += 1
         else:
