@@ -10,10 +10,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
+from ios_ray.schedule import Schedule, check_schedule
 from ios_ray.scheduler import SearchParams, SyntheticCost, TableLatency, optimize_block, optimize_graph, plan_graph
 from ios_ray.scheduler.arrays import BlockArrays
 from ios_ray.scheduler.estimate import _compose, estimate
@@ -77,6 +80,40 @@ def test_array_dp_matches_the_dp(graph: Graph, params: SearchParams) -> None:
     assert math.isclose(forward[arrays.full], optimize_block(graph, block, cost, params).cost, rel_tol=1e-9)
     through = arrays.through(forward, arrays.backward(weights))
     assert math.isclose(float(np.min(through + weights)), forward[arrays.full], rel_tol=1e-9)
+
+
+@PROPS
+@given(dags(), PARAMS, st.data())
+def test_the_lazy_space_plans_and_solves_what_the_dp_does(graph: Graph, params: SearchParams,
+                                                          data: st.DataObject) -> None:
+    space = LazySpace.build(graph, params)
+    plan = plan_graph(graph, params)
+    assert space.plan.blocks == plan.blocks and space.plan.stages.keys() == plan.stages.keys()
+    cost = SyntheticCost(graph)
+    keys = StageKeys(graph)
+    measured = data.draw(st.sets(st.sampled_from(space.keys))) | {space.keys[n] for n in space.seeds}
+    table = {p.key: cost.latency(p.stage) for p in space.planned if p.key in measured}
+    found = space.optimize(table)
+    assert math.isclose(found.cost, optimize_graph(graph, TableLatency(keys, table, missing=math.inf), params).cost,
+                        rel_tol=1e-9)
+    check_schedule(Schedule(graph.name, graph.fingerprint, "cpu", 1, found.schedules), graph)
+    for schedule in found.schedules:
+        assert schedule.latencies == tuple(table[keys.key(stage)] for stage in schedule.stages)
+
+
+def test_the_lazy_space_plans_and_solves_a_model_of_repeated_blocks_as_the_dp_does() -> None:
+    graph, params = import_model("inception_v3").graph, SearchParams()
+    space = LazySpace.build(graph, params)
+    assert len(space.blocks) < len(graph.blocks)  # two identical blocks share their arrays
+    plan = plan_graph(graph, params)
+    assert space.plan.blocks == plan.blocks and space.plan.stages.keys() == plan.stages.keys()
+    cost, keys = SyntheticCost(graph, contention=0.3), StageKeys(graph)
+    table = {p.key: cost.latency(p.stage) for n, p in enumerate(space.planned) if n % 3 == 0 or n in space.seeds}
+    found = space.optimize(table)
+    expected = optimize_graph(graph, TableLatency(keys, table, missing=math.inf), params)
+    assert [b.cost for b in found.blocks] == pytest.approx([b.cost for b in expected.blocks], rel=1e-9)
+    check_schedule(Schedule(graph.name, graph.fingerprint, "cpu", 1, found.schedules), graph)
+    assert [s.block for s in found.schedules] == [b.index for b in graph.blocks]
 
 
 @PROPS

@@ -184,9 +184,9 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
     request = _checked(request)
     model = load_model(request)
     keys = StageKeys(model.graph)
-    plan = plan_graph(model.graph, request.params, keys)
-    progress.planned(model.graph, plan)
     lazy = LazySpace.build(model.graph, request.params, keys) if request.measure == "lazy" else None
+    plan = lazy.plan if lazy is not None else plan_graph(model.graph, request.params, keys)
+    progress.planned(model.graph, plan)
     search = _Search(request, model, keys, plan, LatencyStore(request.store), lazy)
     identities = _simulated_identities(request.devices)
     if identities is not None and not _any(_ask(search, identities, {}, RoundSize())):
@@ -377,7 +377,7 @@ def _optimize(search: _Search, identity: DeviceIdentity, batch: int) -> tuple[Sc
             f"{batch}; rerun the search to measure them."
         )
     latency = TableLatency(search.keys, table, missing=math.inf if search.lazy is not None else None)
-    result = optimize_graph(graph, latency, request.params)
+    result = search.lazy.optimize(table) if search.lazy is not None else optimize_graph(graph, latency, request.params)
     schedule = Schedule(
         model=search.model.name, graph_fingerprint=graph.fingerprint, device=identity.label, batch=batch,
         blocks=result.schedules, device_fingerprint=identity.fingerprint, device_info=dict(identity.info),

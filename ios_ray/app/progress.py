@@ -1,7 +1,8 @@
 """Rich progress bars for ``ios-ray search``: one bar per device (stages measured of total, cached, rate, ETA).
 
-Before the bars, a spinner says what the search is doing (importing the model and planning its stages; building the
-lazy search's space): seconds on small models, minutes on the largest (NASNet-large: 150,000 stages).
+Before the bars, a spinner says what the search is doing (importing the model and planning its stages, with the
+lazy search's states, transitions and stage relations; then starting the devices): seconds on small models, a
+minute or two on the largest (PNASNet-5 Large: 120,000 stages).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ class RichSearchProgress:
             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
         )
         self.tasks: dict[str, int] = {}
-        self.status = console.status("importing the model and planning its candidate stages")
+        self.status = console.status("importing the model and planning its candidate stages (states, transitions "
+                                     "and stage relations per block)")
 
     def __enter__(self) -> "RichSearchProgress":
         self.status.start()
@@ -47,7 +49,7 @@ class RichSearchProgress:
         if opaque.warrants_warning:
             self.console.print(f"warning: {opaque.summary()}; they run their original code one op at a time (see "
                                "ios-ray inspect)", highlight=False, soft_wrap=True)
-        self.status.update("preparing the search: states, transitions and stage relations per block")
+        self.status.update("starting the devices and looking up the store")
 
     def device_started(self, device: str, total: int, cached: int) -> None:
         """Add a bar for a device (the bars show from the first one on), or restart it for a lazy search's round."""

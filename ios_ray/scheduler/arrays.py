@@ -25,6 +25,7 @@ from typing import Callable
 
 import numpy as np
 
+from ios_ray.scheduler.plan import BlockCounts
 from ios_ray.scheduler.space import BlockSpace
 from ios_ray.stage import Stage
 
@@ -58,10 +59,12 @@ class _Transitions:
 class BlockArrays:
     """A block's states, transitions and candidate stages as arrays (see the module docstring): ``by_state`` sorted
     by state (``state_start`` slices a state's), ``by_rest`` by rest (larger rests first), ``by_ending`` by
-    ending (``ending_start`` slices an ending's)."""
+    ending (``ending_start`` slices an ending's); ``endings`` holds each ending's mask of the block's units and
+    ``counts`` the size of the space."""
 
-    block: int
+    counts: BlockCounts
     full: int
+    endings: tuple[int, ...]
     candidates: np.ndarray
     by_state: _Transitions
     state_start: np.ndarray
@@ -88,7 +91,9 @@ class BlockArrays:
             for stage in space.stages(mask):
                 candidates[e, CONCURRENT if stage.strategy == "concurrent" else MERGE] = index_of(stage)
         sizes = np.array([m.bit_count() for m in masks], dtype=np.int64)
-        return _assemble(space.block.index, order[space.full], table, candidates, sizes, len(masks))
+        counts = BlockCounts(space.block.index, space.dag.size, space.dag.width, len(masks) - 1, len(table),
+                             int(np.count_nonzero(candidates >= 0)))
+        return _assemble(counts, order[space.full], tuple(endings), table, candidates, sizes, len(masks))
 
     @property
     def transitions(self) -> int:
@@ -140,8 +145,8 @@ class BlockArrays:
         return chosen
 
 
-def _assemble(block: int, full: int, table: np.ndarray, candidates: np.ndarray, sizes: np.ndarray,
-              states: int) -> BlockArrays:
+def _assemble(counts: BlockCounts, full: int, endings: tuple[int, ...], table: np.ndarray, candidates: np.ndarray,
+              sizes: np.ndarray, states: int) -> BlockArrays:
     """Store the transitions in each pass's order and precompute the level runs of both passes."""
     by_state = _Transitions(table[:, 0].copy(), table[:, 1].copy(), table[:, 2].copy())
     state_start = np.searchsorted(by_state.state, np.arange(states + 1)).astype(np.int64)
@@ -149,7 +154,7 @@ def _assemble(block: int, full: int, table: np.ndarray, candidates: np.ndarray, 
     by_ending = by_state.ordered(np.argsort(by_state.ending, kind="stable"))
     ending_start = np.flatnonzero(np.r_[True, by_ending.ending[1:] != by_ending.ending[:-1]]) if len(table) else \
         np.zeros(0, dtype=np.int64)
-    return BlockArrays(block, full, candidates, by_state, state_start, by_rest, by_ending, ending_start,
+    return BlockArrays(counts, full, endings, candidates, by_state, state_start, by_rest, by_ending, ending_start,
                        _levels(by_state.state, sizes[by_state.state]), _levels(by_rest.rest, sizes[by_rest.rest]))
 
 

@@ -73,13 +73,33 @@ def plan_graph(graph: Graph, params: SearchParams, keys: StageKeys | None = None
     stages: dict[str, PlannedStage] = {}
     blocks = []
     for space in block_spaces(graph, params):
-        block = space.block
         walk = _walk(space)
         candidates = [stage for ending in walk.endings for stage in space.stages(ending)]
-        baselines = sequential_stages(graph, block) + greedy_stages(graph, block)
-        block_keys = _add_stages(keys, [*candidates, *baselines], stages)
-        blocks.append(BlockPlan(walk.counts(space, len(candidates)), frozenset(block_keys)))
+        counts = walk.counts(space, len(candidates))
+        blocks.append(_block_plan(graph, space.block, counts, _add_stages(keys, candidates, stages), keys, stages))
     return Plan(params, stages, tuple(blocks))
+
+
+def plan_found(graph: Graph, params: SearchParams, keys: StageKeys,
+               found: Iterable[tuple[BlockCounts, Iterable[PlannedStage]]]) -> Plan:
+    """The plan :func:`plan_graph` gives, from each block's counts and candidate stages as another walk of the same
+    spaces found them (the lazy search's, which then need not walk them twice)."""
+    stages: dict[str, PlannedStage] = {}
+    blocks = []
+    for block, (counts, candidates) in zip(graph.blocks, found, strict=True):
+        candidate_keys = set()
+        for planned in candidates:
+            stages.setdefault(planned.key, planned)
+            candidate_keys.add(planned.key)
+        blocks.append(_block_plan(graph, block, counts, candidate_keys, keys, stages))
+    return Plan(params, stages, tuple(blocks))
+
+
+def _block_plan(graph: Graph, block: Block, counts: BlockCounts, candidate_keys: set[str], keys: StageKeys,
+                stages: dict[str, PlannedStage]) -> BlockPlan:
+    """A block's plan: its counts and the keys of its candidates and of its baselines' stages (added to ``stages``)."""
+    baselines = sequential_stages(graph, block) + greedy_stages(graph, block)
+    return BlockPlan(counts, frozenset(candidate_keys | _add_stages(keys, baselines, stages)))
 
 
 @dataclass(frozen=True)
