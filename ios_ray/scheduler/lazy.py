@@ -225,16 +225,16 @@ def _best_schedule(space: BlockSpace, arrays: BlockArrays, latency: np.ndarray) 
 
 
 def _unique(arrays: list[BlockArrays]) -> tuple[tuple[BlockArrays, ...], tuple[int, ...], tuple[int, ...]]:
-    """Blocks with the same transitions and candidate stages, once each, with how many times each occurs, and for
-    each block the index of its unique arrays."""
+    """Blocks with the same transitions, endings and candidate stages, once each, with how many times each occurs,
+    and for each block the index of its unique arrays."""
     found: dict[str, int] = {}
     unique: list[BlockArrays] = []
     copies: list[int] = []
     block_of: list[int] = []
     for block in arrays:
         transitions = block.by_state
-        digest = hashlib.sha256(b"".join(a.tobytes() for a in (transitions.state, transitions.rest,
-                                                                 transitions.ending, block.candidates))).hexdigest()
+        parts = [a.tobytes() for a in (transitions.state, transitions.rest, transitions.ending, block.candidates)]
+        digest = hashlib.sha256(b"".join([*parts, repr(block.endings).encode()])).hexdigest()
         if digest in found:
             copies[found[digest]] += 1
         else:
