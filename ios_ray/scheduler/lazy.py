@@ -52,10 +52,6 @@ class LazyParams:
     round_size: int = 64
     budget: int | None = None
 
-    def to_json(self) -> dict[str, object]:
-        """Plain JSON form, as recorded in a schedule file."""
-        return {"margin": self.margin, "round_size": self.round_size, "budget": self.budget}
-
 
 @dataclass(frozen=True)
 class LazyRound:
