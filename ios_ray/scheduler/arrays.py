@@ -95,11 +95,6 @@ class BlockArrays:
                              int(np.count_nonzero(candidates >= 0)))
         return _assemble(counts, order[space.full], tuple(endings), table, candidates, sizes, len(masks))
 
-    @property
-    def transitions(self) -> int:
-        """The number of (state, ending) transitions."""
-        return len(self.by_state.state)
-
     def ending_weights(self, latency: np.ndarray) -> np.ndarray:
         """Per ending, the least latency of its candidate stages (``inf`` where none is finite)."""
         found = np.full(len(self.candidates), np.inf)
