@@ -8,6 +8,7 @@ certified on a schedule exactly as cheap as the one the exhaustive DP finds with
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -181,6 +182,40 @@ def test_a_stage_takes_the_calibration_of_stages_its_size_or_larger() -> None:
     plain, contended = lower_bounds(1.0), lower_bounds(1.3)
     assert np.all(contended[unmeasured] >= plain[unmeasured])
     assert np.any(contended[unmeasured] > plain[unmeasured] * 1.1)
+
+
+@pytest.mark.parametrize("hiding, contention", [(0.02, 0.2), (0.25, 0.8)])
+def test_the_audit_finds_stages_that_hide_below_the_composed_bound(hiding: float, contention: float) -> None:
+    # A few stages hide a group (they cost their largest sub-stage): far below the bound composed from pairs, and
+    # the guesses never point at them. Without an audit the search certifies a schedule that is not the best.
+    graph = import_model("inception_v3").graph
+    cost = SyntheticCost(graph, contention=contention, hiding=hiding)
+    exhaustive = optimize_graph(graph, cost).cost
+    unaudited, _, _ = run_lazy(graph, SearchParams(), cost, LazyParams(round_size=64, audit=0))
+    assert unaudited.certified and unaudited.upper > exhaustive * (1 + 1e-6)
+    found, _, _ = run_lazy(graph, SearchParams(), cost, LazyParams(round_size=64))
+    assert found.certified and math.isclose(found.upper, exhaustive, rel_tol=1e-9)
+    assert 0 < found.audited <= found.audit_population
+
+
+def test_before_certifying_the_search_measures_a_fixed_sample_of_each_group_count() -> None:
+    graph = import_model("inception_v3").graph
+    space = LazySpace.build(graph, SearchParams())
+    stages = {p.key: p.stage for p in space.planned}
+    cost, params = SyntheticCost(graph), LazyParams(round_size=64, audit=8)
+    table: dict[str, float] = {}
+    audits = []
+    while not (found := next_round(space, table, params)).done:
+        if found.audited:
+            audits.append((dict(table), found))
+        table.update({key: cost.latency(stages[key]) for key in found.measure})
+    assert audits and found.certified and found.audited
+    before, first = audits[0]
+    assert next_round(space, before, params) == first  # the same store asks for the same sample
+    sizes = Counter(len(stages[key].groups) for key in first.measure)
+    assert min(sizes) >= 3 and max(sizes.values()) <= 8 and len(sizes) > 1  # up to 8 of each group count
+    assert all(stages[key].strategy == "concurrent" for key in first.measure)
+    assert len(first.measure) <= first.audited <= first.audit_population
 
 
 def test_a_budget_stops_the_rounds_uncertified() -> None:

@@ -31,6 +31,7 @@ def test_lazy_then_all_on_one_store_cost_the_same(ray_local: None, tmp_path: Pat
         record = o.schedule.params["measure"]
         assert record["mode"] == "lazy" and record["certified"] is True and record["margin"] == 0.0
         assert record["lower_ms"] == pytest.approx(record["upper_ms"], rel=1e-9)
+        assert 0 <= record["audited"] <= record["audit_population"]
         assert record["upper_ms"] == pytest.approx(o.predicted_ms, rel=1e-9)
     every = search(store, "all")  # measures the rest: now every planned stage is known
     assert [o.measured + l.measured for o, l in zip(every, lazy)] == [o.planned for o in every]

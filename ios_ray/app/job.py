@@ -399,7 +399,7 @@ def _measure_record(search: _Search, identity: DeviceIdentity, batch: int, store
                         "come first); raise the budget.")
     return {"mode": "lazy", "stages": stored, "planned": len(search.plan.stages), "certified": found.certified,
             "lower_ms": found.lower, "upper_ms": found.upper, "calibration": found.calibration,
-            "margin": _margin(identity)}
+            "audited": found.audited, "audit_population": found.audit_population, "margin": _margin(identity)}
 
 
 def _checked_end_to_end(

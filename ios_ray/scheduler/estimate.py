@@ -47,12 +47,15 @@ MIN_EVIDENCE = 8
 
 @dataclass(frozen=True)
 class Estimates:
-    """Per stage number: a lower bound and a best guess of its latency (ms); ``calibration``: the least factor
-    any composed bound was scaled by (0 until enough stages are measured)."""
+    """Per stage number: a lower bound and a best guess of its latency in ms (a measured stage's latency for both);
+    ``calibration``: the least factor any composed bound was scaled by (0 until enough stages are measured);
+    ``structural``: of a stage of two or more groups, measured or not, the bound it would have unmeasured without
+    the composed bound (the audit before a certificate is drawn by it)."""
 
     lower: np.ndarray
     guess: np.ndarray
     calibration: float
+    structural: np.ndarray
 
 
 def estimate(relations: StageRelations, latency: np.ndarray, margin: float = 0.0,
@@ -75,7 +78,7 @@ def estimate(relations: StageRelations, latency: np.ndarray, margin: float = 0.0
     pair_guess = slowest + overlap * fastest
     at_least = np.where(known, latency, slowest)
     lower_composed, composed = _compose(relations, at_least, known)
-    largest_sub, _ = _compose(relations, at_least, known, joins=False)
+    largest_sub, sub = _compose(relations, at_least, known, joins=False)
     guess_composed, _ = _compose(relations, np.where(known, latency, pair_guess), known)
     calibration = _calibrations(relations, latency, composed, known, evidence)
     lower = (1.0 - margin) * np.maximum(largest_sub, calibration * lower_composed)
@@ -87,8 +90,10 @@ def estimate(relations: StageRelations, latency: np.ndarray, margin: float = 0.0
     merges = np.flatnonzero(relations.merge)
     guess[merges] = _median_ratio(latency, unit_sum, merges, known, default=1.0) * unit_sum[merges]
     guess = np.maximum(guess, lower)
+    structural = (1.0 - margin) * np.where(np.isnan(sub), slowest, sub)
+    structural[relations.merge] = 0.0
     return Estimates(np.where(known, latency, lower), np.where(known, latency, guess),
-                     float(np.min(calibration[larger], initial=1.0)))
+                     float(np.min(calibration[larger], initial=1.0)), structural)
 
 
 def _calibrations(relations: StageRelations, latency: np.ndarray, composed: np.ndarray, known: np.ndarray,

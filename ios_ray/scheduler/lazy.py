@@ -15,6 +15,17 @@ stages by how close the guessed schedule through them comes to the guessed optim
 ``round_size`` stages, so that every device gets a batch worth sending. The first round measures the seeds:
 every one-group stage (units alone included) and every two-group stage, which the estimates are built from.
 
+Structural bounds hold on any device (up to noise); the composed bound of stages of three or more groups is only
+calibrated on the stages measured so far, which the search chose because they looked good, so it can sit above
+stages it did not choose. Before it certifies a schedule, the search therefore *audits* the composed bound: the
+*population* is every stage of three or more groups that is live under structural bounds alone, and the sample
+``audit`` (``AUDIT_SIZE``) of them per group count, uniformly at random (the first by a fixed random order, so a
+rerun on the same store asks for the same ones). It certifies only once the sample is measured and still nothing
+is live: a sampled stage below its composed bound lowers the calibration, and the rounds go on. Each group
+count's calibration is then at most the least measured / composed ratio of a uniform sample of that size's
+population, so fewer than about ``3 / audit`` of that size's population lie below their bound (95% confidence):
+a statistical certificate, as good as the sample, not a proof.
+
 Work is reused between rounds: states, transitions and stage numbers are built once (:class:`LazySpace`), and
 identical blocks (NASNet's repeated cells) are solved once; a round is a few vectorised passes per block.
 """
@@ -25,7 +36,7 @@ import functools
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import numpy as np
 
@@ -41,24 +52,29 @@ from ios_ray.stage import StageKeys
 
 #: Relative tolerance of ``L >= U`` (sums of the same floats in another order).
 TOLERANCE = 1e-9
+#: Stages sampled to audit the composed bound before a schedule is certified (see the module docstring).
+AUDIT_SIZE = 64
 
 
 @dataclass(frozen=True)
 class LazyParams:
     """How the lazy search measures: ``margin`` below every bound that is not a measurement (a fraction, for
-    measurement noise), at least ``round_size`` stages per setting and round, at most ``budget`` per setting."""
+    measurement noise), at least ``round_size`` stages per setting and round, at most ``budget`` per setting, and
+    ``audit`` stages of each group count sampled before it certifies a schedule."""
 
     margin: float = 0.0
     round_size: int = 64
     budget: int | None = None
+    audit: int = AUDIT_SIZE
 
 
 @dataclass(frozen=True)
 class LazyRound:
     """What one round found for one setting: the stage keys to measure next (none when done) with the lower bound
     each had (NaN for seeds), the bounds on the best schedule's cost in ms (``lower``: under the bounds,
-    ``upper``: of measured stages, ``inf`` where none), whether they meet, how many stages are live, and the
-    composed bound's calibration."""
+    ``upper``: of measured stages, ``inf`` where none), whether they meet (and the audit is measured), how many
+    stages are live, the composed bound's calibration, and the audit: how many stages it samples, of how many
+    live under structural bounds alone (0 and 0 until the search first comes to certify)."""
 
     measure: tuple[str, ...]
     bounds: tuple[float, ...]
@@ -67,6 +83,8 @@ class LazyRound:
     certified: bool
     live: int
     calibration: float
+    audited: int = 0
+    audit_population: int = 0
 
     @property
     def done(self) -> bool:
@@ -109,6 +127,11 @@ class LazySpace:
         return [p.key for p in self.planned]
 
     @functools.cached_property
+    def audit_rank(self) -> np.ndarray:
+        """Per stage number, its place in the fixed random order audit samples are drawn in."""
+        return np.random.default_rng(0).permutation(len(self.planned))
+
+    @functools.cached_property
     def numbers(self) -> dict[str, int]:
         """Stage number by key."""
         return {key: number for number, key in enumerate(self.keys)}
@@ -141,12 +164,14 @@ def next_round(space: LazySpace, table: Mapping[str, float], params: LazyParams 
     missing_seeds = space.seeds[~known[space.seeds]]
     if len(missing_seeds):
         chosen = missing_seeds[: _cap(left)]
-        return _round(space, chosen, np.full(len(chosen), np.nan), math.nan, math.inf, False, len(missing_seeds), 0.0)
+        return LazyRound(_keys(space, chosen), (math.nan,) * len(chosen), lower=math.nan, upper=math.inf,
+                         certified=False, live=len(missing_seeds), calibration=0.0)
     estimates = estimate(space.relations, latency, params.margin)
-    return _choose(space, estimates, known, params.round_size, left)
+    return _choose(space, estimates, known, params, left)
 
 
-def _choose(space: LazySpace, estimates: Estimates, known: np.ndarray, round_size: int, left: float) -> LazyRound:
+def _choose(space: LazySpace, estimates: Estimates, known: np.ndarray, params: LazyParams, left: float
+            ) -> LazyRound:
     """Run the three DPs per block and pick the round's stages (see the module docstring)."""
     measured_only = np.where(known, estimates.lower, np.inf)
     regret = np.full(len(known), np.inf)
@@ -158,11 +183,16 @@ def _choose(space: LazySpace, estimates: Estimates, known: np.ndarray, round_siz
         upper_total += copies * upper
     live = np.flatnonzero(np.isfinite(regret))
     ranked = live[np.argsort(regret[live], kind="stable")]
-    chosen = list(dict.fromkeys([*sorted(must), *ranked.tolist()]))[: max(round_size, len(must))]
-    certified = not live.size and not must and math.isfinite(upper_total)
+    chosen = list(dict.fromkeys([*sorted(must), *ranked.tolist()]))[: max(params.round_size, len(must))]
+    audit = population = np.zeros(0, dtype=np.int64)
+    if not chosen and math.isfinite(upper_total):
+        audit, population = _audit(space, estimates, known, params.audit)
+        chosen = audit[~known[audit]].tolist()
     picked = np.array(chosen[: _cap(left)], dtype=np.int64)
-    return _round(space, picked, estimates.lower[picked], lower_total, upper_total, certified, len(live),
-                  estimates.calibration)
+    return LazyRound(_keys(space, picked), tuple(float(b) for b in estimates.lower[picked]), lower=lower_total,
+                     upper=upper_total, certified=not chosen and math.isfinite(upper_total), live=len(live),
+                     calibration=estimates.calibration, audited=len(audit),
+                     audit_population=len(population))
 
 
 def _block_round(block: BlockArrays, estimates: Estimates, known: np.ndarray, measured_only: np.ndarray,
@@ -180,20 +210,47 @@ def _block_round(block: BlockArrays, estimates: Estimates, known: np.ndarray, me
             must.update(int(s) for s in block.candidates[ending] if s >= 0 and not known[s])
     through_lower = block.through(cost_lower, block.backward(by_lower))
     through_guess = block.through(cost_guess, block.backward(by_guess)) - cost_guess[block.full]
-    for column in range(block.candidates.shape[1]):
-        stage = block.candidates[:, column]
-        usable = stage >= 0
-        stage, bound, guess = stage[usable], through_lower[usable], through_guess[usable]
-        live = ~known[stage] & (bound + estimates.lower[stage] < upper * (1 - TOLERANCE))
-        np.minimum.at(regret, stage[live], guess[live] + estimates.guess[stage[live]])
+    for usable, stage, below in _beating(block, through_lower, estimates.lower, upper):
+        live = below & ~known[stage]
+        np.minimum.at(regret, stage[live], through_guess[usable][live] + estimates.guess[stage[live]])
     return lower, upper
 
 
-def _round(space: LazySpace, chosen: np.ndarray, bounds: np.ndarray, lower: float, upper: float, certified: bool,
-           live: int, calibration: float) -> LazyRound:
-    """A :class:`LazyRound` naming the chosen stage numbers by key."""
-    return LazyRound(tuple(space.planned[i].key for i in chosen), tuple(float(b) for b in bounds), lower, upper,
-                     certified, live, calibration)
+def _audit(space: LazySpace, estimates: Estimates, known: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The audit's sample (``size`` stages of each group count, fewer where the population has fewer) and the
+    population it is drawn from: the stages of three or more groups that are live
+    under structural bounds alone, each priced with the bound it has unmeasured (so measuring a sampled stage
+    does not take it out of the population), other stages with their measured latency or structural bound."""
+    weights = np.where(known, estimates.lower, estimates.structural)
+    measured_only = np.where(known, estimates.lower, np.inf)
+    live = np.zeros(len(known), dtype=bool)
+    for block in space.blocks:
+        by_bound = block.ending_weights(weights)
+        cost = block.forward(by_bound)
+        upper = block.forward(block.ending_weights(measured_only))[block.full]
+        through = block.through(cost, block.backward(by_bound))
+        for _, stage, below in _beating(block, through, estimates.structural, upper):
+            live[stage[below]] = True
+    population = np.flatnonzero(live & (space.relations.group_count >= 3) & ~space.relations.merge)
+    ranked = population[np.argsort(space.audit_rank[population])]
+    sizes = space.relations.group_count[ranked]
+    return np.concatenate([ranked[sizes == k][:size] for k in np.unique(sizes)] or [ranked]), population
+
+
+def _beating(block: BlockArrays, through: np.ndarray, bound: np.ndarray, upper: float
+             ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per column of the block's candidates: which endings have one, its stages, and which of these a schedule
+    can run below ``upper`` (``through`` from :meth:`BlockArrays.through`, the stage itself at ``bound``)."""
+    for column in range(block.candidates.shape[1]):
+        stage = block.candidates[:, column]
+        usable = stage >= 0
+        stage = stage[usable]
+        yield usable, stage, through[usable] + bound[stage] < upper * (1 - TOLERANCE)
+
+
+def _keys(space: LazySpace, chosen: np.ndarray) -> tuple[str, ...]:
+    """The keys of the chosen stage numbers."""
+    return tuple(space.planned[i].key for i in chosen)
 
 
 def _cap(left: float) -> int | None:

@@ -7,7 +7,10 @@ shape that makes scheduling non-trivial:
   of their id);
 * a ``concurrent`` stage costs the slowest group, plus ``contention`` times the other groups (they slow each
   other down), plus ``launch_ms``: grouping saves time, but not all of it;
-* a ``merge`` stage costs ``merge_factor`` times the sum of its convs, plus ``launch_ms``.
+* a ``merge`` stage costs ``merge_factor`` times the sum of its convs, plus ``launch_ms``;
+* with ``hiding`` above 0, that share of the concurrent stages of three or more groups (fixed by a hash of their
+  groups' costs) hides one group behind the others: such a stage costs its largest sub-stage (one group dropped),
+  less than estimates composed from pairs of groups predict.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class SyntheticCost:
     contention: float = 0.5
     merge_factor: float = 0.6
     launch_ms: float = 0.01
+    hiding: float = 0.0
 
     @cached_property
     def unit_ms(self) -> dict[str, float]:
@@ -45,7 +49,11 @@ class SyntheticCost:
             return self.launch_ms + self.merge_factor * sum(unit_ms[u] for u in stage.units)
         groups = [sum(unit_ms[u] for u in group) for group in stage.groups]
         slowest = max(groups)
-        return self.launch_ms + slowest + self.contention * (sum(groups) - slowest)
+        usual = self.launch_ms + slowest + self.contention * (sum(groups) - slowest)
+        if len(groups) >= 3 and _hash_fraction(repr(sorted(round(ms, 9) for ms in groups))) < self.hiding:
+            subs = (Stage("concurrent", stage.groups[:j] + stage.groups[j + 1:]) for j in range(len(groups)))
+            return max(self.latency(sub) for sub in subs)
+        return usual
 
 
 def _hash_fraction(text: str) -> float:
