@@ -10,6 +10,11 @@ The stream capture rules that multi-stream work must follow are enforced: a side
 on an event recorded on a stream in it; work launched during a capture on a stream outside it fails (on a GPU it
 would run eagerly, outside the graph); and the capture fails as CUDA's does where a side stream that joined is not
 joined back into the capture stream (an event recorded after its last work, waited on by the capture stream).
+
+So does the caching allocator's bookkeeping of captures, as torch's: a capture begins allocating to its memory pool,
+a capture that ends ends that, and one that fails does not (``CUDAGraph.capture_end`` raises first), after which
+``empty_cache``, which ``torch.cuda.graph`` calls on entry, fails its assertion, so no later capture can begin,
+until ``torch._C._cuda_endAllocateToPool`` ends the pool's allocation (``_cuda_releasePool`` then releases it).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import torch
 REPLAY_START_MS = 0.004
 #: The error of a capture that ends with a side stream not joined back (CUDA's cudaErrorStreamCaptureUnjoined).
 UNJOINED = "CUDA error: the capture sequence contains a fork that was not joined to the primary stream"
+#: torch's error where ``empty_cache`` runs while the allocator believes a capture is underway.
+CAPTURE_UNDERWAY = "captures_underway.empty() INTERNAL ASSERT FAILED at \"c10/cuda/CUDACachingAllocator.cpp\""
 
 
 class FakeStream:
@@ -79,6 +86,7 @@ class FakeGraph:
         self.cuda = cuda
         self.work_ms = 0.0
         self.captured = False
+        self.pool: tuple[int, int] | None = None
         self.resets = 0
         cuda.graphs.append(self)
 
@@ -89,7 +97,9 @@ class FakeGraph:
         self.cuda.replays += 1
 
     def reset(self) -> None:
-        """Drop the graph."""
+        """Drop the graph; as torch's, release its pool only where its capture ended."""
+        if self.captured and self.pool is not None:
+            self.cuda._release_pool(0, self.pool)
         self.captured = False
         self.resets += 1
 
@@ -106,6 +116,9 @@ class FakeCuda:
         self.streams: list[FakeStream] = [self.default]
         self.graphs: list[FakeGraph] = []
         self.replays = 0
+        self.pools_underway: list[tuple[int, int]] = []  # the allocator's captures underway, by pool
+        self.released_pools: list[tuple[int, int]] = []
+        self._pool_handles = 0
 
     def launch(self, ms: float) -> None:
         """Launch work of ``ms`` device time: into the graph being captured, else run it now."""
@@ -128,10 +141,31 @@ class FakeCuda:
             "Event": lambda enable_timing=False: FakeEvent(self),
             "device": lambda device=None: nullcontext(),
             "synchronize": lambda device=None: None,
+            "graph_pool_handle": self._graph_pool_handle,
+            "empty_cache": self._empty_cache,
         }
         for name, fake in fakes.items():
             monkeypatch.setattr(torch.cuda, name, fake)
+        monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool", self._end_allocate_to_pool, raising=False)
+        monkeypatch.setattr(torch._C, "_cuda_releasePool", self._release_pool, raising=False)
         return self
+
+    def _graph_pool_handle(self) -> tuple[int, int]:
+        self._pool_handles += 1
+        return (0, self._pool_handles)
+
+    def _empty_cache(self) -> None:
+        if self.pools_underway:
+            raise RuntimeError(CAPTURE_UNDERWAY)
+
+    def _end_allocate_to_pool(self, device: int, pool: tuple[int, int]) -> None:
+        if pool not in self.pools_underway:
+            raise RuntimeError("endAllocatePool: not currently recording to mempool_id")
+        self.pools_underway.remove(pool)
+
+    def _release_pool(self, device: int, pool: tuple[int, int]) -> None:
+        assert pool not in self.released_pools, "a pool released twice"
+        self.released_pools.append(pool)
 
     def _new_stream(self, device: object = None, priority: int = 0) -> FakeStream:
         stream = FakeStream()
@@ -150,8 +184,13 @@ class FakeCuda:
             self.current = saved
 
     @contextmanager
-    def _graph(self, graph: FakeGraph, stream: FakeStream, capture_error_mode: str = "global") -> Iterator[None]:
-        assert capture_error_mode == "thread_local" and stream is not self.default and self.capturing is None
+    def _graph(self, graph: FakeGraph, pool: tuple[int, int] | None = None, stream: FakeStream | None = None,
+               capture_error_mode: str = "global") -> Iterator[None]:
+        assert capture_error_mode == "thread_local" and stream is not None and stream is not self.default
+        assert self.capturing is None
+        self._empty_cache()
+        pool = pool or self._graph_pool_handle()
+        self.pools_underway.append(pool)
         if stream not in self.streams:
             self.streams.append(stream)
         saved, self.current, self.capturing, self.origin = self.current, stream, graph, stream
@@ -162,10 +201,11 @@ class FakeCuda:
             if unjoined:
                 raise RuntimeError(UNJOINED)
         except RuntimeError as exc:
-            self._end_capture()
+            self._end_capture()  # the pool stays underway, as torch leaves it
             raise RuntimeError("CUDA error: operation failed due to a previous error during capture") from exc
         self._end_capture()
-        graph.captured = True
+        self.pools_underway.remove(pool)
+        graph.captured, graph.pool = True, pool
         self.current = saved
 
     def _end_capture(self) -> None:

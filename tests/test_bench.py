@@ -9,7 +9,8 @@ import time
 import pytest
 import torch
 
-from ios_ray.app.bench import Variant, bench_rows, compiled_variants
+from ios_ray.app.bench import (FLOAT32_TOLERANCE, GPU_FLOAT32_TOLERANCE, TF32_TOLERANCE, Variant, bench_rows,
+                              compiled_variants, output_tolerance)
 from ios_ray.ir import Graph
 from ios_ray.stage import StageKeys
 
@@ -43,3 +44,13 @@ def test_a_compiler_that_fails_is_a_note(monkeypatch: pytest.MonkeyPatch) -> Non
     variants, notes = compiled_variants(torch.nn.Linear(2, 2), torch.ones(1, 2))
     assert variants == [] and notes == ["torch.compile unavailable: InvalidCxxCompiler: No working C++ compiler found"]
 
+
+
+def test_outputs_are_held_to_float32_unless_a_gpu_may_compute_in_tf32(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    assert output_tolerance(torch.device("cpu")) == FLOAT32_TOLERANCE
+    assert output_tolerance(torch.device("cuda", 0)) == TF32_TOLERANCE  # torch's default for cuDNN convolutions
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    assert output_tolerance(torch.device("cuda", 0)) == GPU_FLOAT32_TOLERANCE
+    assert FLOAT32_TOLERANCE < GPU_FLOAT32_TOLERANCE < TF32_TOLERANCE <= 1e-2  # a wrong schedule is off by far more

@@ -1,6 +1,8 @@
 """The runtime on a GPU: groups on side streams, stages chained by events, whole forwards as CUDA graphs.
 
-Skipped without CUDA. TF32 is turned off so that fp32 results can be compared at a relative error of 1e-5.
+Skipped without CUDA. TF32 is turned off so that fp32 results compare at a relative error of 1e-5 on the tiny
+model and of ``GPU_FLOAT32_TOLERANCE`` on Inception V3 (cuDNN's algorithms, Winograd and FFT ones among them, differ
+by shape, and a merged convolution has shapes of its own).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import Iterator
 import pytest
 import torch
 
+from ios_ray.app.bench import GPU_FLOAT32_TOLERANCE
 from ios_ray.frontend import import_module
 from ios_ray.ir import GRAPH_INPUT
 from ios_ray.runtime import Program, ScheduledModule, ScheduleRunner, compile_stage, make_lanes, measure_latency
@@ -90,7 +93,7 @@ def test_scheduled_inception_equals_eager_on_cuda(label: str) -> None:
     for batch in (1, 4):
         x = torch.randn(batch, 3, 299, 299, device="cuda")
         with torch.no_grad():
-            assert relative_error(scheduled(x), model(x)) <= 1e-5
+            assert relative_error(scheduled(x), model(x)) <= GPU_FLOAT32_TOLERANCE
 
 
 def test_measure_latency_on_cuda(program: Program) -> None:

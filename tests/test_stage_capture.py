@@ -139,6 +139,40 @@ def test_time_stage_times_an_uncapturable_stage_call_by_call_and_says_why(cuda: 
     assert timing.median_ms == pytest.approx(0.25)  # events around each eager call
 
 
+
+def test_after_an_uncapturable_stage_the_next_stage_is_captured_and_every_pool_released(cuda: FakeCuda) -> None:
+    # torch leaves a failed capture's pool "underway" in the caching allocator; unless it is ended, every later
+    # torch.cuda.graph fails on entry, and every later stage would be timed uncaptured without saying why
+    def uncapturable() -> None:
+        if cuda.capturing is not None:
+            raise RuntimeError(NOT_CAPTURABLE)
+        cuda.launch(0.25)
+
+    stream = FakeStream()
+    assert time_stage(uncapturable, "cuda", warmup=1, repeat=2, stream=stream).uncaptured == NOT_CAPTURABLE
+    assert not cuda.pools_underway and len(cuda.released_pools) == 1
+    timing = time_stage(lambda: cuda.launch(0.5), "cuda", warmup=1, repeat=2, stream=stream)
+    assert timing.uncaptured is None and timing.median_ms == pytest.approx(0.5 + REPLAY_START_MS / STAGE_COPIES)
+    assert not cuda.pools_underway and len(set(cuda.released_pools)) == len(cuda.graphs) == 2
+
+
+def test_a_forward_captured_in_inference_mode_also_serves_calls_outside_it(cuda: FakeCuda) -> None:
+    # the profile step and users: a first call under inference_mode, later ones under no_grad or plain
+    seen: list[torch.Tensor] = []  # what the forward was called with: the last one is the graph's static input
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        seen.append(x)
+        return x * 2
+
+    captured = CapturedForward(forward, torch.device("cuda", 0))
+    with torch.inference_mode():
+        captured(torch.ones(3))
+    with torch.no_grad():
+        captured(torch.full((3,), 2.0))
+    assert torch.equal(seen[-1], torch.full((3,), 2.0))  # copied into the static input the graph reads
+    captured(torch.full((3,), 3.0))
+    assert torch.equal(seen[-1], torch.full((3,), 3.0)) and cuda.replays == 3  # every call replays
+
 def test_time_stage_on_a_cpu_is_call_by_call_and_primed() -> None:
     order: list[str] = []
     timing = time_stage(lambda: order.append("stage"), "cpu", warmup=1, repeat=2, before=lambda: order.append("primer"))

@@ -209,3 +209,22 @@ def side_by_side(
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     """max |actual - expected| / max |expected|."""
     return float((actual - expected).abs().max() / expected.abs().max().clamp_min(1e-30))
+
+
+#: The largest relative error (:func:`relative_error`) of a schedule's float32 output against eager: on a CPU; on a
+#: GPU computing in float32 (cuDNN picks its algorithms per shape, Winograd and FFT ones among them, and a merged
+#: convolution has shapes of its own); and on a GPU that may compute convolutions or matrix products in TF32
+#: (torch's default for cuDNN convolutions on Ampere and newer: operands rounded to 10 mantissa bits, so folded
+#: batch-norms and merged convolutions round differently from eager's). A wrong schedule (a unit missed or run on
+#: the wrong input) is off by far more than any of them.
+FLOAT32_TOLERANCE = 1e-5
+GPU_FLOAT32_TOLERANCE = 1e-4
+TF32_TOLERANCE = 1e-2
+
+
+def output_tolerance(device: torch.device) -> float:
+    """How far a schedule's output may stray from eager's on ``device`` with torch's current TF32 settings."""
+    if device.type != "cuda":
+        return FLOAT32_TOLERANCE
+    tf32 = torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32
+    return TF32_TOLERANCE if tf32 else GPU_FLOAT32_TOLERANCE

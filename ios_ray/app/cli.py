@@ -183,7 +183,7 @@ def run(
     """Run a model with its schedules (ScheduledModule), check the output against eager, print the latency."""
     import torch
 
-    from ios_ray.app.bench import relative_error
+    from ios_ray.app.bench import TF32_TOLERANCE, output_tolerance, relative_error
     from ios_ray.models import resolve_model
     from ios_ray.runtime import ScheduledModule, measure_latency
 
@@ -206,9 +206,12 @@ def run(
                   f"{chosen.predicted_latency or float('nan'):.3f} ms {chosen.source} at batch {chosen.batch})")
     if chosen.end_to_end is not None:
         console.print(f"search's end-to-end check: {chosen.end_to_end.summary()}")
-    console.print(f"output vs eager: max relative error {error:.2e} ({'ok' if error <= 1e-5 else 'MISMATCH'})")
+    tolerance = output_tolerance(target)
+    verdict = "ok" if error <= tolerance else "MISMATCH"
+    console.print(f"output vs eager: max relative error {error:.2e} ({verdict}, tolerance {tolerance:.0e}"
+                  f"{': TF32 on' if tolerance == TF32_TOLERANCE else ''})")
     console.print(f"latency at batch {batch}: {median:.3f} ms (p10 {p10:.3f}, p90 {p90:.3f}); eager {eager:.3f} ms")
-    if error > 1e-5:
+    if error > tolerance:
         raise typer.Exit(1)
 
 

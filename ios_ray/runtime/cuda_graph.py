@@ -7,12 +7,15 @@ then one call is captured with ``torch.cuda.graph`` on that same stream, in ``th
 and torch's own threads may call CUDA meanwhile). Multi-stream work is captured as it runs: its side streams fork
 from the capture stream with events and join back before the work returns, which is what stream capture
 requires. Where a capture fails (an op synchronises with the host or is otherwise not capturable), the current
-stream is restored and :class:`CaptureError` says which op failed; such a failed capture keeps the few blocks it
-allocated in a private pool until the process ends (torch offers no way to release it).
+stream is restored, the capture's memory pool is handed back to the caching allocator (see
+:func:`_release_failed_pool`: otherwise no later capture in the process could succeed) and :class:`CaptureError`
+says which op failed.
 
 :class:`CapturedForward` replays a forward from a static input buffer: the first call with a new (shape, dtype)
 captures, later calls copy the input into the graph's static input, replay the graph on the caller's stream and
-return a copy of the static output (so a result survives the next call). At most ``max_graphs`` shapes stay
+return a copy of the static output (so a result survives the next call). The static input is an ordinary tensor
+even where the capturing call runs under ``torch.inference_mode`` (an inference tensor could not be written by a
+later call outside it). At most ``max_graphs`` shapes stay
 captured (each graph keeps a private memory pool); the oldest is dropped first. Where capture fails, that shape
 runs the forward uncaptured, with a one-time warning.
 """
@@ -52,17 +55,40 @@ def capture(
             (warm or fn)()
     caller.wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
+    pool = torch.cuda.graph_pool_handle()
     try:
-        with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+        with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
             result = fn()
     except RuntimeError as exc:
         torch.cuda.set_stream(caller)  # a failed capture_end leaves the capture stream current
         graph.reset()
+        _release_failed_pool(stream.device, pool)
         cause = _first_cause(exc)
         if isinstance(cause, torch.cuda.OutOfMemoryError):
             raise cause from None
         raise CaptureError(first_line(cause)) from exc
     return graph, result
+
+
+def _release_failed_pool(device: torch.device, pool: tuple[int, int]) -> None:
+    """Tell the caching allocator that a failed capture into ``pool`` is over, and release the pool.
+
+    ``CUDAGraph.capture_end`` raises at ``cudaStreamEndCapture`` before it ends the pool's allocation, and
+    ``reset`` releases a pool only after a capture that ended, so the allocator would go on believing a capture is
+    underway: its ``empty_cache``, which ``torch.cuda.graph`` calls on entry, then fails an internal assertion, and
+    no later capture in the process succeeds. Here the pool is ended and released as ``torch.cuda.use_mem_pool``
+    does on exit; where the capture got further (the allocation already ended), there is nothing to undo. (torch
+    before 2.8 names the first binding ``_cuda_endAllocateCurrentStreamToPool``; where neither takes these
+    arguments, later captures in the process fail and their stages are timed uncaptured, saying why.)
+    """
+    end = getattr(torch._C, "_cuda_endAllocateToPool", None) or getattr(torch._C,
+                                                                        "_cuda_endAllocateCurrentStreamToPool", None)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    try:
+        end(index, pool)
+    except (RuntimeError, TypeError):  # the allocation had ended; or a torch whose binding is not this one
+        return
+    torch._C._cuda_releasePool(index, pool)
 
 
 def _first_cause(error: BaseException) -> BaseException:
@@ -113,7 +139,8 @@ class CapturedForward:
         return tuple(self._graphs)
 
     def _capture(self, x: torch.Tensor, key: GraphKey) -> _Captured | None:
-        static = torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)
+        with torch.inference_mode(False):
+            static = torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)
         try:
             graph, output = capture(lambda: self.forward(static), self._stream, self.warmup)
         except CaptureError as exc:
