@@ -52,7 +52,8 @@ def fake_rows(
 
 
 def main() -> None:
-    """Put BATCHES batches of BATCH_ROWS fake rows, printing `committed <n>` after each."""
+    """Put BATCHES batches of BATCH_ROWS fake rows, printing `committed <n>` after each (the rows are made first,
+    so that the writing loop spends its time in the store)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("store")
     parser.add_argument("prefix")
@@ -62,8 +63,9 @@ def main() -> None:
     args = parser.parse_args()
     store = open_store(args.store)
     keys = fake_keys(args.prefix, args.batches * args.batch_rows)
-    for number, start in enumerate(range(0, len(keys), args.batch_rows), start=1):
-        store.put(fake_rows(keys[start : start + args.batch_rows]))
+    batches = [fake_rows(keys[start : start + args.batch_rows]) for start in range(0, len(keys), args.batch_rows)]
+    for number, rows in enumerate(batches, start=1):
+        store.put(rows)
         print(f"committed {number}", flush=True)
         time.sleep(args.pause)
 

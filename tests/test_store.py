@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -158,6 +159,29 @@ def test_a_killed_writer_loses_at_most_the_batch_in_flight_and_a_rerun_fills_the
     assert len(todo) == len(keys) - len(survived)
     store.put(fake_rows(todo))
     assert stored_keys(store) == keys
+
+
+def test_ctrl_c_during_writes_stops_with_keyboard_interrupt_and_keeps_every_batch_handed_over(tmp_path: Path) -> None:
+    # DuckDB turns a Ctrl-C inside a call into whatever error that call was making ("Query interrupted", a
+    # rollback without a transaction...) and the batch is lost; the store holds Ctrl-C until the batch committed
+    batch_rows, stopped = 2000, 0
+    for attempt in range(12):
+        path = tmp_path / f"store{attempt}.duckdb"
+        writer = start_writer(path, "k", 16, batch_rows)
+        for _ in range(2):
+            assert writer.stdout.readline().startswith("committed")
+        time.sleep(0.003 * (attempt % 6))  # Ctrl-C at another point of a put each time
+        writer.send_signal(signal.SIGINT)
+        out, err = writer.communicate(timeout=60)
+        if writer.returncode == 0:
+            continue  # a loaded machine let it finish first
+        stopped += 1
+        assert err.strip().splitlines()[-1] == "KeyboardInterrupt", err
+        returned = 2 + out.count("committed")  # puts that returned; one more may have committed as Ctrl-C came
+        assert len(stored_keys(open_store(path))) in (returned * batch_rows, (returned + 1) * batch_rows)
+        if stopped == 6:
+            break
+    assert stopped == 6
 
 
 def test_concurrent_writer_processes_all_complete_with_all_rows(store_path: Path) -> None:

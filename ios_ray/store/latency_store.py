@@ -22,6 +22,12 @@ SIGKILL loses at most the batch in flight: committed batches are in the file or 
 which the next open replays, and the kernel drops the dead process's flock. The lock needs a POSIX
 system and a local file system (flock is not reliable over NFS).
 
+Ctrl-C. DuckDB polls for Python signals while it works and turns a Ctrl-C into whichever error the call
+was making (``Query interrupted``, a rollback without a transaction, an unreadable Arrow table), and the
+batch in flight is lost. So in the main thread every operation holds Ctrl-C until it has committed and
+detached, a few milliseconds, and then raises it as ``KeyboardInterrupt``: a search stopped with Ctrl-C
+has stored every batch it handed to the store.
+
 A new store is built in a temporary file next to the target and renamed into place, so a half-created store
 never exists. An existing file is checked through a read-only ATTACH before anything writes to it, so a
 file that is corrupt, not a store, or of another format version is rejected byte-for-byte untouched.
@@ -33,6 +39,7 @@ import fcntl
 import glob
 import numbers
 import os
+import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -198,7 +205,7 @@ class LatencyStore:
 
     @contextmanager
     def _attached(self, write: bool) -> Iterator[duckdb.DuckDBPyConnection]:
-        with self._mutex, _flock(self._lock_path, exclusive=write):
+        with _ctrl_c_held(), self._mutex, _flock(self._lock_path, exclusive=write):
             con = self._connection()
             if write and not self.path.exists():
                 self._create(con)
@@ -268,6 +275,26 @@ def _flock(path: Path, exclusive: bool) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+@contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Hold a Ctrl-C that arrives inside the block until the block has ended, then deliver it (see the module
+    docstring); outside the main thread, where Python delivers no signal, or where Ctrl-C's handler is not
+    Python's to replace, nothing is held."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held and callable(previous):
+        previous(signal.SIGINT, None)
+    elif held and previous != signal.SIG_IGN:
+        raise KeyboardInterrupt
 
 
 @contextmanager
