@@ -18,8 +18,8 @@ every one-group stage (units alone included) and every two-group stage, which th
 Structural bounds hold on any device (up to noise); the composed bound of stages of three or more groups is only
 calibrated on the stages measured so far, which the search chose because they looked good, so it can sit above
 stages it did not choose. Before it certifies a schedule, the search therefore *audits* the composed bound: the
-*population* is every stage of three or more groups that is live under structural bounds alone, and the sample
-``audit`` (``AUDIT_SIZE``) of them per group count, uniformly at random (the first by a fixed random order, so a
+*population* is every stage of three or more groups that is live under structural bounds alone, and the sample is
+``audit`` (``AUDIT_SIZE``) of them per group count, uniformly at random (the first in a fixed random order, so a
 rerun on the same store asks for the same ones). It certifies only once the sample is measured and still nothing
 is live: a sampled stage below its composed bound lowers the calibration, and the rounds go on. Each group
 count's calibration is then at most the least measured / composed ratio of a uniform sample of that size's
@@ -218,9 +218,9 @@ def _block_round(block: BlockArrays, estimates: Estimates, known: np.ndarray, me
 
 def _audit(space: LazySpace, estimates: Estimates, known: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     """The audit's sample (``size`` stages of each group count, fewer where the population has fewer) and the
-    population it is drawn from: the stages of three or more groups that are live
-    under structural bounds alone, each priced with the bound it has unmeasured (so measuring a sampled stage
-    does not take it out of the population), other stages with their measured latency or structural bound."""
+    population it is drawn from: the stages of three or more groups that are live under structural bounds alone,
+    each priced with the bound it has unmeasured (so measuring a sampled stage does not take it out of the
+    population), other stages with their measured latency or structural bound."""
     weights = np.where(known, estimates.lower, estimates.structural)
     measured_only = np.where(known, estimates.lower, np.inf)
     live = np.zeros(len(known), dtype=bool)
