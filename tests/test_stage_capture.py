@@ -139,7 +139,6 @@ def test_time_stage_times_an_uncapturable_stage_call_by_call_and_says_why(cuda: 
     assert timing.median_ms == pytest.approx(0.25)  # events around each eager call
 
 
-
 def test_after_an_uncapturable_stage_the_next_stage_is_captured_and_every_pool_released(cuda: FakeCuda) -> None:
     # torch leaves a failed capture's pool "underway" in the caching allocator; unless it is ended, every later
     # torch.cuda.graph fails on entry, and every later stage would be timed uncaptured without saying why
@@ -172,6 +171,7 @@ def test_a_forward_captured_in_inference_mode_also_serves_calls_outside_it(cuda:
     assert torch.equal(seen[-1], torch.full((3,), 2.0))  # copied into the static input the graph reads
     captured(torch.full((3,), 3.0))
     assert torch.equal(seen[-1], torch.full((3,), 3.0)) and cuda.replays == 3  # every call replays
+
 
 def test_time_stage_on_a_cpu_is_call_by_call_and_primed() -> None:
     order: list[str] = []

@@ -83,10 +83,12 @@ def _release_failed_pool(device: torch.device, pool: tuple[int, int]) -> None:
     """
     end = getattr(torch._C, "_cuda_endAllocateToPool", None) or getattr(torch._C,
                                                                         "_cuda_endAllocateCurrentStreamToPool", None)
+    if end is None:
+        return
     index = device.index if device.index is not None else torch.cuda.current_device()
     try:
         end(index, pool)
-    except (RuntimeError, TypeError):  # the allocation had ended; or a torch whose binding is not this one
+    except (RuntimeError, TypeError):  # the allocation had ended; or an old binding that takes other arguments
         return
     torch._C._cuda_releasePool(index, pool)
 

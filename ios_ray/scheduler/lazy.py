@@ -177,16 +177,18 @@ def _choose(space: LazySpace, estimates: Estimates, known: np.ndarray, params: L
     regret = np.full(len(known), np.inf)
     must: set[int] = set()
     lower_total = upper_total = 0.0
+    uppers = []
     for block, copies in zip(space.blocks, space.copies):
         lower, upper = _block_round(block, estimates, known, measured_only, regret, must)
         lower_total += copies * lower
         upper_total += copies * upper
+        uppers.append(upper)
     live = np.flatnonzero(np.isfinite(regret))
     ranked = live[np.argsort(regret[live], kind="stable")]
     chosen = list(dict.fromkeys([*sorted(must), *ranked.tolist()]))[: max(params.round_size, len(must))]
     audit = population = np.zeros(0, dtype=np.int64)
     if not chosen and math.isfinite(upper_total):
-        audit, population = _audit(space, estimates, known, params.audit)
+        audit, population = _audit(space, estimates, known, uppers, params.audit)
         chosen = audit[~known[audit]].tolist()
     picked = np.array(chosen[: _cap(left)], dtype=np.int64)
     return LazyRound(_keys(space, picked), tuple(float(b) for b in estimates.lower[picked]), lower=lower_total,
@@ -216,19 +218,18 @@ def _block_round(block: BlockArrays, estimates: Estimates, known: np.ndarray, me
     return lower, upper
 
 
-def _audit(space: LazySpace, estimates: Estimates, known: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+def _audit(space: LazySpace, estimates: Estimates, known: np.ndarray, uppers: list[float], size: int
+           ) -> tuple[np.ndarray, np.ndarray]:
     """The audit's sample (``size`` stages of each group count, fewer where the population has fewer) and the
-    population it is drawn from: the stages of three or more groups that are live under structural bounds alone,
-    each priced with the bound it has unmeasured (so measuring a sampled stage does not take it out of the
-    population), other stages with their measured latency or structural bound."""
+    population it is drawn from: the stages of three or more groups that are live under structural bounds alone
+    (below each block's ``U``, from ``uppers``), each priced with the bound it has unmeasured (so measuring a
+    sampled stage does not take it out of the population), other stages with their measured latency or
+    structural bound."""
     weights = np.where(known, estimates.lower, estimates.structural)
-    measured_only = np.where(known, estimates.lower, np.inf)
     live = np.zeros(len(known), dtype=bool)
-    for block in space.blocks:
+    for block, upper in zip(space.blocks, uppers):
         by_bound = block.ending_weights(weights)
-        cost = block.forward(by_bound)
-        upper = block.forward(block.ending_weights(measured_only))[block.full]
-        through = block.through(cost, block.backward(by_bound))
+        through = block.through(block.forward(by_bound), block.backward(by_bound))
         for _, stage, below in _beating(block, through, estimates.structural, upper):
             live[stage[below]] = True
     population = np.flatnonzero(live & (space.relations.group_count >= 3) & ~space.relations.merge)

@@ -48,12 +48,11 @@ class SyntheticCost:
         if stage.strategy == "merge":
             return self.launch_ms + self.merge_factor * sum(unit_ms[u] for u in stage.units)
         groups = [sum(unit_ms[u] for u in group) for group in stage.groups]
-        slowest = max(groups)
-        usual = self.launch_ms + slowest + self.contention * (sum(groups) - slowest)
         if len(groups) >= 3 and _hash_fraction(repr(sorted(round(ms, 9) for ms in groups))) < self.hiding:
             subs = (Stage("concurrent", stage.groups[:j] + stage.groups[j + 1:]) for j in range(len(groups)))
             return max(self.latency(sub) for sub in subs)
-        return usual
+        slowest = max(groups)
+        return self.launch_ms + slowest + self.contention * (sum(groups) - slowest)
 
 
 def _hash_fraction(text: str) -> float:

@@ -291,9 +291,11 @@ def _ctrl_c_held() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-    if held and callable(previous):
+    if not held:
+        return
+    if callable(previous):
         previous(signal.SIGINT, None)
-    elif held and previous != signal.SIG_IGN:
+    elif previous != signal.SIG_IGN:
         raise KeyboardInterrupt
 
 
