@@ -19,8 +19,11 @@ import torch
 from torch import nn
 
 import ios_ray
+from ios_ray.app.bench import HALF_TOLERANCE, relative_error
 from ios_ray.errors import UserError
 from ios_ray.runtime import read_schedules
+from ios_ray.schedule import read_schedule
+from ios_ray.store import LatencyStore
 from tests.api_model import INPUT_SHAPE, TwoBranch
 from tests.helpers import ios_ray_here
 from tests.test_search_cli import search_table
@@ -110,6 +113,8 @@ def test_a_model_object_whose_code_is_missing_on_a_node_fails_in_one_sentence(
     ({"input_shape": (3, 0, 8)}, "input_shape must be positive sizes"),
     ({"r": 0}, "pruning bound r must be a positive integer"),
     ({"out": "{file}"}, "is a file; pass a folder"),
+    ({"dtype": "int8"}, "dtype must be one of float32, float16, bfloat16, not 'int8'"),
+    ({"dtype": "float16"}, "the sim model covers float32 only, so sim:v100 cannot be searched in float16"),
 ])
 def test_bad_arguments_fail_in_one_sentence_before_anything_runs(
     kwargs: dict[str, object], message: str, tmp_path: Path
@@ -121,6 +126,32 @@ def test_bad_arguments_fail_in_one_sentence_before_anything_runs(
     with pytest.raises(UserError, match=message):
         ios_ray.search(TwoBranch(), input_shape=options.pop("input_shape", INPUT_SHAPE), **options)
     assert not (tmp_path / "s.duckdb").exists() or kwargs.get("r") == 0
+
+
+def test_a_half_model_object_is_measured_stored_and_deployed_in_its_own_dtype(ray_local: None, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = TwoBranch().eval().to(torch.bfloat16)
+    store = tmp_path / "s.duckdb"
+    options = {"input_shape": INPUT_SHAPE, "store": store, "check_rounds": 2, "warmup": 1, "repeat": 3,
+               "progress": False}
+    result = ios_ray.search(model, "cpu", 2, **options)
+    [outcome] = result
+    assert outcome.schedule.dtype == "bfloat16" and outcome.measured > 0 and outcome.end_to_end is not None
+    assert "input 3x16x16, bfloat16" in repr(result)
+    assert set(LatencyStore(store, create=False).query(device="cpu")["dtype"].to_pylist()) == {"bfloat16"}
+    [path] = result.save(tmp_path / "out")
+    assert path.name == "bs2-bfloat16.json" and read_schedule(path).dtype == "bfloat16"
+    x = torch.randn(2, *INPUT_SHAPE).to(torch.bfloat16)
+    with torch.inference_mode():
+        assert relative_error(result.deploy(model)(x), model(x)) <= HALF_TOLERANCE[torch.bfloat16]
+
+    # The same model searched in float32: other measurements, none of the bfloat16 ones reused or replaced.
+    in_float32 = ios_ray.search(model, "cpu", 2, dtype="float32", **options)
+    assert in_float32["cpu", 2].schedule.dtype == "float32" and in_float32["cpu", 2].cached == 0
+    assert in_float32["cpu", 2].measured > 0
+    again = ios_ray.search(model, "cpu", 2, **options)
+    assert (again["cpu", 2].measured, again["cpu", 2].cached) == (0, outcome.measured)
+    assert again["cpu", 2].schedule.predicted_latency == outcome.schedule.predicted_latency
 
 
 def test_model_must_be_a_module_or_a_spec(tmp_path: Path) -> None:
@@ -149,6 +180,6 @@ def test_the_readme_python_example_runs_as_it_stands(tmp_path: Path) -> None:
     (tmp_path / "example.py").write_text(readme_example())
     done = run(["example.py"], tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "SearchResult('Mixed', input 32x17x17):" in done.stdout
+    assert "SearchResult('Mixed', input 32x17x17, float32):" in done.stdout
     assert sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "schedules").rglob("*.json")) == [
         "schedules/Mixed/cpu/bs1.json", "schedules/Mixed/cpu/bs8.json"]

@@ -200,7 +200,7 @@ def test_search_on_a_heterogeneous_cluster_then_cross_evaluate(ray_cluster: Clus
     # Cross-evaluation from the store: every schedule is the fastest on its own setting.
     store = LatencyStore(store_path, create=False)
     found = list(read_schedules(out).values())
-    cells = cross_evaluate(found, graph, lambda keys, fp, batch: store.lookup(list(keys), fp, batch), {})
+    cells = cross_evaluate(found, graph, lambda keys, fp, batch, dtype: store.lookup(list(keys), fp, batch, dtype), {})
     assert len(cells) == len(SETTINGS) ** 2
     assert {c.how for c in cells} == {"simulated"} and all(c.latency_ms is not None for c in cells)
     assert winners_hold(cells) == {setting: True for setting in SETTINGS}

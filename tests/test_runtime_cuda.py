@@ -7,12 +7,14 @@ by shape, and a merged convolution has shapes of its own).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterator
 
 import pytest
 import torch
 
-from ios_ray.app.bench import GPU_FLOAT32_TOLERANCE
+from ios_ray.app.bench import GPU_FLOAT32_TOLERANCE, HALF_TOLERANCE
+from ios_ray.dtypes import example_input
 from ios_ray.frontend import import_module
 from ios_ray.ir import GRAPH_INPUT
 from ios_ray.runtime import Program, ScheduledModule, ScheduleRunner, compile_stage, make_lanes, measure_latency
@@ -94,6 +96,22 @@ def test_scheduled_inception_equals_eager_on_cuda(label: str) -> None:
         x = torch.randn(batch, 3, 299, 299, device="cuda")
         with torch.no_grad():
             assert relative_error(scheduled(x), model(x)) <= GPU_FLOAT32_TOLERANCE
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_scheduled_inception_in_half_precision_equals_eager_on_cuda(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    model = randomise_batchnorm(ZOO["inception_v3"].build()).cuda().to(dtype)
+    graph = import_module(model, example_input(model, (3, 299, 299))).graph
+    name = str(dtype).removeprefix("torch.")
+    schedules = [dataclasses.replace(make_schedule(graph, BUILDERS["ios_like"], b, device="cuda",
+                                                   model="inception_v3"), dtype=name) for b in (1, 4)]
+    scheduled = ScheduledModule(model, schedules)
+    for batch in (1, 4):
+        x = torch.randn(batch, 3, 299, 299, device="cuda", dtype=dtype)
+        assert scheduled.schedule_for(x).dtype == name
+        with torch.no_grad():
+            assert relative_error(scheduled(x), model(x)) <= HALF_TOLERANCE[dtype]
 
 
 def test_measure_latency_on_cuda(program: Program) -> None:

@@ -40,7 +40,7 @@ def ios_ray(*args: str, cwd: Path, timeout: float = 120) -> subprocess.Completed
 
 
 def store_rows(path: Path) -> list[dict[str, object]]:
-    """The store's row counts per (device, batch, source)."""
+    """The store's row counts per (device, batch, dtype, source)."""
     return LatencyStore(path, create=False).stats().to_pylist()
 
 
@@ -129,6 +129,8 @@ BAD_SEARCHES = {
     "repeat 0": ["--model", "squeezenet", "--devices", "sim:v100", "--repeat", "0"],
     "negative check rounds": ["--model", "squeezenet", "--devices", "cpu", "--check-rounds", "-1"],
     "out is a file": ["--model", "squeezenet", "--devices", "sim:v100", "--out", "{file}"],
+    "unknown dtype": ["--model", "squeezenet", "--devices", "sim:v100", "--dtype", "int8"],
+    "half precision on a sim device": ["--model", "squeezenet", "--devices", "cpu,sim:v100", "--dtype", "fp16"],
 }
 
 #: Bad input met where the command joins or starts Ray and its actors (run as a user runs it, in a subprocess):
@@ -299,7 +301,7 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path, ray_local: 
     total = planned_stages(searched.stdout)
     [row] = search_table(searched.stdout)
     assert row == TableRow("cpu", 1, total, 0, "measured", row.kept) and row.kept in ("IOS", "sequential")
-    assert store_rows(store) == [{"device": "cpu", "batch": 1, "source": "measured", "rows": total}]
+    assert store_rows(store) == [{"device": "cpu", "batch": 1, "dtype": "float32", "source": "measured", "rows": total}]
     schedule = out / "squeezenet" / "cpu" / "bs1.json"
     assert schedule.is_file()
     # The end-to-end check timed both schedules whole and the file keeps the faster.
@@ -343,7 +345,7 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path, ray_local: 
     assert "vs sequential" in table.stdout
     # At the model's own shape it is another graph, for which the folder has no schedule: one sentence.
     other = ios_ray_here("bench", "--model", "squeezenet", "--schedules", str(out), "--no-compile", cwd=tmp_path)
-    assert other.returncode == 1 and other.stderr.startswith("error: no schedule of squeezenet"), other.stderr
+    assert other.returncode == 1 and other.stderr.startswith("error: no float32 schedule of squeezenet"), other.stderr
     assert len(other.stderr.strip().splitlines()) == 1
 
     evaluated = ios_ray_here("evaluate", "--schedules", str(out), "--store", str(store), "--rounds", "2", cwd=tmp_path)
@@ -366,3 +368,43 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path, ray_local: 
     assert root.tag == "{http://www.w3.org/2000/svg}svg"
     assert root.findall(".//{http://www.w3.org/2000/svg}rect")
 
+
+
+@pytest.mark.slow
+def test_a_bfloat16_search_then_run_bench_evaluate_and_store_stats(tmp_path: Path, ray_local: None) -> None:
+    """``--dtype``: stages measured in it and stored under it, a schedule file of its own beside float32's, and the
+    commands after the search run the model in it."""
+    store, out, shape = tmp_path / "S.duckdb", tmp_path / "O", ("--input-shape", "3x64x64")
+    searched = ios_ray_here("search", "--model", "squeezenet", "--devices", "cpu", "--batches", "2", "--store",
+                            str(store), "--out", str(out), "--dtype", "bf16", "--check-rounds", "2", *shape, cwd=tmp_path)
+    assert searched.returncode == 0, searched.stderr
+    assert "ios-ray search: squeezenet in bfloat16" in searched.stdout
+    total = planned_stages(searched.stdout)
+    assert store_rows(store) == [{"device": "cpu", "batch": 2, "dtype": "bfloat16", "source": "measured", "rows": total}]
+    assert [p.name for p in (out / "squeezenet" / "cpu").iterdir()] == ["bs2-bfloat16.json"]
+    assert read_schedule(out / "squeezenet" / "cpu" / "bs2-bfloat16.json").dtype == "bfloat16"
+
+    ran = ios_ray_here("run", "--model", "squeezenet", "--schedules", str(out), "--batch", "2", "--repeat", "2",
+                       "--dtype", "bfloat16", *shape, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert "schedule: cpu batch 2 bfloat16" in ran.stdout
+    assert re.search(r"max relative error \S+ \(ok, tolerance 3e-02 in bfloat16\)", ran.stdout), ran.stdout
+
+    benched = ios_ray_here("bench", "--model", "squeezenet", "--schedules", str(out), "--store", str(store),
+                           "--batches", "2", "--rounds", "1", "--no-compile", "--json", "--dtype", "bfloat16", *shape,
+                           cwd=tmp_path)
+    assert benched.returncode == 0, benched.stderr
+    rows = {row["name"]: row for row in json.loads(benched.stdout)["rows"]}
+    assert rows["IOS"]["predicted_ms"] == pytest.approx(
+        read_schedule(out / "squeezenet" / "cpu" / "bs2-bfloat16.json").predicted_latency, rel=1e-9)
+    assert all(row["error"] <= 3e-2 for row in rows.values())
+    in_float32 = ios_ray_here("bench", "--model", "squeezenet", "--schedules", str(out), "--batches", "2",
+                              "--no-compile", *shape, cwd=tmp_path)
+    assert in_float32.returncode == 1 and in_float32.stderr.startswith(
+        "error: no float32 schedule of squeezenet for device 'cpu'"), in_float32.stderr
+
+    evaluated = ios_ray_here("evaluate", "--schedules", str(out), "--store", str(store), "--rounds", "1", cwd=tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert "squeezenet, bfloat16: latency" in evaluated.stdout
+    stats = ios_ray_here("store", "stats", "--store", str(store), cwd=tmp_path)
+    assert stats.returncode == 0 and "bfloat16" in stats.stdout

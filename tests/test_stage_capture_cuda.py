@@ -99,3 +99,15 @@ def test_the_real_backend_times_gpu_stages_in_graphs_and_names_the_protocol() ->
     assert row["samples"] == row["repeat"] == 4 and row["warmup"] == 1 and row["median_ms"] > 0
     assert json.loads(row["device_info"])["timing"] == GPU_TIMING
     assert "uncaptured" not in json.loads(row["device_info"])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_the_real_backend_measures_stages_in_half_precision(dtype: str) -> None:
+    graph = import_model("squeezenet").graph
+    stage = Stage("merge", (("fire2.expand1x1",), ("fire2.expand3x3",)))
+    keys = StageKeys(graph)
+    backend = RealBackend(parse_device("cuda"), warmup=1, repeat=4)
+    row = backend.measure(MeasureJob(keys.key(stage), stage, keys.describe_json(stage), graph,
+                                     ModelSource.of_spec("squeezenet"), 8, dtype))
+    assert row["dtype"] == dtype and row["median_ms"] > 0
+    assert "uncaptured" not in json.loads(row["device_info"])

@@ -111,9 +111,9 @@ def test_query_filters_by_device_batch_and_model(store_path: Path) -> None:
     assert store.query(device="sim:v100", model="toy")["source"].to_pylist() == ["simulated"]
     assert store.query(model="other").num_rows == 0
     assert store.stats().to_pylist() == [
-        {"device": "cpu", "batch": 1, "source": "measured", "rows": 2},
-        {"device": "cpu", "batch": 8, "source": "measured", "rows": 1},
-        {"device": "sim:v100", "batch": 1, "source": "simulated", "rows": 1},
+        {"device": "cpu", "batch": 1, "dtype": "float32", "source": "measured", "rows": 2},
+        {"device": "cpu", "batch": 8, "dtype": "float32", "source": "measured", "rows": 1},
+        {"device": "sim:v100", "batch": 1, "dtype": "float32", "source": "simulated", "rows": 1},
     ]
 
 

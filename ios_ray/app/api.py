@@ -10,6 +10,7 @@
     result.save("schedules")                                          # schedules/<model>/<device>/bs<batch>.json
 
     fast = ios_ray.optimize(model, torch.randn(8, 3, 224, 224))       # search on this machine, then deploy
+    fast = ios_ray.optimize(model.cuda().half(), x.cuda().half())     # ... on a GPU, in float16
 
 The ``ios-ray search`` command is a thin layer over :func:`search`: the same call, a table printed from the result.
 """
@@ -28,6 +29,7 @@ from ios_ray.app.job import (DEFAULT_MEASURE, SearchOutcome, SearchProgress, Sea
                              schedule_path)
 from ios_ray.app.progress import RichSearchProgress, SilentProgress
 from ios_ray.devices import DEFAULT_SIM_ACTORS
+from ios_ray.dtypes import dtype_name
 from ios_ray.errors import UserError
 from ios_ray.runtime import ScheduledModule
 from ios_ray.schedule import Schedule, save_schedule
@@ -63,18 +65,20 @@ class SearchResult:
         return len(self.outcomes)
 
     def deploy(self, model: nn.Module, cuda_graph: bool | None = None) -> ScheduledModule:
-        """``model`` wrapped to run, per input, the schedule of this search that fits its device and batch."""
+        """``model`` wrapped to run, per input, the schedule of this search that fits its device, dtype and batch."""
         return ScheduledModule(model, list(self.schedules), input_shape=self.input_shape, cuda_graph=cuda_graph)
 
     def save(self, out: str | Path) -> list[Path]:
-        """Write every schedule as ``out/<model>/<device>/bs<batch>.json``; returns the files written."""
-        paths = [schedule_path(Path(out), self.model, o.device, o.batch) for o in self.outcomes]
+        """Write every schedule as ``out/<model>/<device>/bs<batch>.json`` (``bs<batch>-<dtype>.json`` for a dtype
+        other than float32); returns the files written."""
+        paths = [schedule_path(Path(out), self.model, o.device, o.batch, o.schedule.dtype) for o in self.outcomes]
         for outcome, path in zip(self.outcomes, paths):
             save_schedule(outcome.schedule, path)
         return paths
 
     def __repr__(self) -> str:
-        lines = [f"SearchResult({self.model!r}, input {'x'.join(map(str, self.input_shape))}):"]
+        dtypes = ", ".join(sorted({o.schedule.dtype for o in self.outcomes}))
+        lines = [f"SearchResult({self.model!r}, input {'x'.join(map(str, self.input_shape))}, {dtypes}):"]
         for o in self.outcomes:
             check = o.end_to_end
             checked = "" if check is None else f"; end to end {check.dp_ms:.3f} / {check.sequential_ms:.3f} ms"
@@ -103,6 +107,7 @@ def search(
     check_rounds: int = 10,
     measure: str = DEFAULT_MEASURE,
     budget: int | None = None,
+    dtype: str | torch.dtype | None = None,
     progress: bool | SearchProgress = True,
 ) -> SearchResult:
     """Find the fastest schedule of ``model`` for every device and batch size, measuring only what the store lacks.
@@ -116,8 +121,10 @@ def search(
     schedule against the sequential one on each measured device and keep the faster (0: no check). ``measure``:
     ``"lazy"`` measures only the stages that can change the schedule, round by round (see
     :mod:`ios_ray.scheduler.lazy`), ``"all"`` every candidate stage; ``budget`` caps the stages per device and batch
-    a lazy search uses. ``progress`` shows progress bars (in a terminal or a notebook), or takes an object of the
-    ``SearchProgress`` protocol.
+    a lazy search uses. ``dtype`` (``float32``, ``float16`` or ``bfloat16``) is what every stage is measured and
+    the schedules are made in: by default the dtype of a model object's parameters, float32 for a spec (``sim:``
+    devices take float32 only). ``progress`` shows progress bars (in a terminal or a notebook), or takes an object of
+    the ``SearchProgress`` protocol.
     """
     request = SearchRequest(
         model=model, devices=_as_tuple(devices), batches=_as_tuple(batches), store=Path(store),
@@ -125,7 +132,7 @@ def search(
         input_shape=tuple(input_shape) if input_shape is not None else None,
         params=SearchParams(r=r, s=s, strategies=tuple(strategies)),  # type: ignore[arg-type]
         address=address, sim_actors=sim_actors, warmup=warmup, repeat=repeat, check_rounds=check_rounds,
-        measure=measure, budget=budget,
+        measure=measure, budget=budget, dtype=dtype_name(dtype) if dtype is not None else None,
     )
     with _progress(progress) as shown:
         outcomes = run_search(request, shown)
@@ -136,7 +143,7 @@ def search(
 def optimize(
     model: nn.Module, example_input: torch.Tensor, device: str | None = None, **options: object
 ) -> ScheduledModule:
-    """Search ``model`` on this machine for the example input's shape and batch size, and return it scheduled.
+    """Search ``model`` on this machine for the example input's shape, batch size and dtype, and return it scheduled.
 
     ``device`` is ``cpu`` or ``cuda[:i]`` (default: the example input's device); ``options`` are :func:`search`'s
     keyword arguments (``store``, ``r``, ``s``, ``check_rounds``, ``progress``...).
@@ -148,11 +155,11 @@ def optimize(
     if example_input.dim() < 2:
         raise UserError(f"example_input must be a batch (batch size first), not a tensor of shape "
                         f"{tuple(example_input.shape)}.")
-    for clash in ("devices", "batches", "input_shape"):
+    for clash in ("devices", "batches", "input_shape", "dtype"):
         if clash in options:
             raise UserError(f"optimize takes the {clash} from the example input and device; leave {clash} out.")
     result = search(model, [label], [int(example_input.shape[0])], input_shape=tuple(example_input.shape[1:]),
-                    **options)  # type: ignore[arg-type]
+                    dtype=example_input.dtype, **options)  # type: ignore[arg-type]
     return result.deploy(model)
 
 

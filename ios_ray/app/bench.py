@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from ios_ray.app.evaluation import Lookup, predicted_ms
+from ios_ray.dtypes import DEFAULT_DTYPE, example_input, module_dtype, torch_dtype
 from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
@@ -99,16 +100,17 @@ def bench_model(
     module: nn.Module, name: str, input_shape: Sequence[int], device: str, target: torch.device,
     batches: Sequence[int], schedules_dir: Path, lookup: Lookup | None, rounds: int = 10, compile_: bool = True,
 ) -> Iterator[BenchResult]:
-    """Time every variant of ``module`` (on ``target``, with the schedules of device label ``device`` found under
-    ``schedules_dir``) side by side at each batch size; one result per batch, as soon as it is measured."""
-    imported = import_module(module, torch.randn(1, *input_shape, device=target), name)
+    """Time every variant of ``module`` (on ``target`` and in its dtype, with the schedules of device label ``device``
+    and that dtype found under ``schedules_dir``) side by side at each batch size; one result per batch, as soon as
+    it is measured."""
+    imported = import_module(module, example_input(module, input_shape), name)
     program = Program.from_imported(imported, target)
-    keys = StageKeys(imported.graph)
+    keys, dtype = StageKeys(imported.graph), module_dtype(module)
     for batch in batches:
-        ios = find_schedule(schedules_dir, imported.graph, device, batch)
+        ios = find_schedule(schedules_dir, imported.graph, device, batch, dtype)
         named = {"sequential": baseline_schedule(imported.graph, ios, "sequential"),
                  "greedy": baseline_schedule(imported.graph, ios, "greedy"), "IOS": ios}
-        x = torch.randn(batch, *input_shape, device=target)
+        x = torch.randn(batch, *input_shape, device=target, dtype=torch_dtype(dtype))
         variants = [*eager_variants(module, target), *schedule_variants(program, named)]
         compiled, notes = compiled_variants(module, x) if compile_ else ([], ["torch.compile skipped (--no-compile)"])
         baseline = SEQUENTIAL_BASELINE[target.type]
@@ -116,13 +118,16 @@ def bench_model(
         yield BenchResult(name, device, batch, ios, baseline, tuple(rows), tuple(notes))
 
 
-def find_schedule(schedules_dir: Path, graph: Graph, device: str, batch: int) -> Schedule:
-    """The IOS schedule for (device, batch) in a folder of schedules; UserError naming what to run where none is."""
+def find_schedule(schedules_dir: Path, graph: Graph, device: str, batch: int, dtype: str = DEFAULT_DTYPE) -> Schedule:
+    """The IOS schedule for (device, batch, dtype) in a folder of schedules; UserError naming what to run where none
+    is."""
     found = [s for s in read_schedules(schedules_dir).values()
-             if s.graph_fingerprint == graph.fingerprint and s.device == device]
+             if s.graph_fingerprint == graph.fingerprint and s.device == device and s.dtype == dtype]
     if not found:
-        raise UserError(f"no schedule of {graph.name} for device {device!r} under {schedules_dir}; run "
-                        f"`ios-ray search --model {graph.name} --devices {device} --out {schedules_dir}` first.")
+        option = "" if dtype == DEFAULT_DTYPE else f" --dtype {dtype}"
+        raise UserError(f"no {dtype} schedule of {graph.name} for device {device!r} under {schedules_dir}; run "
+                        f"`ios-ray search --model {graph.name} --devices {device}{option} --out {schedules_dir}` "
+                        "first.")
     chosen = pick_batch((s.batch for s in found), batch)
     return next(s for s in found if s.batch == chosen)
 
@@ -207,7 +212,8 @@ def side_by_side(
 
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    """max |actual - expected| / max |expected|."""
+    """max |actual - expected| / max |expected|, computed in float64."""
+    actual, expected = actual.double(), expected.double()
     return float((actual - expected).abs().max() / expected.abs().max().clamp_min(1e-30))
 
 
@@ -220,10 +226,16 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 FLOAT32_TOLERANCE = 1e-5
 GPU_FLOAT32_TOLERANCE = 1e-4
 TF32_TOLERANCE = 1e-2
+#: The same for half-precision outputs, about ten times what a schedule of Inception V3 (batch-norms randomised)
+#: strays from eager on a CPU: 7e-4 in float16 (10 mantissa bits), 3e-3 in bfloat16 (7 bits).
+HALF_TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 3e-2}
 
 
-def output_tolerance(device: torch.device) -> float:
-    """How far a schedule's output may stray from eager's on ``device`` with torch's current TF32 settings."""
+def output_tolerance(device: torch.device, dtype: torch.dtype = torch.float32) -> float:
+    """How far a schedule's output in ``dtype`` may stray from eager's on ``device`` with torch's current TF32
+    settings."""
+    if dtype in HALF_TOLERANCE:
+        return HALF_TOLERANCE[dtype]
     if device.type != "cuda":
         return FLOAT32_TOLERANCE
     tf32 = torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32

@@ -33,6 +33,7 @@ app.callback()(debug_option)
 
 MODEL_HELP = "zoo name (see `ios-ray models`), torchvision:NAME, timm:NAME or package.module:factory"
 INPUT_SHAPE_HELP = "per-sample input shape CxHxW, e.g. 3x299x299 (default: the model's own)"
+DTYPE_HELP = "float32, float16 or bfloat16: the precision the model runs in"
 STORE_HELP = "latency store file (DuckDB)"
 DEFAULT_OUT = Path("schedules")
 
@@ -122,6 +123,8 @@ def search(
                                           "change the schedule, round by round; all: every candidate stage"),
     budget: Optional[int] = typer.Option(None, "--budget", help="lazy: at most this many stages per device and "
                                          "batch (stored ones included)"),
+    dtype: str = typer.Option("float32", "--dtype", help=DTYPE_HELP + " (stages are measured in it; schedules "
+                              "other than float32 are written as bs<batch>-<dtype>.json)"),
 ) -> None:
     """Find the fastest schedule of a model for every device and batch size, measuring only what is new."""
     from ios_ray.app.api import search as run
@@ -131,9 +134,11 @@ def search(
         result = run(model, parse_list(devices, "--devices"), parse_batches(batches), store=store, out=out,
                      input_shape=parse_input_shape(input_shape), r=r, s=s, strategies=strategy.strategies,
                      address=address, sim_actors=sim_actors, warmup=warmup, repeat=repeat, check_rounds=check_rounds,
-                     measure=measure.value, budget=budget, progress=progress)
+                     measure=measure.value, budget=budget, dtype=dtype, progress=progress)
+    in_dtype = "" if result.schedules[0].dtype == "float32" else f" in {result.schedules[0].dtype}"
     table = Table("device", "batch", "IOS ms", "seq ms", "speedup", "measured / planned", "cached", "wall s", "source",
-                  "end to end IOS / seq ms", "kept", title=f"ios-ray search: {model} (predicted: sums of stages)")
+                  "end to end IOS / seq ms", "kept",
+                  title=f"ios-ray search: {model}{in_dtype} (predicted: sums of stages)")
     for o in result:
         check = o.end_to_end
         table.add_row(o.device, str(o.batch), f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x",
@@ -179,22 +184,24 @@ def run(
     device: str = typer.Option("cpu", "--device", help="torch device to run on: cpu or cuda[:i]"),
     repeat: int = typer.Option(20, "--repeat", help="timed runs"),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
+    dtype: str = typer.Option("float32", "--dtype", help=DTYPE_HELP),
 ) -> None:
     """Run a model with its schedules (ScheduledModule), check the output against eager, print the latency."""
     import torch
 
     from ios_ray.app.bench import TF32_TOLERANCE, output_tolerance, relative_error
+    from ios_ray.dtypes import dtype_name, torch_dtype
     from ios_ray.models import resolve_model
     from ios_ray.runtime import ScheduledModule, measure_latency
 
     parse_batches(str(batch))
     at_least_one(repeat=repeat)
-    target = _torch_device(device)
+    target, precision = _torch_device(device), torch_dtype(dtype)
     spec = resolve_model(model, input_shape=parse_input_shape(input_shape))
     torch.manual_seed(0)
-    module = spec.build().eval().to(target)
+    module = spec.build().eval().to(target, precision)
     scheduled = ScheduledModule(module, schedules, input_shape=spec.input_shape).to(target)
-    x = torch.randn(batch, *spec.input_shape, device=target)
+    x = torch.randn(batch, *spec.input_shape, device=target, dtype=precision)
     chosen = scheduled.schedule_for(x)
     if chosen is None:
         raise UserError(f"no schedule under {schedules} fits device {device!r}; run `ios-ray search` for it first.")
@@ -202,14 +209,16 @@ def run(
         error = relative_error(scheduled(x), module(x))
     median, p10, p90 = measure_latency(scheduled, x, warmup=3, repeat=repeat, device=target)
     eager, _, _ = measure_latency(module, x, warmup=3, repeat=repeat, device=target)
-    console.print(f"schedule: {chosen.device} batch {chosen.batch} ({len(chosen.stages)} stages, predicted "
-                  f"{chosen.predicted_latency or float('nan'):.3f} ms {chosen.source} at batch {chosen.batch})")
+    predicted = chosen.predicted_latency or float("nan")
+    console.print(f"schedule: {chosen.device} batch {chosen.batch} {chosen.dtype} ({len(chosen.stages)} stages, "
+                  f"predicted {predicted:.3f} ms {chosen.source} at batch {chosen.batch})")
     if chosen.end_to_end is not None:
         console.print(f"search's end-to-end check: {chosen.end_to_end.summary()}")
-    tolerance = output_tolerance(target)
+    tolerance = output_tolerance(target, precision)
     verdict = "ok" if error <= tolerance else "MISMATCH"
-    console.print(f"output vs eager: max relative error {error:.2e} ({verdict}, tolerance {tolerance:.0e}"
-                  f"{': TF32 on' if tolerance == TF32_TOLERANCE else ''})")
+    why = f" in {dtype_name(precision)}" if precision != torch.float32 else (
+        ": TF32 on" if tolerance == TF32_TOLERANCE else "")
+    console.print(f"output vs eager: max relative error {error:.2e} ({verdict}, tolerance {tolerance:.0e}{why})")
     console.print(f"latency at batch {batch}: {median:.3f} ms (p10 {p10:.3f}, p90 {p90:.3f}); eager {eager:.3f} ms")
     if error > tolerance:
         raise typer.Exit(1)
@@ -227,6 +236,7 @@ def bench(
     compile_: bool = typer.Option(True, "--compile/--no-compile", help="include torch.compile"),
     as_json: bool = typer.Option(False, "--json", help="print JSON (rows and notes) instead of tables"),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
+    dtype: str = typer.Option("float32", "--dtype", help=DTYPE_HELP + " (the schedules of that dtype are used)"),
 ) -> None:
     """Eager, the sequential, greedy and IOS schedules and torch.compile, measured side by side (on a GPU also
     with CUDA graphs)."""
@@ -235,12 +245,13 @@ def bench(
     at_least_one(rounds=rounds)
 
     from ios_ray.app.bench import bench_model
+    from ios_ray.dtypes import torch_dtype
     from ios_ray.models import resolve_model
 
-    target = _bench_target(device)
+    target, precision = _bench_target(device), torch_dtype(dtype)
     spec = resolve_model(model, input_shape=parse_input_shape(input_shape))
     torch.manual_seed(0)
-    module = spec.build().eval().to(target)
+    module = spec.build().eval().to(target, precision)
     report: dict[str, list] = {"rows": [], "notes": []}
     for result in bench_model(module, spec.name, spec.input_shape, device, target, parse_batches(batches), schedules,
                               store_lookup(store), rounds, compile_):
@@ -284,18 +295,19 @@ def evaluate(
     from ios_ray.runtime import read_schedules
 
     found = list(read_schedules(schedules).values())
-    # One table per model and input shape: the graph, and so its schedules, depend on both.
-    models = sorted({(s.model, s.input_shape) for s in found if model in (None, s.model)}, key=str)
+    # One table per model, input shape and dtype: the graph depends on the first two, the latencies on all three.
+    models = sorted({(s.model, s.input_shape, s.dtype) for s in found if model in (None, s.model)}, key=str)
     if not models:
         raise UserError(f"no schedules of model {model!r} under {schedules}.")
-    lookup = store_lookup(store) or (lambda keys, fingerprint, batch: {})
-    for name, shape in models:
+    lookup = store_lookup(store) or (lambda keys, fingerprint, batch, dtype: {})
+    for name, shape, dtype in models:
         graph = import_model(name, input_shape=shape).graph
-        mine = [s for s in found if s.model == name and s.graph_fingerprint == graph.fingerprint]
-        cells = cross_evaluate(mine, graph, lookup, local_measures(name, rounds, shape))
+        mine = [s for s in found if s.model == name and s.graph_fingerprint == graph.fingerprint and s.dtype == dtype]
+        cells = cross_evaluate(mine, graph, lookup, local_measures(name, rounds, shape, dtype))
         settings = settings_of(mine)
+        in_dtype = "" if dtype == "float32" else f", {dtype}"
         table = Table("made for \\ run on", *(f"{d} bs{b}" for d, b in settings),
-                      title=f"{name}: latency in ms of the schedule made for X, run on Y")
+                      title=f"{name}{in_dtype}: latency in ms of the schedule made for X, run on Y")
         wins = winners_hold(cells)
         for made_for in settings:
             row = []

@@ -98,7 +98,7 @@ def store_lookup(path: Path) -> "Lookup | None":
     from ios_ray.store import LatencyStore
 
     store = LatencyStore(path, create=False)
-    return lambda keys, fingerprint, batch: store.lookup(list(keys), fingerprint, batch)
+    return lambda keys, fingerprint, batch, dtype: store.lookup(list(keys), fingerprint, batch, dtype)
 
 
 def make_console() -> Console:

@@ -1,6 +1,6 @@
 """Cross-evaluation of schedules (the IOS paper's Table 3): the schedule optimised for X, run on Y.
 
-Every schedule of a folder is evaluated on every (device, batch) setting that some schedule of the folder was
+Every schedule of a folder (of one model and dtype) is evaluated on every (device, batch) setting that some schedule of the folder was
 made for. A setting on a device this machine has (``cpu``, or ``cuda`` when torch sees a GPU) is *measured* end
 to end; any other is *predicted* as the sum of the schedule's stage latencies from the latency store for that
 device and batch, labelled ``simulated`` for ``sim:`` devices and ``predicted`` otherwise.
@@ -19,8 +19,8 @@ from ios_ray.stage import StageKeys
 Setting = tuple[str, int]
 #: Measures a schedule end to end at a batch size on a local device; returns the median latency in ms.
 Measure = Callable[[Schedule, int], float]
-#: Looks up stage latencies: (stage keys, device fingerprint, batch) -> {key: ms}.
-Lookup = Callable[[Sequence[str], str, int], Mapping[str, float]]
+#: Looks up stage latencies: (stage keys, device fingerprint, batch, dtype) -> {key: ms}.
+Lookup = Callable[[Sequence[str], str, int, str], Mapping[str, float]]
 
 
 @dataclass(frozen=True)
@@ -67,9 +67,9 @@ def predicted_ms(
     schedule: Schedule, keys: StageKeys, lookup: Lookup, batch: int, fingerprint: str | None = None
 ) -> float | None:
     """The sum of the schedule's stage latencies in the store for a device fingerprint (default: the schedule's
-    own) and batch, or None where any is missing."""
+    own) and batch, in the schedule's dtype, or None where any is missing."""
     stage_keys = [keys.key(stage) for stage in schedule.stages]
-    table = lookup(stage_keys, fingerprint or schedule.device_fingerprint, batch)
+    table = lookup(stage_keys, fingerprint or schedule.device_fingerprint, batch, schedule.dtype)
     return sum(table[k] for k in stage_keys) if all(k in table for k in stage_keys) else None
 
 
@@ -83,11 +83,14 @@ def winners_hold(cells: Sequence[Cell]) -> dict[Setting, bool]:
     return result
 
 
-def local_measures(model: str, rounds: int, input_shape: Sequence[int] | None = None) -> dict[str, Measure]:
+def local_measures(
+    model: str, rounds: int, input_shape: Sequence[int] | None = None, dtype: str = "float32"
+) -> dict[str, Measure]:
     """Measuring functions for the device labels this machine runs: ``cpu``, and ``cuda`` where torch sees a GPU
-    (the model imported at ``input_shape``, default its own)."""
+    (the model imported at ``input_shape``, default its own, and run in ``dtype``)."""
     import torch
 
+    from ios_ray.dtypes import torch_dtype
     from ios_ray.frontend import import_model
     from ios_ray.runtime import Program, ScheduleRunner, measure_latency
 
@@ -96,10 +99,11 @@ def local_measures(model: str, rounds: int, input_shape: Sequence[int] | None = 
     def on(device: str) -> Measure:
         def measure(schedule: Schedule, batch: int) -> float:
             if device not in programs:
-                programs[device] = Program.from_imported(import_model(model, input_shape=input_shape), device)
+                imported = import_model(model, input_shape=input_shape)
+                programs[device] = Program.from_imported(imported, device, torch_dtype(dtype))
             program = programs[device]
             runner = ScheduleRunner(program, schedule, device)
-            x = torch.randn(batch, *program.graph.input_shape, device=device)
+            x = torch.randn(batch, *program.graph.input_shape, device=device, dtype=torch_dtype(dtype))
             return measure_latency(runner, x, warmup=2, repeat=rounds, device=device)[0]
         return measure
 

@@ -26,6 +26,7 @@ is its only caller.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
@@ -43,6 +44,7 @@ from torch import nn
 from ios_ray.app.ray_session import ray_session
 from ios_ray.app.rounds import RoundSize
 from ios_ray.devices import DEFAULT_SIM_ACTORS, parse_device
+from ios_ray.dtypes import DEFAULT_DTYPE, dtype_name, example_input, module_device, module_dtype
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
@@ -64,7 +66,8 @@ LAZY_MARGIN = 0.1
 @dataclass(frozen=True)
 class SearchRequest:
     """What to search: a model (spec or object), devices, batch sizes, where the store (and the schedule files, if
-    ``out`` is given) live, and the DP bounds. ``name`` and ``input_shape`` default to the spec's or the object's."""
+    ``out`` is given) live, and the DP bounds. ``name`` and ``input_shape`` default to the spec's or the object's;
+    ``dtype`` (the one every stage is measured in) to the object's parameters' (float32 for a spec)."""
 
     model: str | nn.Module
     devices: tuple[str, ...]
@@ -81,6 +84,7 @@ class SearchRequest:
     check_rounds: int = 10
     measure: str = DEFAULT_MEASURE
     budget: int | None = None
+    dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -124,12 +128,13 @@ class LoadedModel:
 
     def source(self, shared: bool) -> ModelSource:
         """Where actors get the model: its spec, else (where ``shared``: actors on real devices need it) the object,
-        put into Ray's object store (Ray must run)."""
+        put into Ray's object store (Ray must run) from the CPU, so that a node without a GPU can rebuild it."""
         import ray
 
         if self.spec is not None or not shared:
             return ModelSource(self.name, self.input_shape, spec=self.spec)
-        return ModelSource(self.name, self.input_shape, module_ref=ray.put(self.module))
+        module = self.module if module_device(self.module).type == "cpu" else copy.deepcopy(self.module).cpu()
+        return ModelSource(self.name, self.input_shape, module_ref=ray.put(module))
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,11 @@ class _Search:
     def graph(self) -> Graph:
         """The model's graph."""
         return self.model.graph
+
+    @property
+    def dtype(self) -> str:
+        """The dtype every stage is measured in."""
+        return self.request.dtype or DEFAULT_DTYPE
 
     @functools.cached_property
     def measurable(self) -> Mapping[str, PlannedStage]:
@@ -198,7 +208,7 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
         measured = any(identity.source == "measured" for identity in identities.values())
         source = model.source(shared=measured)
         if measured:
-            pool.prepare(source, model.graph)
+            pool.prepare(source, model.graph, search.dtype)
         actors = {label: len(pool.actors(label)) for label in request.devices}
         size = RoundSize()
         started_choosing = time.perf_counter()
@@ -214,7 +224,8 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
 
 
 def load_model(request: SearchRequest) -> LoadedModel:
-    """Build the request's model (a spec) or take it (an object), and import it with a seeded batch-1 input."""
+    """Build the request's model (a spec) or take it (an object), and import it with a seeded batch-1 input on its
+    device and in its dtype."""
     if isinstance(request.model, str):
         spec = resolve_model(request.model)
         shape = request.input_shape or spec.input_shape
@@ -226,8 +237,8 @@ def load_model(request: SearchRequest) -> LoadedModel:
         shape = request.input_shape or tuple(getattr(module, "input_shape", DEFAULT_INPUT_SHAPE))
     else:
         raise UserError(f"model must be an nn.Module or a model spec string, not a {type(request.model).__name__}.")
-    example = torch.randn(1, *shape, generator=torch.Generator().manual_seed(0))
-    return LoadedModel(name, module, tuple(shape), import_module(module, example, name).graph, source_spec)
+    graph = import_module(module, example_input(module, shape), name).graph
+    return LoadedModel(name, module, tuple(shape), graph, source_spec)
 
 
 def _schedule_all(
@@ -246,7 +257,7 @@ def _schedule_all(
                 kept = _checked_end_to_end(*checker, search, dp, plain)
             path = None
             if request.out is not None:
-                path = schedule_path(request.out, search.model.name, label, batch)
+                path = schedule_path(request.out, search.model.name, label, batch, kept.dtype)
                 save_schedule(kept, path)
             measured = search.measured.get((label, batch), 0)
             outcomes.append(SearchOutcome(
@@ -268,10 +279,11 @@ def _ask(
         asked[label] = {}
         for batch in search.request.batches:
             if search.lazy is None:
-                asked[label][batch] = search.store.missing(list(search.plan.stages), identity.fingerprint, batch)
+                asked[label][batch] = search.store.missing(list(search.plan.stages), identity.fingerprint, batch,
+                                                           search.dtype)
                 search.stored[label, batch] = len(search.plan.stages) - len(asked[label][batch])
                 continue
-            table = search.store.lookup(search.lazy.keys, identity.fingerprint, batch)
+            table = search.store.lookup(search.lazy.keys, identity.fingerprint, batch, search.dtype)
             search.stored[label, batch] = len(table)
             params = LazyParams(_margin(identity), size.stages(actors.get(label, 1)), search.request.budget)
             found = next_round(search.lazy, table, params)
@@ -300,7 +312,7 @@ def _measure(
     """Measure the asked stages on all devices at once, storing each batch of rows as it arrives."""
     planned, graph = search.measurable, search.graph
     jobs = {
-        label: [MeasureJob(key, planned[key].stage, planned[key].description, graph, source, batch)
+        label: [MeasureJob(key, planned[key].stage, planned[key].description, graph, source, batch, search.dtype)
                 for batch, keys in by_batch.items() for key in keys]
         for label, by_batch in asked.items()
     }
@@ -349,9 +361,21 @@ def _checked(request: SearchRequest) -> SearchRequest:
         raise UserError(f"input_shape must be positive sizes such as (3, 224, 224), not {request.input_shape}.")
     if request.out is not None and request.out.exists() and not request.out.is_dir():
         raise UserError(f"out={request.out} is a file; pass a folder for the schedules.")
+    dtype = _dtype_of(request)
+    simulated = [label for label in devices if parse_device(label).simulated]
+    if dtype != DEFAULT_DTYPE and simulated:
+        raise UserError(f"the sim model covers {DEFAULT_DTYPE} only, so {simulated[0]} cannot be searched in {dtype}; "
+                        f"search {dtype} on a real device (cuda, a GPU name, cpu) or {DEFAULT_DTYPE} on sim: devices.")
     if request.address not in (None, "auto"):
         _check_reachable(request.address)
-    return dataclasses.replace(request, devices=devices, batches=tuple(dict.fromkeys(request.batches)))
+    return dataclasses.replace(request, devices=devices, batches=tuple(dict.fromkeys(request.batches)), dtype=dtype)
+
+
+def _dtype_of(request: SearchRequest) -> str:
+    """The dtype a search measures in: the request's, else the model object's parameters', else float32."""
+    if request.dtype is not None:
+        return dtype_name(request.dtype)
+    return module_dtype(request.model) if isinstance(request.model, nn.Module) else DEFAULT_DTYPE
 
 
 @contextmanager
@@ -369,7 +393,7 @@ def _optimize(search: _Search, identity: DeviceIdentity, batch: int) -> tuple[Sc
     latencies the store held for it."""
     request, graph = search.request, search.graph
     keys = search.lazy.keys if search.lazy is not None else list(search.plan.stages)
-    table = search.store.lookup(keys, identity.fingerprint, batch)
+    table = search.store.lookup(keys, identity.fingerprint, batch, search.dtype)
     record = _measure_record(search, identity, batch, len(table))
     if len(table) < len(keys) and search.lazy is None:
         raise UserError(
@@ -380,7 +404,8 @@ def _optimize(search: _Search, identity: DeviceIdentity, batch: int) -> tuple[Sc
     result = search.lazy.optimize(table) if search.lazy is not None else optimize_graph(graph, latency, request.params)
     schedule = Schedule(
         model=search.model.name, graph_fingerprint=graph.fingerprint, device=identity.label, batch=batch,
-        blocks=result.schedules, device_fingerprint=identity.fingerprint, device_info=dict(identity.info),
+        blocks=result.schedules, dtype=search.dtype, device_fingerprint=identity.fingerprint,
+        device_info=dict(identity.info),
         params={**request.params.to_json(), "measure": record}, source=identity.source,
         input_shape=graph.input_shape,
     )
@@ -407,7 +432,7 @@ def _checked_end_to_end(
 ) -> Schedule:
     """Time the DP's schedule and the sequential one whole, side by side, on the device; keep the faster."""
     rounds = search.request.check_rounds
-    job = CheckJob(source, search.graph, (dp, plain), dp.batch, rounds)
+    job = CheckJob(source, search.graph, (dp, plain), dp.batch, rounds, dtype=dp.dtype)
     dp_ms, sequential_ms = pool.time_schedules(dp.device, job)
     return keep_faster(dp, plain, EndToEnd(rounds, dp_ms, sequential_ms, dp.predicted_latency,
                                            plain.predicted_latency))
@@ -430,8 +455,10 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
                         "or leave the address out to start Ray locally.") from None
 
 
-def schedule_path(out: Path, model: str, device: str, batch: int) -> Path:
-    """Where a schedule is written: ``OUT/<model>/<device>/bs<batch>.json`` (odd characters of a spec made safe)."""
+def schedule_path(out: Path, model: str, device: str, batch: int, dtype: str = DEFAULT_DTYPE) -> Path:
+    """Where a schedule is written: ``OUT/<model>/<device>/bs<batch>.json``, ``bs<batch>-<dtype>.json`` for a dtype
+    other than float32 (odd characters of a spec made safe)."""
     safe_model = re.sub(r"[^A-Za-z0-9_.:-]", "_", model)
-    return Path(out) / safe_model / device / f"bs{batch}.json"
+    suffix = "" if dtype == DEFAULT_DTYPE else f"-{dtype}"
+    return Path(out) / safe_model / device / f"bs{batch}{suffix}.json"
 

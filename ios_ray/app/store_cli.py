@@ -55,14 +55,14 @@ class OutputFormat(str, Enum):
 @store_app.command()
 @user_errors
 def stats(store: StorePath = DEFAULT_STORE_PATH) -> None:
-    """Rows per device, batch and source, and the file size."""
+    """Rows per device, batch, dtype and source, and the file size."""
     latency_store = _open(store, create=False)
     counts = latency_store.stats().to_pylist()
     table = Table(title=f"latency store {store}")
-    for column in ("device", "batch", "source", "rows"):
+    for column in ("device", "batch", "dtype", "source", "rows"):
         table.add_column(column, justify="right" if column in ("batch", "rows") else "left")
     for row in counts:
-        table.add_row(row["device"], str(row["batch"]), row["source"], f"{row['rows']:,}")
+        table.add_row(row["device"], str(row["batch"]), row["dtype"], row["source"], f"{row['rows']:,}")
     table.caption = f"{sum(row['rows'] for row in counts):,} rows, {_size(latency_store.file_bytes)}"
     make_console().print(table)
 

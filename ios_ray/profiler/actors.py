@@ -44,10 +44,11 @@ class ProfilerActor:
         """This actor's process id (tests kill it to exercise recovery)."""
         return os.getpid()
 
-    def prepare(self, model: ModelSource, graph: Graph) -> str | None:
-        """Build a model on the device before measuring it; the one sentence saying why it cannot be, or None."""
+    def prepare(self, model: ModelSource, graph: Graph, dtype: str = "float32") -> str | None:
+        """Build a model on the device in ``dtype`` before measuring it; the one sentence saying why it cannot be,
+        or None."""
         try:
-            self.backend.prepare(model, graph)
+            self.backend.prepare(model, graph, dtype)
         except UserError as error:
             return str(error)
         return None

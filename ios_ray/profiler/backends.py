@@ -15,8 +15,9 @@ class Backend(Protocol):
     def start(self) -> DeviceIdentity:
         """Check the device, fingerprint it, and say who measures."""
 
-    def prepare(self, model: ModelSource, graph: Graph) -> None:
-        """Get ready to measure stages of a model (build it on the device); UserError where it cannot."""
+    def prepare(self, model: ModelSource, graph: Graph, dtype: str = "float32") -> None:
+        """Get ready to measure stages of a model in ``dtype`` (build it on the device); UserError where it
+        cannot."""
 
     def measure(self, job: MeasureJob) -> dict[str, Any]:
         """Time one stage and return its latency row (the store's columns)."""

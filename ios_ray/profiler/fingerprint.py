@@ -1,7 +1,8 @@
 """Device fingerprints: what a device really is, so measurements are only reused on the same device and software.
 
 A fingerprint is a short content hash of the device's info: for a GPU its model, compute capability, SM count,
-driver, torch/CUDA/cuDNN versions and timing protocol; for a CPU its model name, thread count, torch version and
+driver, torch/CUDA/cuDNN versions, whether float32 convolutions and matrix products may run in TF32, and timing
+protocol; for a CPU its model name, thread count, torch version and
 timing protocol; for a simulated GPU the sim model's name, version and parameters. This module probes the machine
 (torch, CUDA, ``/proc/cpuinfo``, ``nvidia-smi``); the label grammar it starts from is :mod:`ios_ray.devices`.
 """
@@ -57,7 +58,8 @@ def cpu_info() -> dict[str, Any]:
 
 
 def gpu_info(index: int = 0) -> dict[str, Any]:
-    """What a GPU measurement depends on: model, compute capability, SMs, driver, torch/CUDA/cuDNN versions, timing
+    """What a GPU measurement depends on: model, compute capability, SMs, driver, torch/CUDA/cuDNN versions, the TF32
+    settings of this process (float32 convolutions and matrix products run other kernels with TF32), timing
     protocol."""
     import torch
 
@@ -71,6 +73,8 @@ def gpu_info(index: int = 0) -> dict[str, Any]:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version(),
+        "tf32_conv": torch.backends.cudnn.allow_tf32,
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "timing": GPU_TIMING,
     }
 

@@ -66,7 +66,8 @@ class MeasureJob:
 
 @dataclass(frozen=True)
 class CheckJob:
-    """Whole schedules of one model to time end to end, side by side, at one batch size (the search's check)."""
+    """Whole schedules of one model to time end to end, side by side, at one batch size and dtype (the search's
+    check)."""
 
     model: ModelSource
     graph: Graph
@@ -74,6 +75,7 @@ class CheckJob:
     batch: int
     rounds: int
     warmup: int = 2
+    dtype: str = "float32"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import ray
 import torch
 from torch import nn
 
+from ios_ray.dtypes import example_input
 from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import Imported, import_module
 from ios_ray.models import resolve_model
@@ -22,10 +23,10 @@ from ios_ray.profiler.jobs import ModelSource
 
 
 def import_source(source: ModelSource) -> Imported:
-    """Build or fetch the model of a source and import it with a seeded batch-1 input; UserError where it cannot."""
-    module = _fetch(source) if source.spec is None else _build(source)
-    example = torch.randn(1, *source.input_shape, generator=torch.Generator().manual_seed(0))
-    return import_module(module, example, source.name)
+    """Build or fetch the model of a source and import it in float32 (every op has CPU kernels in it; a program
+    converts the weights to the dtype it measures in) with a seeded batch-1 input; UserError where it cannot."""
+    module = (_fetch(source) if source.spec is None else _build(source)).float()
+    return import_module(module, example_input(module, source.input_shape), source.name)
 
 
 def _build(source: ModelSource) -> nn.Module:

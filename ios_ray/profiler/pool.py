@@ -4,7 +4,7 @@ In phases, so that the driver can skip what the store already holds and check th
 
     pool = DevicePool.start(["v100", "sim:k80"])       # fails within seconds if no node offers a label
     fingerprints = pool.fingerprints()                   # {label: fingerprint}, to look up in the store
-    pool.prepare(model, graph)                           # every actor builds the model (fails early if it cannot)
+    pool.prepare(model, graph, "float32")                # every actor builds the model (fails early if it cannot)
     report = pool.measure({label: missing_jobs}, on_rows, on_progress)
     medians = pool.time_schedules(label, CheckJob(model, graph, (dp, sequential), batch, rounds))
     pool.shutdown()
@@ -79,9 +79,10 @@ class DevicePool:
         """The actors measuring one label."""
         return list(self._actors[label])
 
-    def prepare(self, model: ModelSource, graph: Graph) -> None:
-        """Have every actor build the model on its device; UserError with the first actor's problem, if any."""
-        refs = [actor.prepare.remote(model, graph) for actors in self._actors.values() for actor in actors]
+    def prepare(self, model: ModelSource, graph: Graph, dtype: str = "float32") -> None:
+        """Have every actor build the model on its device in ``dtype``; UserError with the first actor's problem, if
+        any."""
+        refs = [actor.prepare.remote(model, graph, dtype) for actors in self._actors.values() for actor in actors]
         try:
             problems = [problem for problem in ray.get(refs) if problem is not None]
         except RayActorError as error:

@@ -3,7 +3,8 @@
 The stage runs exactly as deployed: ``compile_stage`` from ``ios_ray.runtime.stages`` on a ``Program`` of the job's
 model (built from its spec, or fetched as the driver's object; :mod:`~ios_ray.profiler.model_source`) on this
 process's device. Its external inputs are random (``torch.randn``) tensors of the
-graph's shapes with the batch dimension prepended. On a CPU each call follows a small untimed op on the same thread
+graph's shapes with the batch dimension prepended, in the job's dtype (the model's weights are converted to it).
+On a CPU each call follows a small untimed op on the same thread
 (:func:`~ios_ray.runtime.timing.cpu_primer`), as in a pass; on a GPU the stage is timed inside a CUDA graph, as a
 deployed schedule runs (:func:`~ios_ray.profiler.timing.time_stage`), captured on one stream kept for all stages.
 """
@@ -18,6 +19,8 @@ from typing import Any, Iterator
 import torch
 
 from ios_ray.devices import DeviceSpec
+from ios_ray.dtypes import torch_dtype
+from ios_ray.frontend import Imported
 from ios_ray.profiler.fingerprint import cuda_problem, device_fingerprint
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
@@ -29,8 +32,6 @@ from ios_ray.runtime.program import Program
 from ios_ray.runtime.stages import Lanes, compile_stage, make_lanes
 from ios_ray.runtime.timing import cpu_primer, interleaved_samples_ms
 from ios_ray.stage import Stage
-
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32}
 
 
 class RealBackend:
@@ -44,7 +45,8 @@ class RealBackend:
         self.repeat = repeat
         self.device = spec.torch_device()
         self.identity: DeviceIdentity | None = None
-        self._programs: dict[str, Program] = {}
+        self._imported: dict[str, Imported] = {}
+        self._programs: dict[tuple[str, str], Program] = {}
         self._lanes: Lanes | None = None
         self._capture_stream: torch.cuda.Stream | None = None
         self._primer = cpu_primer() if self.device.type == "cpu" else None
@@ -59,9 +61,10 @@ class RealBackend:
         self.identity = local_identity(self.spec.label, fingerprint, info, "measured")
         return self.identity
 
-    def prepare(self, model: ModelSource, graph: Graph) -> None:
-        """Build the model on this device now (once), so that a model this node cannot rebuild fails early."""
-        self._program(model, graph, (self.identity or self.start()).host)
+    def prepare(self, model: ModelSource, graph: Graph, dtype: str = "float32") -> None:
+        """Build the model on this device in ``dtype`` now (once), so that a model this node cannot rebuild fails
+        early."""
+        self._program(model, graph, (self.identity or self.start()).host, dtype)
 
     def measure(self, job: MeasureJob) -> dict[str, Any]:
         """Compile the stage with the runtime, feed it random inputs, time it, and return the row."""
@@ -69,8 +72,9 @@ class RealBackend:
         if self._lanes is None:
             self._lanes = make_lanes(self.device)
             self._capture_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        run = compile_stage(self._program(job.model, job.graph, identity.host), job.stage, self.device, self._lanes)
-        env = random_inputs(job.graph, job.stage, job.batch, _dtype(job.dtype), self.device)
+        program = self._program(job.model, job.graph, identity.host, job.dtype)
+        run = compile_stage(program, job.stage, self.device, self._lanes)
+        env = random_inputs(job.graph, job.stage, job.batch, torch_dtype(job.dtype), self.device)
         with _fits(self.spec.label, job.model.name, job.batch):
             timing = time_stage(lambda: run(env), self.device, self.warmup, self.repeat, self._primer,
                                 self._capture_stream)
@@ -78,21 +82,25 @@ class RealBackend:
 
     def time_schedules(self, job: CheckJob) -> list[float]:
         """The median end-to-end latency in ms of each schedule, run as deployed (a CUDA graph on a GPU) on one
-        random batch, in interleaved rounds."""
+        random batch of the job's dtype, in interleaved rounds."""
         identity = self.identity or self.start()
-        program = self._program(job.model, job.graph, identity.host)
+        program = self._program(job.model, job.graph, identity.host, job.dtype)
         runners = {str(i): ScheduleRunner(program, s, self.device) for i, s in enumerate(job.schedules)}
-        x = torch.randn(job.batch, *job.graph.input_shape, device=self.device)
+        x = torch.randn(job.batch, *job.graph.input_shape, device=self.device, dtype=torch_dtype(job.dtype))
         with _fits(self.spec.label, job.model.name, job.batch):
             samples = interleaved_samples_ms({name: functools.partial(run, x) for name, run in runners.items()},
                                              self.device, job.warmup, job.rounds)
         return [statistics.median(samples[name]) for name in runners]
 
-    def _program(self, model: ModelSource, graph: Graph, host: str) -> Program:
-        """A model on this device, built once per model and checked against the driver's graph of it."""
-        if model.key not in self._programs:
-            self._programs[model.key] = Program.from_imported(import_source(model), self.device)
-        program = self._programs[model.key]
+    def _program(self, model: ModelSource, graph: Graph, host: str, dtype: str) -> Program:
+        """A model on this device in ``dtype``, imported once per model, bound once per dtype, and checked against
+        the driver's graph of it."""
+        if model.key not in self._imported:
+            self._imported[model.key] = import_source(model)
+        program = self._programs.get((model.key, dtype))
+        if program is None:
+            program = Program.from_imported(self._imported[model.key], self.device, torch_dtype(dtype))
+            self._programs[model.key, dtype] = program
         if program.graph.fingerprint != graph.fingerprint:
             raise UserError(
                 f"model {model.name!r} imports to a different graph on {host} than on the driver; install the same "
@@ -120,9 +128,3 @@ def random_inputs(
     sources = dict.fromkeys(s for u in stage.units for s in graph.unit(u).sources if s not in inside)
     return {s: torch.randn((batch, *graph.shape_of(s)), dtype=dtype, device=device) for s in sources}
 
-
-def _dtype(name: str) -> torch.dtype:
-    """The torch dtype of a dtype name; others are a user error."""
-    if name not in DTYPES:
-        raise UserError(f"measuring supports {', '.join(DTYPES)} only, not {name!r}; use float32.")
-    return DTYPES[name]

@@ -1,11 +1,13 @@
-"""ScheduledModule: an ``nn.Module`` that runs a model with the IOS schedule fitting each input's device and batch.
+"""ScheduledModule: an ``nn.Module`` that runs a model with the IOS schedule fitting each input's device, dtype and
+batch size.
 
 It imports the wrapped module once (``ios_ray.frontend.import_module`` on a batch-1 random input of
-``input_shape``, by default the one the schedule files record), checks every schedule against the imported graph, and in ``forward`` picks a schedule by the
+``input_shape``, by default the one the schedule files record, on the module's device and in its dtype), checks every schedule against the imported graph, and in ``forward`` picks a schedule by the
 rules of :mod:`~ios_ray.runtime.schedule_set`. The chosen schedule runs through a
 :class:`~ios_ray.runtime.executor.ScheduleRunner`, built on first use per (schedule, device); where no schedule
 fits (another device, another per-sample shape) the original module runs eagerly, with a one-time warning per
-reason. In training mode the original module always runs: schedules are for inference. Schedules given as a
+reason (an input of a dtype no schedule was made for runs a schedule made for another, with a one-time warning).
+In training mode the original module always runs: schedules are for inference. Schedules given as a
 list must all fit the graph; from a folder (such as the ``--out`` folder of ``ios-ray search``, which may hold
 other models too) those made for other graphs are left out, and finding none is an error.
 
@@ -29,6 +31,7 @@ import torch
 from torch import nn
 
 from ios_ray.devices import parse_device
+from ios_ray.dtypes import example_input
 from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
@@ -54,7 +57,7 @@ class ScheduledModule(nn.Module):
         folder = schedules if isinstance(schedules, (str, Path)) else None
         found = _gather(schedules)
         self.input_shape = tuple(input_shape) if input_shape is not None else _recorded_shape(found.values())
-        self._imported = import_module(module, _example(module, self.input_shape), type(module).__name__)
+        self._imported = import_module(module, example_input(module, self.input_shape), type(module).__name__)
         self.schedules = _checked(found, self.graph, folder)
         self.cuda_graph = cuda_graph
         self._programs: dict[torch.device, Program] = {}
@@ -68,7 +71,8 @@ class ScheduledModule(nn.Module):
         return self._imported.graph
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Run the schedule chosen for ``x``'s device and batch size, or the original module where none fits."""
+        """Run the schedule chosen for ``x``'s device, dtype and batch size, or the original module where none
+        fits."""
         if self.training:
             return self.module(x)
         schedule = self.schedule_for(x)
@@ -83,11 +87,15 @@ class ScheduledModule(nn.Module):
                             f"{self.input_shape}); running the original module.")
             return None
         gpu_name = torch.cuda.get_device_name(x.device) if x.device.type == "cuda" else None
-        schedule = select_schedule(self.schedules, x.device.type, x.shape[0], gpu_name)
+        dtype = str(x.dtype).removeprefix("torch.")
+        schedule = select_schedule(self.schedules, x.device.type, x.shape[0], gpu_name, dtype)
         if schedule is None:
             labels = sorted({s.device for s in self.schedules})
             self._warn_once(f"no schedule fits device {x.device.type} (schedules are for {', '.join(labels)}); "
                             "running the original module.")
+        elif schedule.dtype != dtype:
+            self._warn_once(f"no schedule for {dtype} inputs on {schedule.device}; running the one made for "
+                            f"{schedule.dtype} (search with dtype={dtype!r} for a schedule tuned to it).")
         return schedule
 
     def reset(self) -> None:
@@ -163,13 +171,6 @@ def _recorded_shape(schedules: Any) -> tuple[int, ...]:
     if len(shapes) == 1 and None not in shapes:
         return tuple(shapes.pop())
     raise UserError("pass input_shape=(C, H, W): the schedules do not record one per-sample input shape.")
-
-
-def _example(module: nn.Module, shape: tuple[int, ...]) -> torch.Tensor:
-    """A seeded batch-1 random input on the module's device (the global random state is left alone)."""
-    parameter = next(module.parameters(), None)
-    device = parameter.device if parameter is not None else torch.device("cpu")
-    return torch.randn(1, *shape, generator=torch.Generator().manual_seed(0)).to(device)
 
 
 def _checked(found: dict[str, Schedule], graph: Graph, folder: str | Path | None) -> tuple[Schedule, ...]:

@@ -167,28 +167,33 @@ def _bn(module: fx.GraphModule, refs: Mapping[str, Any], key: str) -> nn.BatchNo
     return module.get_submodule(refs[key]) if key in refs else None
 
 
-def _affine(bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
-    """An eval-mode batch-norm as ``x * scale + shift`` per channel."""
-    gamma = bn.weight if bn.weight is not None else torch.ones_like(bn.running_var)
-    beta = bn.bias if bn.bias is not None else torch.zeros_like(bn.running_var)
-    scale = gamma / torch.sqrt(bn.running_var + bn.eps)
-    return scale, beta - bn.running_mean * scale
+def _affine(bn: nn.BatchNorm2d, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """An eval-mode batch-norm as ``x * scale + shift`` per channel, computed in ``dtype``."""
+    mean, var = bn.running_mean.detach().to(dtype), bn.running_var.detach().to(dtype)
+    gamma = bn.weight.detach().to(dtype) if bn.weight is not None else torch.ones_like(var)
+    beta = bn.bias.detach().to(dtype) if bn.bias is not None else torch.zeros_like(var)
+    scale = gamma / torch.sqrt(var + bn.eps)
+    return scale, beta - mean * scale
 
 
 @torch.no_grad()
 def fold(conv: nn.Conv2d, bn: nn.BatchNorm2d | None, attrs: Mapping[str, Any],
          pre_bn: nn.BatchNorm2d | None = None) -> FoldedConv:
-    """A FoldedConv from a conv module, an optional (eval-mode) batch-norm after it and one before it."""
-    weight = conv.weight.detach().clone()
-    bias = conv.bias.detach().clone() if conv.bias is not None else None
+    """A FoldedConv from a conv module, an optional (eval-mode) batch-norm after it and one before it.
+
+    The folding is computed in at least float32 and rounded once to the conv's dtype (float16 or bfloat16 weights
+    would otherwise round at every step of it)."""
+    dtype = conv.weight.dtype
+    wide = torch.promote_types(dtype, torch.float32)
+    weight = conv.weight.detach().to(wide, copy=True)
+    bias = conv.bias.detach().to(wide, copy=True) if conv.bias is not None else None
     if bn is not None:
-        scale, _ = _affine(bn)
+        scale, shift = _affine(bn, wide)
         weight = weight * scale.reshape(-1, 1, 1, 1)
-        base = bias if bias is not None else torch.zeros_like(bn.running_mean)
-        beta = bn.bias if bn.bias is not None else torch.zeros_like(bn.running_var)
-        bias = (base - bn.running_mean) * scale + beta
+        bias = shift if bias is None else bias * scale + shift
     pre_scale = pre_shift = None
     if pre_bn is not None:
-        pre_scale, pre_shift = (t.reshape(1, -1, 1, 1).detach().clone() for t in _affine(pre_bn))
-    return FoldedConv(weight, bias, tuple(conv.stride), tuple(conv.padding), tuple(conv.dilation), conv.groups,
-                      attrs.get("act"), attrs.get("pre_act"), pre_scale, pre_shift)
+        pre_scale, pre_shift = (t.reshape(1, -1, 1, 1).to(dtype) for t in _affine(pre_bn, wide))
+    return FoldedConv(weight.to(dtype), bias.to(dtype) if bias is not None else None, tuple(conv.stride),
+                      tuple(conv.padding), tuple(conv.dilation), conv.groups, attrs.get("act"), attrs.get("pre_act"),
+                      pre_scale, pre_shift)

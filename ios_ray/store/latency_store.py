@@ -122,8 +122,8 @@ class LatencyStore:
         return self._read(lambda con: con.sql(sql, params=list(used.values())).to_arrow_table())
 
     def stats(self) -> pa.Table:
-        """Return the row count per (device, batch, source)."""
-        sql = f"SELECT device, batch, source, count(*) AS rows FROM {_CATALOG}.latency GROUP BY ALL ORDER BY ALL"
+        """Return the row count per (device, batch, dtype, source)."""
+        sql = f"SELECT device, batch, dtype, source, count(*) AS rows FROM {_CATALOG}.latency GROUP BY ALL ORDER BY ALL"
         return self._read(lambda con: con.sql(sql).to_arrow_table())
 
     @property
