@@ -11,8 +11,9 @@ figures; the report is rewritten after every step; a step starts only while the 
 3. calibration: what measuring one planned stage costs on the GPU at both batch sizes (``gpu_steps.py
    calibrate``); each search's warmup and repeat are then sized to fit its time limit;
 4. at batch 1: ``ios-ray search --devices cuda`` on a fresh store (stages timed in CUDA graphs), ``ios-ray bench
-   --device cuda --json`` (retried without torch.compile if compiling runs out of time), and a PyTorch profiler
-   summary of the DP's and the sequential schedule in a graph (``profile.txt``);
+   --device cuda --json`` (where compiling runs it out of time, retried with torch.compile reduce-overhead only,
+   then without torch.compile), and a PyTorch profiler summary of the DP's and the sequential schedule in a graph
+   (``profile.txt``);
 5. at batch 32: the search, on the same store, and the bench (without torch.compile, whose targets are at batch 1);
 6. calibration and ``ios-ray search --devices cpu`` at batch 1 on this host's CPU, on a store of its own.
 
@@ -342,27 +343,42 @@ def search_figures(store: Path, schedule_path: Path, device: str, batch: int) ->
             "sequential_over_dp": _ratio(check.sequential_ms, check.dp_ms)}
 
 
+#: The bench's tries at the small batch, each where the one before ran out of time: every torch.compile mode; only
+#: reduce-overhead (a target's; Inductor's caches then hold much of the first try's work); none. (what, options)
+BENCH_TRIES = (
+    ("with both torch.compile modes", []),
+    ("with torch.compile reduce-overhead only", ["--compile-mode", "reduce-overhead"]),
+    ("without torch.compile", ["--no-compile"]),
+)
+#: The longest and the least time a retry of the bench gets.
+BENCH_RETRY_S = (90.0, 30.0)
+
+
 def bench_step(check: Check, timeout: float, batch: int) -> str:
     """``ios-ray bench --json`` at one batch size, with torch.compile at the small batch only (its targets are
-    there); where compiling runs it out of time, again without it."""
+    there); where compiling runs it out of time, again with fewer modes (:data:`BENCH_TRIES`)."""
     setup = check.setup
     if f"{setup.device} bs{batch}" not in check.report["searches"]:
         raise StepSkipped(f"the search at batch {batch} did not finish, so there is no schedule for it")
     args = ["-m", "ios_ray", "bench", "--model", setup.model, "--device", setup.device, "--batches", str(batch),
             "--schedules", str(setup.schedules), "--store", str(setup.store), "--rounds",
             "2" if setup.quick else "20", "--json"]
-    compiled = not setup.quick and batch == setup.batches[0]
-    done = check.python([*args, *([] if compiled else ["--no-compile"])], timeout, quiet_timeout=True)
-    notes = []
-    if done.timed_out and not compiled:
-        raise StepFailed(f"stopped at its time limit of {timeout:.0f} s")
-    if done.timed_out:
-        retry_s = min(90.0, check.available())
-        if retry_s < 30:
-            raise StepFailed(f"stopped at its time limit of {timeout:.0f} s, no time left to retry without "
-                             "torch.compile")
-        notes.append(f"with torch.compile the bench did not finish within {timeout:.0f} s; measured without it")
-        done = check.python([*args, "--no-compile"], retry_s)
+    compiled = setup.device == "cuda" and not setup.quick and batch == setup.batches[0]
+    tries = BENCH_TRIES if compiled else BENCH_TRIES[-1:]
+    notes: list[str] = []
+    limit = timeout
+    for index, (what, options) in enumerate(tries):
+        done = check.python([*args, *options], limit, quiet_timeout=True)
+        if not done.timed_out:
+            break
+        if index == len(tries) - 1:
+            raise StepFailed(f"{what}, stopped at its time limit of {limit:.0f} s")
+        notes.append(f"{what} the bench did not finish within {limit:.0f} s")
+        limit = min(BENCH_RETRY_S[0], check.available())
+        if limit < BENCH_RETRY_S[1]:
+            raise StepFailed(f"{'; '.join(notes)}, and no time is left to retry")
+    if notes:
+        notes.append(f"measured {what}")
     found = json.loads(done.stdout)
     check.report["bench"][str(batch)] = {"rows": found["rows"], "notes": [*found["notes"], *notes]}
     rows = {row["name"]: row for row in found["rows"]}

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from ios_ray.app.bench import (FLOAT32_TOLERANCE, GPU_FLOAT32_TOLERANCE, TF32_TOLERANCE, Variant, bench_rows,
-                              compiled_variants, output_tolerance)
+                              compile_modes_for, compiled_variants, output_tolerance)
+from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.stage import StageKeys
 
@@ -43,6 +44,23 @@ def test_a_compiler_that_fails_is_a_note(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(torch, "compile", broken)
     variants, notes = compiled_variants(torch.nn.Linear(2, 2), torch.ones(1, 2))
     assert variants == [] and notes == ["torch.compile unavailable: InvalidCxxCompiler: No working C++ compiler found"]
+
+
+def test_compile_modes_are_the_devices_own_or_the_one_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert compile_modes_for("cuda") == ("default", "reduce-overhead")
+    assert compile_modes_for("cuda", "reduce-overhead") == ("reduce-overhead",)
+    assert compile_modes_for("cpu") == ("default",)
+    with pytest.raises(UserError, match="mode must be one of default on cpu, not 'reduce-overhead'"):
+        compile_modes_for("cpu", "reduce-overhead")
+    asked: list[object] = []
+
+    def compile_(module: torch.nn.Module, mode: object = None, dynamic: object = None) -> torch.nn.Module:
+        asked.append(mode)
+        return module
+
+    monkeypatch.setattr(torch, "compile", compile_)
+    variants, notes = compiled_variants(torch.nn.Linear(2, 2), torch.ones(1, 2), ("default",))
+    assert [v.name for v in variants] == ["torch.compile"] and asked == [None] and notes == []
 
 
 

@@ -35,7 +35,7 @@ def test_bench_runs_every_gpu_baseline_side_by_side(tmp_path: Path) -> None:
         schedule = make_schedule(graph, BUILDERS["ios_like"], batch, device="cuda", model="tiny")
         save_schedule(schedule, tmp_path / "tiny" / "cuda" / f"bs{batch}.json")
     results = list(bench_model(module, "tiny", Tiny.input_shape, "cuda", torch.device("cuda"), [1, 4], tmp_path,
-                               None, rounds=3, compile_=False))
+                               None, rounds=3, compile_modes=()))
     assert [r.batch for r in results] == [1, 4]
     for result in results:
         rows = {row.name: row for row in result.rows}

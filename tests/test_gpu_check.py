@@ -116,6 +116,35 @@ def test_a_target_reads_its_range() -> None:
     assert Target("x", 480.5, high=480).result == "MISS" and Target("x", None, 1.2).result == "no figure"
 
 
+def test_a_bench_that_runs_out_of_time_compiling_is_retried_with_reduce_overhead_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The torch.compile target is against reduce-overhead: where compiling both modes runs out of time, the retry
+    keeps that mode before giving up on compiling."""
+    setup = gpu_check_module.Setup("cuda", "inception_v3", False, tmp_path / "out", tmp_path / "work", 465.0)
+    check = gpu_check_module.Check(setup, "test")
+    check.report["searches"].update({"cuda bs1": {}, "cuda bs32": {}})
+    ran: list[list[str]] = []
+    rows = [{"name": name, "median_ms": 1.0, "speedup_vs_sequential": 1.0, "speedup": 1.0}
+            for name in ("eager", "IOS + graph", "torch.compile reduce-overhead")]
+
+    def python(args: list[str], timeout_s: float, quiet_timeout: bool = False) -> Completed:
+        compiling_both = "--compile-mode" not in args and "--no-compile" not in args
+        ran.append(args[args.index("--json") + 1:])
+        output = "" if compiling_both else json.dumps({"rows": rows, "notes": []})
+        return Completed(0, output, "", timeout_s, compiling_both)
+
+    monkeypatch.setattr(check, "python", python)
+    note = gpu_check_module.bench_step(check, 110.0, 1)
+    assert ran == [[], ["--compile-mode", "reduce-overhead"]]
+    assert note.endswith("with both torch.compile modes the bench did not finish within 110 s; measured with "
+                         "torch.compile reduce-overhead only")
+    assert [r["name"] for r in check.report["bench"]["1"]["rows"]][-1] == "torch.compile reduce-overhead"
+    ran.clear()
+    gpu_check_module.bench_step(check, 60.0, 32)  # the large batch: no torch.compile, one try
+    assert ran == [["--no-compile"]]
+
+
 def run_in_process(args: list[str], timeout_s: float, cwd: Path) -> Completed:
     """gpu_check's commands run in this process instead of a child (the session's Ray, torch already imported):
     ``python -m ios_ray``, ``python -m pytest`` and ``python bench/gpu_steps.py``, with their own arguments."""

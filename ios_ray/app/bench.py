@@ -40,10 +40,10 @@ Forward = Callable[[torch.Tensor], torch.Tensor]
 
 #: Per device type, the variant every speedup is also given against: the sequential schedule as deployed there.
 SEQUENTIAL_BASELINE = {"cpu": "sequential", "cuda": "sequential + graph"}
-#: The ``torch.compile`` variants per device type: name -> mode.
-COMPILE_MODES: dict[str, dict[str, str | None]] = {
-    "cpu": {"torch.compile": None},
-    "cuda": {"torch.compile": None, "torch.compile reduce-overhead": "reduce-overhead"},
+#: The ``torch.compile`` modes per device type: mode -> the name of its variant.
+COMPILE_MODES: dict[str, dict[str, str]] = {
+    "cpu": {"default": "torch.compile"},
+    "cuda": {"default": "torch.compile", "reduce-overhead": "torch.compile reduce-overhead"},
 }
 
 
@@ -98,11 +98,13 @@ class BenchResult:
 
 def bench_model(
     module: nn.Module, name: str, input_shape: Sequence[int], device: str, target: torch.device,
-    batches: Sequence[int], schedules_dir: Path, lookup: Lookup | None, rounds: int = 10, compile_: bool = True,
+    batches: Sequence[int], schedules_dir: Path, lookup: Lookup | None, rounds: int = 10,
+    compile_modes: Sequence[str] | None = None,
 ) -> Iterator[BenchResult]:
     """Time every variant of ``module`` (on ``target`` and in its dtype, with the schedules of device label ``device``
     and that dtype found under ``schedules_dir``) side by side at each batch size; one result per batch, as soon as
-    it is measured."""
+    it is measured. ``compile_modes`` are the ``torch.compile`` modes to include (None: every mode the device has;
+    none: no ``torch.compile``)."""
     imported = import_module(module, example_input(module, input_shape), name)
     program = Program.from_imported(imported, target)
     keys, dtype = StageKeys(imported.graph), module_dtype(module)
@@ -112,7 +114,8 @@ def bench_model(
                  "greedy": baseline_schedule(imported.graph, ios, "greedy"), "IOS": ios}
         x = torch.randn(batch, *input_shape, device=target, dtype=torch_dtype(dtype))
         variants = [*eager_variants(module, target), *schedule_variants(program, named)]
-        compiled, notes = compiled_variants(module, x) if compile_ else ([], ["torch.compile skipped (--no-compile)"])
+        compiled, notes = (compiled_variants(module, x, compile_modes) if compile_modes is None or compile_modes
+                           else ([], ["torch.compile skipped (--no-compile)"]))
         baseline = SEQUENTIAL_BASELINE[target.type]
         rows = bench_rows([*variants, *compiled], x, keys, lookup, baseline, rounds=rounds)
         yield BenchResult(name, device, batch, ios, baseline, tuple(rows), tuple(notes))
@@ -164,13 +167,27 @@ def schedule_variants(program: Program, schedules: Mapping[str, Schedule]) -> li
     return variants
 
 
-def compiled_variants(module: nn.Module, x: torch.Tensor) -> tuple[list[Variant], list[str]]:
-    """``torch.compile`` of the module in each mode of :data:`COMPILE_MODES` for ``x``'s device (compiled for
-    ``x``'s shape by one call), and one note per mode that is unavailable here."""
+def compile_modes_for(device_type: str, only: str | None = None) -> tuple[str, ...]:
+    """The ``torch.compile`` modes to bench on a device type: each of :data:`COMPILE_MODES` it has, or ``only``;
+    UserError where it has no such mode."""
+    modes = tuple(COMPILE_MODES[device_type])
+    if only is None:
+        return modes
+    if only not in modes:
+        raise UserError(f"the torch.compile mode must be one of {', '.join(modes)} on {device_type}, not {only!r}.")
+    return (only,)
+
+
+def compiled_variants(
+    module: nn.Module, x: torch.Tensor, modes: Sequence[str] | None = None
+) -> tuple[list[Variant], list[str]]:
+    """``torch.compile`` of the module in each of ``modes`` (default: every mode of :data:`COMPILE_MODES` for
+    ``x``'s device), compiled for ``x``'s shape by one call, and one note per mode that is unavailable here."""
     variants, notes = [], []
-    for name, mode in COMPILE_MODES[x.device.type].items():
+    for mode in compile_modes_for(x.device.type) if modes is None else modes:
+        name = COMPILE_MODES[x.device.type][mode]
         try:
-            compiled = torch.compile(module, mode=mode, dynamic=False)
+            compiled = torch.compile(module, mode=None if mode == "default" else mode, dynamic=False)
             with torch.inference_mode():
                 compiled(x)
         except Exception as exc:  # noqa: BLE001 - any compiler failure is reported, not fatal

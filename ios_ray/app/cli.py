@@ -234,6 +234,8 @@ def bench(
     store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
     rounds: int = typer.Option(10, "--rounds", help="timed rounds (each runs every variant once)"),
     compile_: bool = typer.Option(True, "--compile/--no-compile", help="include torch.compile"),
+    compile_mode: Optional[str] = typer.Option(None, "--compile-mode", help="only this torch.compile mode: default, "
+                                               "or on a GPU reduce-overhead (default: each mode)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON (rows and notes) instead of tables"),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
     dtype: str = typer.Option("float32", "--dtype", help=DTYPE_HELP + " (the schedules of that dtype are used)"),
@@ -244,17 +246,18 @@ def bench(
 
     at_least_one(rounds=rounds)
 
-    from ios_ray.app.bench import bench_model
+    from ios_ray.app.bench import bench_model, compile_modes_for
     from ios_ray.dtypes import torch_dtype
     from ios_ray.models import resolve_model
 
     target, precision = _bench_target(device), torch_dtype(dtype)
+    modes = compile_modes_for(target.type, compile_mode) if compile_ else ()
     spec = resolve_model(model, input_shape=parse_input_shape(input_shape))
     torch.manual_seed(0)
     module = spec.build().eval().to(target, precision)
     report: dict[str, list] = {"rows": [], "notes": []}
     for result in bench_model(module, spec.name, spec.input_shape, device, target, parse_batches(batches), schedules,
-                              store_lookup(store), rounds, compile_):
+                              store_lookup(store), rounds, modes):
         if not as_json:
             _print_bench_table(result)
             continue
