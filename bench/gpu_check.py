@@ -15,7 +15,9 @@ figures; the report is rewritten after every step; a step starts only while the 
    then without torch.compile), and a PyTorch profiler summary of the DP's and the sequential schedule in a graph
    (``profile.txt``);
 5. at batch 32: the search, on the same store, and the bench (without torch.compile, whose targets are at batch 1);
-6. calibration and ``ios-ray search --devices cpu`` at batch 1 on this host's CPU, on a store of its own.
+6. calibration and ``ios-ray search --devices cpu`` at batch 1 on this host's CPU, on a store of its own;
+7. where time is left (these steps keep no time from the ones before): the search and the bench at batch 1 in
+   float16, on a store of their own (no target; most GPU serving runs in half precision).
 
 Writes ``DIR/report.md`` and ``DIR/report.json`` (device, versions, date, every figure and its target; targets in
 bench/gpu_report.py), ``DIR/profile.txt``, ``DIR/log.txt`` (each command and the end of its output) and
@@ -102,6 +104,14 @@ class Setup:
         """The store of the searches on the device."""
         return self.work / "latency.duckdb"
 
+    def search_of(self, batch: int, dtype: str = "float32") -> tuple[str, Path, Path]:
+        """The report's key of the search on the device at ``batch`` in ``dtype``, its schedule folder and store
+        (float16's are apart, so that its figures count its own stages)."""
+        if dtype == "float32":
+            return f"{self.device} bs{batch}", self.schedules, self.store
+        return (f"{self.device} bs{batch} {dtype}", self.work / f"{dtype}-schedules",
+                self.work / f"{dtype}-latency.duckdb")
+
 
 @dataclass(frozen=True)
 class Completed:
@@ -116,12 +126,14 @@ class Completed:
 
 @dataclass(frozen=True)
 class Step:
-    """A step: its name, the longest it may run, the least time worth starting it with, and what it does."""
+    """A step: its name, the longest it may run, the least time worth starting it with, and what it does; an
+    ``extra`` step runs only on time the steps before it left over (none is kept for it)."""
 
     name: str
     cap_s: float
     need_s: float
     run: Callable[["Check", float], str]
+    extra: bool = False
 
 
 class Check:
@@ -154,7 +166,7 @@ class Check:
     def run_all(self, steps: list[Step]) -> bool:
         """Run every step that still fits; True where all of them ran to their end."""
         for index, step in enumerate(steps):
-            self.reserve_s = sum(later.need_s for later in steps[index + 1:])
+            self.reserve_s = sum(later.need_s for later in steps[index + 1:] if not later.extra)
             self.run(step)
         self.write()
         return all(entry["status"] == "ok" for entry in self.report["steps"])
@@ -302,20 +314,20 @@ def search_protocol(check: Check, key: str, device: str, batch: int, measure_s: 
 
 def search_step(
     check: Check, timeout: float, key: str, calibration: str, device: str, batch: int, store: Path, out: Path,
-    measure_s: float,
+    measure_s: float, dtype: str = "float32",
 ) -> str:
-    """``ios-ray search`` of the model on ``device`` at one batch size, its protocol sized by the calibration under
-    key ``calibration`` to measure for about ``measure_s`` (less where the time limit is shorter); its figures (under
-    ``key``) from the schedule file and the store."""
+    """``ios-ray search`` of the model on ``device`` at one batch size in ``dtype``, its protocol sized by the
+    calibration (in float32) under key ``calibration`` to measure for about ``measure_s`` (less where the time limit
+    is shorter); its figures (under ``key``) from the schedule file and the store."""
     budget = min(measure_s, timeout - SEARCH_OVERHEAD_S[device])
     warmup, repeat = search_protocol(check, calibration, device, batch, budget)
     rounds = 2 if check.setup.quick else 10
     done = check.python(["-m", "ios_ray", "search", "--model", check.setup.model, "--devices", device, "--batches",
                          str(batch), "--store", str(store), "--out", str(out), "--warmup", str(warmup), "--repeat",
-                         str(repeat), "--check-rounds", str(rounds)], timeout)
+                         str(repeat), "--check-rounds", str(rounds), "--dtype", dtype], timeout)
     from ios_ray.app.job import schedule_path
 
-    path = schedule_path(out, check.setup.model, device, batch)
+    path = schedule_path(out, check.setup.model, device, batch, dtype)
     found = check.report["searches"][key] = {"warmup": warmup, "repeat": repeat, "wall_s": round(done.wall_s, 1),
                                              **search_figures(store, path, device, batch)}
     check.report["schedules"][key] = json.loads(path.read_text())
@@ -354,16 +366,17 @@ BENCH_TRIES = (
 BENCH_RETRY_S = (90.0, 30.0)
 
 
-def bench_step(check: Check, timeout: float, batch: int) -> str:
-    """``ios-ray bench --json`` at one batch size, with torch.compile at the small batch only (its targets are
-    there); where compiling runs it out of time, again with fewer modes (:data:`BENCH_TRIES`)."""
+def bench_step(check: Check, timeout: float, batch: int, dtype: str = "float32") -> str:
+    """``ios-ray bench --json`` at one batch size, with torch.compile at the small batch in float32 only (its
+    targets are there); where compiling runs it out of time, again with fewer modes (:data:`BENCH_TRIES`)."""
     setup = check.setup
-    if f"{setup.device} bs{batch}" not in check.report["searches"]:
-        raise StepSkipped(f"the search at batch {batch} did not finish, so there is no schedule for it")
+    search, schedules, store = setup.search_of(batch, dtype)
+    if search not in check.report["searches"]:
+        raise StepSkipped(f"the search {search} did not finish, so there is no schedule for it")
     args = ["-m", "ios_ray", "bench", "--model", setup.model, "--device", setup.device, "--batches", str(batch),
-            "--schedules", str(setup.schedules), "--store", str(setup.store), "--rounds",
-            "2" if setup.quick else "20", "--json"]
-    compiled = setup.device == "cuda" and not setup.quick and batch == setup.batches[0]
+            "--schedules", str(schedules), "--store", str(store), "--rounds", "2" if setup.quick else "20",
+            "--dtype", dtype, "--json"]
+    compiled = setup.device == "cuda" and not setup.quick and batch == setup.batches[0] and dtype == "float32"
     tries = BENCH_TRIES if compiled else BENCH_TRIES[-1:]
     notes: list[str] = []
     limit = timeout
@@ -380,7 +393,8 @@ def bench_step(check: Check, timeout: float, batch: int) -> str:
     if notes:
         notes.append(f"measured {what}")
     found = json.loads(done.stdout)
-    check.report["bench"][str(batch)] = {"rows": found["rows"], "notes": [*found["notes"], *notes]}
+    check.report["bench"][str(batch) if dtype == "float32" else f"{batch} {dtype}"] = {
+        "rows": found["rows"], "notes": [*found["notes"], *notes]}
     rows = {row["name"]: row for row in found["rows"]}
     ios = "IOS + graph" if setup.device == "cuda" else "IOS"
     return (f"{len(rows)} variants; {ios} {rows[ios]['median_ms']:.3f} ms, "
@@ -409,12 +423,14 @@ def steps(setup: Setup) -> list[Step]:
     device = setup.device
     cpu_store, cpu_out = setup.work / "cpu-latency.duckdb", setup.work / "cpu-schedules"
 
-    def search(batch: int, measure_s: float) -> Callable[[Check, float], str]:
-        return partial(search_step, key=f"{device} bs{batch}", calibration=device, device=device, batch=batch,
-                       store=setup.store, out=setup.schedules, measure_s=measure_s)
+    def search(batch: int, measure_s: float, dtype: str = "float32") -> Callable[[Check, float], str]:
+        key, out, store = setup.search_of(batch, dtype)
+        return partial(search_step, key=key, calibration=device, device=device, batch=batch, store=store, out=out,
+                       measure_s=measure_s, dtype=dtype)
 
     # (name, time limit, least time worth starting with, what it does); the batch-1 figures (most targets) first;
-    # searches are sized to measure for about 45 and 60 s, with room in their limits where calibration was optimistic
+    # searches are sized to measure for about 45 and 60 s, with room in their limits where calibration was optimistic;
+    # float16 last, on time left over
     return [
         Step("environment", 40, 10, environment_step),
         Step("GPU tests", 100, 30, tests_step),
@@ -428,6 +444,9 @@ def steps(setup: Setup) -> list[Step]:
         Step("search host cpu bs1", 100, 35, partial(search_step, key="host cpu bs1", calibration="host cpu",
                                                       device="cpu", batch=1, store=cpu_store, out=cpu_out,
                                                       measure_s=35)),
+        Step(f"search {device} bs{small} float16", 120, 45, search(small, 45, "float16"), extra=True),
+        Step(f"bench {device} bs{small} float16", 60, 20, partial(bench_step, batch=small, dtype="float16"),
+             extra=True),
     ]
 
 

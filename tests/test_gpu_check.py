@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Callable
 
 import pytest
 import torch
@@ -145,6 +146,22 @@ def test_a_bench_that_runs_out_of_time_compiling_is_retried_with_reduce_overhead
     assert ran == [["--no-compile"]]
 
 
+def test_extra_steps_run_on_time_left_over_and_keep_none_from_the_steps_before(tmp_path: Path) -> None:
+    setup = gpu_check_module.Setup("cpu", "m", True, tmp_path / "out", tmp_path / "work", 100.0)
+    check = gpu_check_module.Check(setup, "test")
+    limits: dict[str, float] = {}
+
+    def record(name: str) -> Callable[[gpu_check_module.Check, float], str]:
+        return lambda _, timeout: str(limits.setdefault(name, timeout))
+
+    Step = gpu_check_module.Step
+    check.run_all([Step("first", 1000, 1, record("first")), Step("kept", 1000, 20, record("kept")),
+                   Step("extra", 1000, 50, record("extra"), extra=True)])
+    grace = gpu_check_module.STOP_GRACE_S
+    assert 100 - grace - 20 - 1 < limits["first"] <= 100 - grace - 20  # keeps the next step's 20 s, not the extra's
+    assert [s["status"] for s in check.report["steps"]] == ["ok", "ok", "ok"]
+
+
 def run_in_process(args: list[str], timeout_s: float, cwd: Path) -> Completed:
     """gpu_check's commands run in this process instead of a child (the session's Ray, torch already imported):
     ``python -m ios_ray``, ``python -m pytest`` and ``python bench/gpu_steps.py``, with their own arguments."""
@@ -176,14 +193,16 @@ def test_the_whole_pipeline_runs_on_the_cpu_with_tiny_repeats(
     assert sorted(p.name for p in out.iterdir()) == ["latency.duckdb", "log.txt", "profile.txt", "report.json",
                                                      "report.md"]
     report = json.loads((out / "report.json").read_text())
-    assert [s["status"] for s in report["steps"]] == ["ok"] * 10, report["steps"]
+    assert [s["status"] for s in report["steps"]] == ["ok"] * 12, report["steps"]
     assert report["environment"]["cpu"]["cores"] >= 1 and "gpu" not in report["environment"]  # no GPU figure
-    assert set(report["searches"]) == {"cpu bs1", "cpu bs2", "host cpu bs1"}
+    assert set(report["searches"]) == {"cpu bs1", "cpu bs2", "host cpu bs1", "cpu bs1 float16"}
     for search in report["searches"].values():
         assert search["stages"] > 0 and search["kept"] in ("dp", "sequential") and search["dp_ms"] > 0
         assert (search["warmup"], search["repeat"]) == (0, 1)
-    for batch in ("1", "2"):
+    for batch in ("1", "2", "1 float16"):
         assert [row["name"] for row in report["bench"][batch]["rows"]] == ["eager", "sequential", "greedy", "IOS"]
+    [half] = (tmp_path / "work" / "float16-schedules").rglob("*.json")
+    assert half.name == "bs1-float16.json" and json.loads(half.read_text())["dtype"] == "float16"
     assert set(report["profile"]) == {"DP schedule", "sequential schedule"}
     assert {t["result"] for t in report["targets"]} <= {"n/a", "-"}
     text = (out / "report.md").read_text()
