@@ -10,6 +10,14 @@ included; stage costs from ``SyntheticCost``, made up: no latency is measured he
 model's own output; count the opaque units and the distinct candidate stages (r=3, s=8). Prints a table and a summary;
 ``--out FILE`` also writes one JSON line per model. Exit code 1 when a model fails to import or differs from eager.
 
+``--dtype float16`` or ``bfloat16`` checks what a search of a half-precision model does instead: the model imported
+in float32 and bound in that dtype (as a device actor binds it), and the model converted to that dtype (eager), are
+each compared with the model in float64 on the same input; each schedule must stray from it no more than eager does
+(twice eager's error, or ``ios-ray run``'s tolerance for the dtype where that is more). With random weights and
+batch-norm statistics a deep model is ill-conditioned in half precision and can overflow float16's range: eager's own
+error says how much, and a model whose eager output is not finite is reported as such, not compared. The model
+imported in that dtype (as the driver imports a model object held in it) must give the same graph.
+
 torchvision's compiled ops may not load against the installed torch (a CPU build, say); classification models do
 not use them, so where ``import torchvision`` fails on its two operator schemas (``torchvision::nms``, ``qnms``)
 this script defines those schemas first (``--no-torchvision-shim`` leaves them alone).
@@ -18,7 +26,9 @@ this script defines those schemas first (``--no-torchvision-shim`` leaves them a
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import math
 import signal
 import sys
 import time
@@ -31,6 +41,8 @@ from rich.table import Table
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ios_ray.app.bench import HALF_TOLERANCE, relative_error  # noqa: E402
+from ios_ray.dtypes import example_input, torch_dtype  # noqa: E402
 from ios_ray.frontend import import_module, opaque_report  # noqa: E402
 from ios_ray.ir import Graph  # noqa: E402
 from ios_ray.models import resolve_model  # noqa: E402
@@ -59,21 +71,44 @@ class _Timeout(Exception):
     pass
 
 
-def check_model(spec: str, timeout_s: int) -> dict[str, Any]:
-    """Import one model spec, compare its schedules with eager, count what the search would measure."""
+def verdict(row: dict[str, Any], dtype: torch.dtype) -> str:
+    """``equal`` (every schedule as close as it must be), ``differs``, ``overflow`` (half precision: eager's output
+    is not finite), ``slow`` (out of time) or ``failed``."""
+    if row.get("failed", "").startswith("still running"):
+        return "slow"
+    errors = dict(row.get("errors") or {})
+    eager = errors.pop("eager", None)
+    if "failed" in row or len(errors) < 3:
+        return "failed"
+    if eager is not None and not math.isfinite(eager):
+        return "overflow"
+    limit = TOLERANCE if eager is None else max(HALF_TOLERANCE[dtype], 2 * eager)
+    return "equal" if all(e <= limit for e in errors.values()) else "differs"
+
+
+def check_model(spec: str, timeout_s: int, dtype: torch.dtype = torch.float64) -> dict[str, Any]:
+    """Import one model spec, compare its schedules with eager in ``dtype``, count what the search would measure."""
     row: dict[str, Any] = {"model": spec}
     started = time.perf_counter()
     signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(_Timeout()))
     signal.alarm(timeout_s)
     try:
         resolved = resolve_model(spec)
-        model = _random_batch_norms(resolved.build()).double()
-        imported = import_module(model, torch.randn(1, *resolved.input_shape, dtype=torch.float64), spec)
+        model = _random_batch_norms(resolved.build())
+        model = model.double() if dtype == torch.float64 else model
+        imported = import_module(model, example_input(model, resolved.input_shape), spec)
         graph = imported.graph
         report = opaque_report(graph)
         row.update(units=len(graph.units), opaque=report.opaque, opaque_flops=report.flops_share,
                    opaque_ops=", ".join(f"{op} x{n}" for op, n in report.ops[:3]), import_s=_since(started))
-        _check_schedules(model, imported, row.setdefault("errors", {}))
+        reference = None
+        if dtype != torch.float64:
+            reference = copy.deepcopy(model).double()
+            model = model.to(dtype)
+            in_dtype = import_module(model, example_input(model, resolved.input_shape), spec).graph
+            if in_dtype.fingerprint != graph.fingerprint:
+                raise ValueError(f"imported in {dtype} the model gives another graph than in float32")
+        _check_schedules(model, Program.from_imported(imported, "cpu", dtype), row.setdefault("errors", {}), reference)
         row["stages"] = len(plan_graph(graph, SearchParams(r=3, s=8)).stages)
     except _Timeout:
         row["failed"] = f"still running after {timeout_s} s"
@@ -85,15 +120,17 @@ def check_model(spec: str, timeout_s: int) -> dict[str, Any]:
     return row
 
 
-def _check_schedules(model: nn.Module, imported: Any, errors: dict[str, float]) -> None:
-    """Fill ``errors`` with each schedule's largest relative difference from eager (float64), one by one: the
-    sequential, the greedy and the DP's."""
-    graph: Graph = imported.graph
-    program = Program.from_imported(imported)
+def _check_schedules(model: nn.Module, program: Program, errors: dict[str, float],
+                     reference: nn.Module | None = None) -> None:
+    """Fill ``errors`` with each schedule's largest relative difference, one by one (the sequential, the greedy and
+    the DP's), from eager; or, where a float64 ``reference`` is given, from it, and eager's own under ``eager``."""
+    graph: Graph = program.graph
     cost = SyntheticCost(graph)
-    x = torch.randn(CHECK_BATCH, *graph.input_shape, dtype=torch.float64)
+    x = example_input(model, graph.input_shape, CHECK_BATCH)
     with torch.no_grad():
-        expected = model(x)
+        expected = model(x) if reference is None else reference(x.double())
+        if reference is not None:
+            errors["eager"] = relative_error(model(x), expected)
     schedules = {
         "sequential": lambda: tuple(sequential(graph, b, cost) for b in graph.blocks),
         "greedy": lambda: tuple(greedy(graph, b, cost) for b in graph.blocks),
@@ -102,8 +139,7 @@ def _check_schedules(model: nn.Module, imported: Any, errors: dict[str, float]) 
     for name, blocks in schedules.items():
         runner = ScheduleRunner(program, Schedule(graph.name, graph.fingerprint, "cpu", CHECK_BATCH, blocks()), "cpu")
         with torch.no_grad():
-            out = runner(x)
-        errors[name] = float((out - expected).abs().max() / expected.abs().max().clamp_min(1e-30))
+            errors[name] = relative_error(runner(x), expected)
 
 
 def _random_batch_norms(model: nn.Module) -> nn.Module:
@@ -157,29 +193,44 @@ def specs(args: argparse.Namespace) -> Iterator[str]:
         yield from (f"timm:{name}" for name in names)
 
 
-def print_table(rows: list[dict[str, Any]], console: Console) -> None:
+def print_table(rows: list[dict[str, Any]], console: Console, dtype: torch.dtype = torch.float64) -> None:
     """The per-model table and a summary line."""
-    table = Table(title="real library models through ios-ray (CPU, float64 check at batch 2)")
-    for column in ("model", "units", "opaque", "opaque FLOPs", "most opaque ops", "stages", "max rel. error", "s"):
+    name = str(dtype).removeprefix("torch.")
+    half = dtype != torch.float64
+    error_column = "max rel. error vs float64 (eager's)" if half else "max rel. error"
+    table = Table(title=f"real library models through ios-ray (CPU, {name} check at batch 2)")
+    for column in ("model", "units", "opaque", "opaque FLOPs", "most opaque ops", "stages", error_column, "s"):
         table.add_column(column, justify="left" if column in ("model", "most opaque ops") else "right")
     for row in rows:
         if "failed" in row and "units" not in row:
             table.add_row(row["model"], "", "", "", f"[red]{row['failed']}[/red]", "", "", str(row["seconds"]))
             continue
-        errors = row.get("errors") or {}
-        error = f"{max(errors.values()):.1e}" + ("" if len(errors) == 3 else f" ({', '.join(errors)})") \
-            if errors else ""
         table.add_row(row["model"], str(row.get("units", "")), str(row.get("opaque", "")),
                       f"{row['opaque_flops']:.1%}" if "opaque_flops" in row else "", row.get("opaque_ops", ""),
-                      str(row.get("stages", "")), f"[red]{row['failed']}[/red]" if "failed" in row else error,
-                      str(row["seconds"]))
+                      str(row.get("stages", "")), _error_text(row, dtype), str(row["seconds"]))
     console.print(table)
-    equal = sum(1 for r in rows if len(r.get("errors", {})) == 3 and max(r["errors"].values()) <= TOLERANCE)
-    slow = [r["model"] for r in rows if r.get("failed", "").startswith("still running")]
-    console.print(f"{len(rows)} models: {sum('units' in r for r in rows)} import, {equal} equal eager "
-                  f"(relative error <= {TOLERANCE:g} in float64 under the sequential, greedy and DP schedules); "
-                  f"{len(slow)} ran out of time{': ' + ', '.join(slow) if slow else ''}; "
-                  f"{len(_failures(rows))} failed or differ.")
+    counts = {kind: [r["model"] for r in rows if verdict(r, dtype) == kind]
+              for kind in ("equal", "overflow", "slow", "differs", "failed")}
+    rule = ("no further from float64 than twice eager's error, or 1e-2 (float16) / 3e-2 (bfloat16)" if half
+            else f"relative error <= {TOLERANCE:g} in float64")
+    overflow = f"{len(counts['overflow'])} overflow {name} in eager too; " if half else ""
+    console.print(f"{len(rows)} models: {sum('units' in r for r in rows)} import, {len(counts['equal'])} equal eager "
+                  f"({rule} under the sequential, greedy and DP schedules); {overflow}{len(counts['slow'])} ran out of "
+                  f"time{': ' + ', '.join(counts['slow']) if counts['slow'] else ''}; "
+                  f"{len(counts['differs']) + len(counts['failed'])} failed or differ.")
+
+
+def _error_text(row: dict[str, Any], dtype: torch.dtype) -> str:
+    """A row's largest schedule error (and eager's, in half precision), or its failure, for the table."""
+    if "failed" in row:
+        return f"[red]{row['failed']}[/red]"
+    errors = dict(row.get("errors") or {})
+    eager = errors.pop("eager", None)
+    if not errors:
+        return ""
+    text = f"{max(errors.values()):.1e}" + ("" if len(errors) == 3 else f" ({', '.join(errors)})")
+    text += "" if eager is None else f" ({eager:.1e})"
+    return text if verdict(row, dtype) in ("equal", "overflow") else f"[red]{text}[/red]"
 
 
 def main() -> int:
@@ -190,26 +241,28 @@ def main() -> int:
     parser.add_argument("--timeout", type=int, default=120, help="seconds per model (default 120)")
     parser.add_argument("--out", type=Path, help="also write one JSON line per model here")
     parser.add_argument("--no-torchvision-shim", action="store_true", help="do not define torchvision's schemas")
+    parser.add_argument("--dtype", choices=("float64", "float16", "bfloat16"), default="float64",
+                        help="float64: the exact check; float16, bfloat16: a half-precision model as a search runs it")
     args = parser.parse_args()
+    dtype = torch.float64 if args.dtype == "float64" else torch_dtype(args.dtype)
     if not (args.torchvision or args.timm or args.timm_families):
         parser.error("name what to check: --torchvision, --timm NAME..., --timm-families")
     if not args.no_torchvision_shim:
         _define_torchvision_schemas()
     console, rows = Console(width=170), []
     for spec in specs(args):
-        rows.append(check_model(spec, args.timeout))
+        rows.append(check_model(spec, args.timeout, dtype))
         console.print(json.dumps(rows[-1]))
         if args.out:
             with args.out.open("a") as out:
                 out.write(json.dumps(rows[-1]) + "\n")
-    print_table(rows, console)
-    return 1 if _failures(rows) else 0
+    print_table(rows, console, dtype)
+    return 1 if _failures(rows, dtype) else 0
 
 
-def _failures(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _failures(rows: list[dict[str, Any]], dtype: torch.dtype = torch.float64) -> list[dict[str, Any]]:
     """Rows that failed other than by running out of time, or whose output differs from eager."""
-    return [r for r in rows if ("failed" in r and not r["failed"].startswith("still running"))
-            or any(e > TOLERANCE for e in r.get("errors", {}).values())]
+    return [r for r in rows if verdict(r, dtype) in ("failed", "differs")]
 
 
 if __name__ == "__main__":

@@ -167,6 +167,10 @@ def test_optimize_runs_on_this_machine_only() -> None:
         ios_ray.optimize(TwoBranch(), x, batches=[2])
     with pytest.raises(UserError, match="example_input must be a batch"):
         ios_ray.optimize(TwoBranch(), torch.randn(5))
+    with pytest.raises(UserError, match="example_input is float16 and the model's parameters are float32; convert"):
+        ios_ray.optimize(TwoBranch(), x.half())
+    with pytest.raises(UserError, match="optimize takes the dtype from the example input"):
+        ios_ray.optimize(TwoBranch(), x, dtype="float16")
 
 
 def readme_example() -> str:

@@ -29,7 +29,7 @@ from ios_ray.app.job import (DEFAULT_MEASURE, SearchOutcome, SearchProgress, Sea
                              schedule_path)
 from ios_ray.app.progress import RichSearchProgress, SilentProgress
 from ios_ray.devices import DEFAULT_SIM_ACTORS
-from ios_ray.dtypes import dtype_name
+from ios_ray.dtypes import dtype_name, module_dtype
 from ios_ray.errors import UserError
 from ios_ray.runtime import ScheduledModule
 from ios_ray.schedule import Schedule, save_schedule
@@ -158,6 +158,9 @@ def optimize(
     for clash in ("devices", "batches", "input_shape", "dtype"):
         if clash in options:
             raise UserError(f"optimize takes the {clash} from the example input and device; leave {clash} out.")
+    if module_dtype(model) != dtype_name(example_input.dtype):
+        raise UserError(f"example_input is {dtype_name(example_input.dtype)} and the model's parameters are "
+                        f"{module_dtype(model)}; convert one to the other's dtype (model.half(), x.float()...).")
     result = search(model, [label], [int(example_input.shape[0])], input_shape=tuple(example_input.shape[1:]),
                     dtype=example_input.dtype, **options)  # type: ignore[arg-type]
     return result.deploy(model)
