@@ -3,11 +3,14 @@
 A schedule is made for one dtype (``float32``, ``float16`` or ``bfloat16``): a stage at half precision runs other
 kernels, at other speeds, than at float32, so latencies are stored per dtype and a schedule file records its own.
 A model object is searched in the dtype of its parameters unless told otherwise (a model held in float16 on a GPU
-is searched in float16); a model spec is built in float32.
+is searched in float16); a model spec is built in float32. A model is imported in the dtype it is searched in, on
+the driver and on every actor: its graph can depend on it (timm's EdgeNeXt casts a positional encoding to its
+weights' dtype, and the trace keeps that dtype).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Sequence
 
 import torch
@@ -51,6 +54,14 @@ def module_dtype(module: nn.Module) -> str:
         raise UserError(f"the model's parameters are {held}, and schedules are made for one of {', '.join(DTYPES)}; "
                         "pass dtype= (the search then measures in it) or convert the model (model.float()...).")
     return found[0]
+
+
+def converted(module: nn.Module, dtype: str) -> nn.Module:
+    """The module itself where its floating parameters are all in ``dtype`` already, else a copy converted to it."""
+    wanted = torch_dtype(dtype)
+    if all(p.dtype == wanted for p in module.parameters() if p.is_floating_point()):
+        return module
+    return copy.deepcopy(module).to(wanted)
 
 
 def module_device(module: nn.Module) -> torch.device:

@@ -33,6 +33,17 @@ class TwoBranch(nn.Module):
         return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(y, 1), 1))
 
 
+class DtypeCast(TwoBranch):
+    """TwoBranch with a term cast to its weights' dtype, as timm's EdgeNeXt casts its positional encoding: the traced
+    graph holds that dtype, so the model imports to another graph in float16 than in float32."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.stem(x))
+        x = x + (x.float() * 0.5).to(self.stem.weight.dtype)
+        y = torch.cat([torch.relu(self.a(x)), torch.relu(self.b(x)), torch.relu(self.c(x))], 1)
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(y, 1), 1))
+
+
 def build() -> nn.Module:
     """Factory for ``--model tests.api_model:build``."""
     return TwoBranch()

@@ -20,11 +20,13 @@ from torch import nn
 
 import ios_ray
 from ios_ray.app.bench import HALF_TOLERANCE, relative_error
+from ios_ray.dtypes import example_input
 from ios_ray.errors import UserError
+from ios_ray.frontend import import_module
 from ios_ray.runtime import read_schedules
 from ios_ray.schedule import read_schedule
 from ios_ray.store import LatencyStore
-from tests.api_model import INPUT_SHAPE, TwoBranch
+from tests.api_model import INPUT_SHAPE, DtypeCast, TwoBranch
 from tests.helpers import ios_ray_here
 from tests.test_search_cli import search_table
 
@@ -151,7 +153,21 @@ def test_a_half_model_object_is_measured_stored_and_deployed_in_its_own_dtype(ra
     assert in_float32["cpu", 2].measured > 0
     again = ios_ray.search(model, "cpu", 2, **options)
     assert (again["cpu", 2].measured, again["cpu", 2].cached) == (0, outcome.measured)
-    assert again["cpu", 2].schedule.predicted_latency == outcome.schedule.predicted_latency
+    assert again["cpu", 2].predicted_ms == outcome.predicted_ms  # the DP's, from the same stored latencies
+
+
+def test_a_model_whose_graph_depends_on_its_dtype_is_imported_in_it_everywhere(ray_local: None, tmp_path: Path) -> None:
+    """Driver and actors import the model in the dtype searched, so a graph that holds the dtype agrees."""
+    torch.manual_seed(0)
+    model = DtypeCast().eval().half()
+    assert (import_module(model, example_input(model, INPUT_SHAPE)).graph.fingerprint
+            != import_module(DtypeCast(), example_input(DtypeCast(), INPUT_SHAPE)).graph.fingerprint)
+    result = ios_ray.search(model, "cpu", 2, input_shape=INPUT_SHAPE, store=tmp_path / "s.duckdb", check_rounds=1,
+                            warmup=0, repeat=1, progress=False)
+    assert result["cpu", 2].schedule.dtype == "float16" and result["cpu", 2].measured > 0
+    x = torch.randn(2, *INPUT_SHAPE).half()
+    with torch.inference_mode():
+        assert relative_error(result.deploy(model)(x), model(x)) <= HALF_TOLERANCE[torch.float16]
 
 
 def test_model_must_be_a_module_or_a_spec(tmp_path: Path) -> None:

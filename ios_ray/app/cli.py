@@ -101,7 +101,8 @@ def inspect(
 @user_errors
 def search(
     model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
-    devices: str = typer.Option("cpu", "--devices", "-d", help="comma-separated device labels, e.g. v100,k80 or sim:v100"),
+    devices: str = typer.Option("cpu", "--devices", "-d",
+                                help="comma-separated device labels, e.g. v100,k80 or sim:v100"),
     batches: str = typer.Option("1", "--batches", "-b", help="comma-separated batch sizes, e.g. 1,32,128"),
     store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
     out: Path = typer.Option(DEFAULT_OUT, "--out", help="folder for OUT/<model>/<device>/bs<batch>.json"),
@@ -158,12 +159,13 @@ def show(
     svg: Optional[Path] = typer.Option(None, "--svg", help="also draw the stages and groups into this SVG file"),
 ) -> None:
     """Print a schedule's stages and groups, and optionally draw them as a picture."""
+    from ios_ray.dtypes import torch_dtype
     from ios_ray.frontend import import_model
     from ios_ray.schedule import check_schedule, read_schedule
     from ios_ray.app.show import schedule_svg, schedule_text
 
     plan = read_schedule(schedule)
-    graph = import_model(plan.model, input_shape=plan.input_shape).graph
+    graph = import_model(plan.model, input_shape=plan.input_shape, dtype=torch_dtype(plan.dtype)).graph
     check_schedule(plan, graph, where=str(schedule))
     print(schedule_text(plan, graph))
     if svg is not None:
@@ -294,6 +296,7 @@ def evaluate(
     """Cross-evaluate schedules (the paper's Table 3): the schedule made for X run on Y, for every X and Y."""
     at_least_one(rounds=rounds)
     from ios_ray.app.evaluation import cross_evaluate, local_measures, settings_of, winners_hold
+    from ios_ray.dtypes import torch_dtype
     from ios_ray.frontend import import_model
     from ios_ray.runtime import read_schedules
 
@@ -304,7 +307,7 @@ def evaluate(
         raise UserError(f"no schedules of model {model!r} under {schedules}.")
     lookup = store_lookup(store) or (lambda keys, fingerprint, batch, dtype: {})
     for name, shape, dtype in models:
-        graph = import_model(name, input_shape=shape).graph
+        graph = import_model(name, input_shape=shape, dtype=torch_dtype(dtype)).graph
         mine = [s for s in found if s.model == name and s.graph_fingerprint == graph.fingerprint and s.dtype == dtype]
         cells = cross_evaluate(mine, graph, lookup, local_measures(name, rounds, shape, dtype))
         settings = settings_of(mine)

@@ -99,8 +99,8 @@ def local_measures(
     def on(device: str) -> Measure:
         def measure(schedule: Schedule, batch: int) -> float:
             if device not in programs:
-                imported = import_model(model, input_shape=input_shape)
-                programs[device] = Program.from_imported(imported, device, torch_dtype(dtype))
+                imported = import_model(model, input_shape=input_shape, dtype=torch_dtype(dtype))
+                programs[device] = Program.from_imported(imported, device)
             program = programs[device]
             runner = ScheduleRunner(program, schedule, device)
             x = torch.randn(batch, *program.graph.input_shape, device=device, dtype=torch_dtype(dtype))

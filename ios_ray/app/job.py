@@ -44,7 +44,7 @@ from torch import nn
 from ios_ray.app.ray_session import ray_session
 from ios_ray.app.rounds import RoundSize
 from ios_ray.devices import DEFAULT_SIM_ACTORS, parse_device
-from ios_ray.dtypes import DEFAULT_DTYPE, dtype_name, example_input, module_device, module_dtype
+from ios_ray.dtypes import DEFAULT_DTYPE, converted, dtype_name, example_input, module_device, module_dtype
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
@@ -224,8 +224,8 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
 
 
 def load_model(request: SearchRequest) -> LoadedModel:
-    """Build the request's model (a spec) or take it (an object), and import it with a seeded batch-1 input on its
-    device and in its dtype."""
+    """Build the request's model (a spec) or take it (an object), and import it in the request's dtype (a converted
+    copy where it holds another) with a seeded batch-1 input on its device."""
     if isinstance(request.model, str):
         spec = resolve_model(request.model)
         shape = request.input_shape or spec.input_shape
@@ -237,7 +237,8 @@ def load_model(request: SearchRequest) -> LoadedModel:
         shape = request.input_shape or tuple(getattr(module, "input_shape", DEFAULT_INPUT_SHAPE))
     else:
         raise UserError(f"model must be an nn.Module or a model spec string, not a {type(request.model).__name__}.")
-    graph = import_module(module, example_input(module, shape), name).graph
+    in_dtype = converted(module, request.dtype or DEFAULT_DTYPE)
+    graph = import_module(in_dtype, example_input(in_dtype, shape), name).graph
     return LoadedModel(name, module, tuple(shape), graph, source_spec)
 
 

@@ -66,12 +66,15 @@ def import_module(module: nn.Module, example_input: torch.Tensor, name: str | No
     return Imported(graph, gm, constants)
 
 
-def import_model(spec: str, batch: int = 1, input_shape: Sequence[int] | None = None) -> Imported:
-    """Build a model spec (a zoo name, ``torchvision:NAME``, ``timm:NAME`` or ``package.module:factory``) and import
-    it with a random input of this batch size and per-sample ``input_shape`` (default: the spec's own)."""
+def import_model(
+    spec: str, batch: int = 1, input_shape: Sequence[int] | None = None, dtype: torch.dtype = torch.float32
+) -> Imported:
+    """Build a model spec (a zoo name, ``torchvision:NAME``, ``timm:NAME`` or ``package.module:factory``), convert it
+    to ``dtype`` and import it with a random input of this batch size and per-sample ``input_shape`` (default: the
+    spec's own)."""
     from ios_ray.models import resolve_model
 
     model = resolve_model(spec, input_shape=input_shape)
     torch.manual_seed(0)
-    example = torch.randn(batch, *model.input_shape)
-    return import_module(model.build(), example, model.name)
+    example = torch.randn(batch, *model.input_shape).to(dtype)
+    return import_module(model.build().to(dtype), example, model.name)

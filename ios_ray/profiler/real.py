@@ -3,7 +3,8 @@
 The stage runs exactly as deployed: ``compile_stage`` from ``ios_ray.runtime.stages`` on a ``Program`` of the job's
 model (built from its spec, or fetched as the driver's object; :mod:`~ios_ray.profiler.model_source`) on this
 process's device. Its external inputs are random (``torch.randn``) tensors of the
-graph's shapes with the batch dimension prepended, in the job's dtype (the model's weights are converted to it).
+graph's shapes with the batch dimension prepended, in the job's dtype (the model is converted to it and imported
+there, as on the driver).
 On a CPU each call follows a small untimed op on the same thread
 (:func:`~ios_ray.runtime.timing.cpu_primer`), as in a pass; on a GPU the stage is timed inside a CUDA graph, as a
 deployed schedule runs (:func:`~ios_ray.profiler.timing.time_stage`), captured on one stream kept for all stages.
@@ -20,7 +21,6 @@ import torch
 
 from ios_ray.devices import DeviceSpec
 from ios_ray.dtypes import torch_dtype
-from ios_ray.frontend import Imported
 from ios_ray.profiler.fingerprint import cuda_problem, device_fingerprint
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
@@ -45,7 +45,6 @@ class RealBackend:
         self.repeat = repeat
         self.device = spec.torch_device()
         self.identity: DeviceIdentity | None = None
-        self._imported: dict[str, Imported] = {}
         self._programs: dict[tuple[str, str], Program] = {}
         self._lanes: Lanes | None = None
         self._capture_stream: torch.cuda.Stream | None = None
@@ -93,14 +92,12 @@ class RealBackend:
         return [statistics.median(samples[name]) for name in runners]
 
     def _program(self, model: ModelSource, graph: Graph, host: str, dtype: str) -> Program:
-        """A model on this device in ``dtype``, imported once per model, bound once per dtype, and checked against
-        the driver's graph of it."""
-        if model.key not in self._imported:
-            self._imported[model.key] = import_source(model)
+        """A model on this device in ``dtype``, built once per model and dtype and checked against the driver's graph
+        of it."""
         program = self._programs.get((model.key, dtype))
         if program is None:
-            program = Program.from_imported(self._imported[model.key], self.device, torch_dtype(dtype))
-            self._programs[model.key, dtype] = program
+            program = self._programs[model.key, dtype] = Program.from_imported(import_source(model, dtype),
+                                                                                 self.device)
         if program.graph.fingerprint != graph.fingerprint:
             raise UserError(
                 f"model {model.name!r} imports to a different graph on {host} than on the driver; install the same "

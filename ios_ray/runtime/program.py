@@ -31,16 +31,13 @@ class Program:
         self.device = device
 
     @staticmethod
-    def from_imported(
-        imported: Imported, device: torch.device | str = "cpu", dtype: torch.dtype | None = None
-    ) -> "Program":
-        """Bind an imported graph to its module's weights, copied onto ``device`` (and, where ``dtype`` is given,
-        their floating tensors converted to it, as ``module.to(dtype)`` does)."""
+    def from_imported(imported: Imported, device: torch.device | str = "cpu") -> "Program":
+        """Bind an imported graph to its module's weights, copied onto ``device``."""
         device = torch.device(device)
         if device.type == "cpu":
             keep_freed_memory()
-        module = copy.deepcopy(imported.module).to(device=device, dtype=dtype).eval()
-        constants = {k: _moved(v, device, dtype) for k, v in imported.constants.items()}
+        module = copy.deepcopy(imported.module).to(device).eval()
+        constants = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in imported.constants.items()}
         nodes = {n.name: n for n in module.graph.nodes}
         fns = {u.id: bind_unit(u, module, nodes, constants) for u in imported.graph.units}
         return Program(imported.graph, fns, device)
@@ -62,13 +59,6 @@ class Program:
         for unit in self.graph.units:
             env[unit.id] = self.run_unit(unit.id, env)
         return self.value(self.graph.output, env)
-
-
-def _moved(value: object, device: torch.device, dtype: torch.dtype | None) -> object:
-    """A constant on ``device``; a floating tensor also converted to ``dtype`` where given."""
-    if not isinstance(value, torch.Tensor):
-        return value
-    return value.to(device=device, dtype=dtype if dtype is not None and value.is_floating_point() else None)
 
 
 def _sum(tensors: list[torch.Tensor]) -> torch.Tensor:
