@@ -2,9 +2,9 @@
 
 A fingerprint is a short content hash of the device's info: for a GPU its model, compute capability, SM count,
 driver, torch/CUDA/cuDNN versions, whether float32 convolutions and matrix products may run in TF32, and timing
-protocol; for a CPU its model name, thread count, torch version and
-timing protocol; for a simulated GPU the sim model's name, version and parameters. This module probes the machine
-(torch, CUDA, ``/proc/cpuinfo``, ``nvidia-smi``); the label grammar it starts from is :mod:`ios_ray.devices`.
+protocol; for a CPU its model name, thread count, torch version and timing protocol; for a simulated GPU the sim
+model's name, version and parameters. This module probes the machine (torch, CUDA, ``/proc/cpuinfo``,
+``nvidia-smi``); the label grammar it starts from is :mod:`ios_ray.devices`.
 """
 
 from __future__ import annotations

@@ -2,12 +2,11 @@
 
 The stage runs exactly as deployed: ``compile_stage`` from ``ios_ray.runtime.stages`` on a ``Program`` of the job's
 model (built from its spec, or fetched as the driver's object; :mod:`~ios_ray.profiler.model_source`) on this
-process's device. Its external inputs are random (``torch.randn``) tensors of the
-graph's shapes with the batch dimension prepended, in the job's dtype (the model is converted to it and imported
-there, as on the driver).
-On a CPU each call follows a small untimed op on the same thread
-(:func:`~ios_ray.runtime.timing.cpu_primer`), as in a pass; on a GPU the stage is timed inside a CUDA graph, as a
-deployed schedule runs (:func:`~ios_ray.profiler.timing.time_stage`), captured on one stream kept for all stages.
+process's device. Its external inputs are random (``torch.randn``) tensors of the graph's shapes with the batch
+dimension prepended, in the job's dtype (the model is converted to it and imported there, as on the driver). On a
+CPU each call follows a small untimed op on the same thread (:func:`~ios_ray.runtime.timing.cpu_primer`), as in a
+pass; on a GPU the stage is timed inside a CUDA graph, as a deployed schedule runs
+(:func:`~ios_ray.profiler.timing.time_stage`), captured on one stream kept for all stages.
 """
 
 from __future__ import annotations
