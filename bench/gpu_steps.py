@@ -78,9 +78,7 @@ def environment(device: str) -> dict[str, Any]:
     }
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
-        found["gpu"] = {**gpu_info(0), "memory_gib": round(props.total_memory / 2**30, 1),
-                        "tf32_conv": torch.backends.cudnn.allow_tf32,
-                        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32, "nvidia_smi": _smi_line()}
+        found["gpu"] = {**gpu_info(0), "memory_gib": round(props.total_memory / 2**30, 1), "nvidia_smi": _smi_line()}
     return found
 
 

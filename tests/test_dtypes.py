@@ -30,8 +30,8 @@ HALVES = [torch.float16, torch.bfloat16]
 
 
 @pytest.mark.parametrize("given, name", [
-    ("float32", "float32"), ("fp16", "float16"), ("half", "float16"), ("BF16", "bfloat16"), ("torch.float16", "float16"),
-    (torch.bfloat16, "bfloat16"), (torch.float32, "float32"),
+    ("float32", "float32"), ("fp16", "float16"), ("half", "float16"), ("BF16", "bfloat16"),
+    ("torch.float16", "float16"), (torch.bfloat16, "bfloat16"), (torch.float32, "float32"),
 ])
 def test_dtype_names_accept_the_usual_spellings(given: str | torch.dtype, name: str) -> None:
     assert dtype_name(given) == name

@@ -376,11 +376,13 @@ def test_a_bfloat16_search_then_run_bench_evaluate_and_store_stats(tmp_path: Pat
     commands after the search run the model in it."""
     store, out, shape = tmp_path / "S.duckdb", tmp_path / "O", ("--input-shape", "3x64x64")
     searched = ios_ray_here("search", "--model", "squeezenet", "--devices", "cpu", "--batches", "2", "--store",
-                            str(store), "--out", str(out), "--dtype", "bf16", "--check-rounds", "2", *shape, cwd=tmp_path)
+                            str(store), "--out", str(out), "--dtype", "bf16", "--check-rounds", "2", *shape,
+                            cwd=tmp_path)
     assert searched.returncode == 0, searched.stderr
     assert "ios-ray search: squeezenet in bfloat16" in searched.stdout
     total = planned_stages(searched.stdout)
-    assert store_rows(store) == [{"device": "cpu", "batch": 2, "dtype": "bfloat16", "source": "measured", "rows": total}]
+    assert store_rows(store) == [
+        {"device": "cpu", "batch": 2, "dtype": "bfloat16", "source": "measured", "rows": total}]
     assert [p.name for p in (out / "squeezenet" / "cpu").iterdir()] == ["bs2-bfloat16.json"]
     assert read_schedule(out / "squeezenet" / "cpu" / "bs2-bfloat16.json").dtype == "bfloat16"
 

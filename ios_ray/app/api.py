@@ -158,11 +158,12 @@ def optimize(
     for clash in ("devices", "batches", "input_shape", "dtype"):
         if clash in options:
             raise UserError(f"optimize takes the {clash} from the example input and device; leave {clash} out.")
-    if module_dtype(model) != dtype_name(example_input.dtype):
-        raise UserError(f"example_input is {dtype_name(example_input.dtype)} and the model's parameters are "
-                        f"{module_dtype(model)}; convert one to the other's dtype (model.half(), x.float()...).")
+    dtype, held = dtype_name(example_input.dtype), module_dtype(model)
+    if dtype != held:
+        raise UserError(f"example_input is {dtype} and the model's parameters are {held}; convert one to the other's "
+                        "dtype (model.half(), x.float()...).")
     result = search(model, [label], [int(example_input.shape[0])], input_shape=tuple(example_input.shape[1:]),
-                    dtype=example_input.dtype, **options)  # type: ignore[arg-type]
+                    dtype=dtype, **options)  # type: ignore[arg-type]
     return result.deploy(model)
 
 

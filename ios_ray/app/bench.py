@@ -108,14 +108,15 @@ def bench_model(
     imported = import_module(module, example_input(module, input_shape), name)
     program = Program.from_imported(imported, target)
     keys, dtype = StageKeys(imported.graph), module_dtype(module)
+    modes = compile_modes_for(target.type) if compile_modes is None else compile_modes
     for batch in batches:
         ios = find_schedule(schedules_dir, imported.graph, device, batch, dtype)
         named = {"sequential": baseline_schedule(imported.graph, ios, "sequential"),
                  "greedy": baseline_schedule(imported.graph, ios, "greedy"), "IOS": ios}
         x = torch.randn(batch, *input_shape, device=target, dtype=torch_dtype(dtype))
         variants = [*eager_variants(module, target), *schedule_variants(program, named)]
-        compiled, notes = (compiled_variants(module, x, compile_modes) if compile_modes is None or compile_modes
-                           else ([], ["torch.compile skipped (--no-compile)"]))
+        skipped: tuple[list[Variant], list[str]] = ([], ["torch.compile skipped (--no-compile)"])
+        compiled, notes = compiled_variants(module, x, modes) if modes else skipped
         baseline = SEQUENTIAL_BASELINE[target.type]
         rows = bench_rows([*variants, *compiled], x, keys, lookup, baseline, rounds=rounds)
         yield BenchResult(name, device, batch, ios, baseline, tuple(rows), tuple(notes))

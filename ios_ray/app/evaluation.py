@@ -1,9 +1,9 @@
 """Cross-evaluation of schedules (the IOS paper's Table 3): the schedule optimised for X, run on Y.
 
-Every schedule of a folder (of one model and dtype) is evaluated on every (device, batch) setting that some schedule of the folder was
-made for. A setting on a device this machine has (``cpu``, or ``cuda`` when torch sees a GPU) is *measured* end
-to end; any other is *predicted* as the sum of the schedule's stage latencies from the latency store for that
-device and batch, labelled ``simulated`` for ``sim:`` devices and ``predicted`` otherwise.
+Every schedule of a folder (of one model and dtype) is evaluated on every (device, batch) setting that some
+schedule of the folder was made for. A setting on a device this machine has (``cpu``, or ``cuda`` when torch sees a
+GPU) is *measured* end to end; any other is *predicted* as the sum of the schedule's stage latencies from the
+latency store for that device and batch, labelled ``simulated`` for ``sim:`` devices and ``predicted`` otherwise.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def winners_hold(cells: Sequence[Cell]) -> dict[Setting, bool]:
 
 
 def local_measures(
-    model: str, rounds: int, input_shape: Sequence[int] | None = None, dtype: str = "float32"
+    model: str, rounds: int, input_shape: Sequence[int] | None, dtype: str
 ) -> dict[str, Measure]:
     """Measuring functions for the device labels this machine runs: ``cpu``, and ``cuda`` where torch sees a GPU
     (the model imported at ``input_shape``, default its own, and run in ``dtype``)."""

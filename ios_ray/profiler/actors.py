@@ -44,7 +44,7 @@ class ProfilerActor:
         """This actor's process id (tests kill it to exercise recovery)."""
         return os.getpid()
 
-    def prepare(self, model: ModelSource, graph: Graph, dtype: str = "float32") -> str | None:
+    def prepare(self, model: ModelSource, graph: Graph, dtype: str) -> str | None:
         """Build a model on the device in ``dtype`` before measuring it; the one sentence saying why it cannot be,
         or None."""
         try:

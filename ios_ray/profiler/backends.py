@@ -15,7 +15,7 @@ class Backend(Protocol):
     def start(self) -> DeviceIdentity:
         """Check the device, fingerprint it, and say who measures."""
 
-    def prepare(self, model: ModelSource, graph: Graph, dtype: str = "float32") -> None:
+    def prepare(self, model: ModelSource, graph: Graph, dtype: str) -> None:
         """Get ready to measure stages of a model in ``dtype`` (build it on the device); UserError where it
         cannot."""
 

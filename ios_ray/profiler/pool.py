@@ -79,7 +79,7 @@ class DevicePool:
         """The actors measuring one label."""
         return list(self._actors[label])
 
-    def prepare(self, model: ModelSource, graph: Graph, dtype: str = "float32") -> None:
+    def prepare(self, model: ModelSource, graph: Graph, dtype: str) -> None:
         """Have every actor build the model on its device in ``dtype``; UserError with the first actor's problem, if
         any."""
         refs = [actor.prepare.remote(model, graph, dtype) for actors in self._actors.values() for actor in actors]

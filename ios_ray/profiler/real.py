@@ -59,7 +59,7 @@ class RealBackend:
         self.identity = local_identity(self.spec.label, fingerprint, info, "measured")
         return self.identity
 
-    def prepare(self, model: ModelSource, graph: Graph, dtype: str = "float32") -> None:
+    def prepare(self, model: ModelSource, graph: Graph, dtype: str) -> None:
         """Build the model on this device in ``dtype`` now (once), so that a model this node cannot rebuild fails
         early."""
         self._program(model, graph, (self.identity or self.start()).host, dtype)

@@ -34,7 +34,7 @@ class SimBackend:
         self.identity = local_identity(self.spec.label, fingerprint, info, "simulated")
         return self.identity
 
-    def prepare(self, model: ModelSource, graph: Graph, dtype: str = "float32") -> None:
+    def prepare(self, model: ModelSource, graph: Graph, dtype: str) -> None:
         """Nothing to build: the sim model reads the graph only."""
 
     def measure(self, job: MeasureJob) -> dict[str, Any]:

@@ -2,13 +2,14 @@
 batch size.
 
 It imports the wrapped module once (``ios_ray.frontend.import_module`` on a batch-1 random input of
-``input_shape``, by default the one the schedule files record, on the module's device and in its dtype), checks every schedule against the imported graph, and in ``forward`` picks a schedule by the
-rules of :mod:`~ios_ray.runtime.schedule_set`. The chosen schedule runs through a
+``input_shape``, by default the one the schedule files record, on the module's device and in its dtype), checks
+every schedule against the imported graph, and in ``forward`` picks a schedule by the rules of
+:mod:`~ios_ray.runtime.schedule_set`. The chosen schedule runs through a
 :class:`~ios_ray.runtime.executor.ScheduleRunner`, built on first use per (schedule, device); where no schedule
 fits (another device, another per-sample shape) the original module runs eagerly, with a one-time warning per
 reason (an input of a dtype no schedule was made for runs a schedule made for another, with a one-time warning).
-In training mode the original module always runs: schedules are for inference. Schedules given as a
-list must all fit the graph; from a folder (such as the ``--out`` folder of ``ios-ray search``, which may hold
+In training mode the original module always runs: schedules are for inference. Schedules given as a list must all
+fit the graph; from a folder (such as the ``--out`` folder of ``ios-ray search``, which may hold
 other models too) those made for other graphs are left out, and finding none is an error.
 
 Runners snapshot the weights (batch-norm folded) when they are built. ``load_state_dict`` and moving the module
