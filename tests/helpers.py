@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -17,7 +19,20 @@ from ios_ray.ir import Graph
 from ios_ray.scheduler import SearchParams, plan_graph
 from ios_ray.scheduler.plan import Plan
 
-__all__ = ["ios_ray_here", "randomise_batchnorm", "relative_error"]
+__all__ = ["ios_ray_here", "randomise_batchnorm", "relative_error", "tf32"]
+
+
+@contextmanager
+def tf32(conv: bool, matmul: bool) -> Iterator[None]:
+    """TF32 allowed or not in cuDNN convolutions and cuBLAS matmuls inside the block, restored after it (set and
+    read directly: torch serves the matmul flag from a ``__getattr__``, and pytest 9.2's monkeypatch, finding it
+    in no ``__dict__``, undoes it with a ``delattr`` that fails)."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = conv, matmul
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def ios_ray_here(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -14,6 +14,7 @@ from ios_ray.app.bench import (FLOAT32_TOLERANCE, GPU_FLOAT32_TOLERANCE, TF32_TO
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.stage import StageKeys
+from tests.helpers import tf32
 
 
 def sleeper(ms: float) -> Variant:
@@ -64,11 +65,10 @@ def test_compile_modes_are_the_devices_own_or_the_one_asked_for(monkeypatch: pyt
 
 
 
-def test_outputs_are_held_to_float32_unless_a_gpu_may_compute_in_tf32(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    assert output_tolerance(torch.device("cpu")) == FLOAT32_TOLERANCE
-    assert output_tolerance(torch.device("cuda", 0)) == TF32_TOLERANCE  # torch's default for cuDNN convolutions
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    assert output_tolerance(torch.device("cuda", 0)) == GPU_FLOAT32_TOLERANCE
+def test_outputs_are_held_to_float32_unless_a_gpu_may_compute_in_tf32() -> None:
+    with tf32(conv=True, matmul=False):
+        assert output_tolerance(torch.device("cpu")) == FLOAT32_TOLERANCE
+        assert output_tolerance(torch.device("cuda", 0)) == TF32_TOLERANCE  # torch's default for cuDNN convolutions
+    with tf32(conv=False, matmul=False):
+        assert output_tolerance(torch.device("cuda", 0)) == GPU_FLOAT32_TOLERANCE
     assert FLOAT32_TOLERANCE < GPU_FLOAT32_TOLERANCE < TF32_TOLERANCE <= 1e-2  # a wrong schedule is off by far more

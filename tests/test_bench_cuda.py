@@ -15,6 +15,7 @@ import torch
 from ios_ray.app.bench import bench_model
 from ios_ray.frontend import import_module
 from ios_ray.schedule import save_schedule
+from tests.helpers import tf32
 from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -22,10 +23,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 @pytest.fixture(autouse=True)
 def exact_fp32() -> Iterator[None]:
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+    with tf32(conv=False, matmul=False):
+        yield
 
 
 def test_bench_runs_every_gpu_baseline_side_by_side(tmp_path: Path) -> None:

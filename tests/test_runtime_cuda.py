@@ -20,7 +20,7 @@ from ios_ray.ir import GRAPH_INPUT
 from ios_ray.runtime import Program, ScheduledModule, ScheduleRunner, compile_stage, make_lanes, measure_latency
 from ios_ray.runtime.stages import ParallelStage
 from ios_ray.runtime.streams import StreamFork
-from tests.helpers import randomise_batchnorm, relative_error
+from tests.helpers import randomise_batchnorm, relative_error, tf32
 from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
 from ios_ray.zoo import ZOO
 
@@ -31,10 +31,8 @@ SHAPE = Tiny.input_shape
 
 @pytest.fixture(scope="module", autouse=True)
 def exact_fp32() -> Iterator[None]:
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+    with tf32(conv=False, matmul=False):
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from itertools import combinations
 from typing import Iterator
 
 import networkx as nx
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -175,6 +176,11 @@ def test_dp_equals_brute_force(graph: Graph, params: SearchParams) -> None:
     assert math.isclose(result.cost, best, rel_tol=1e-9)
 
 
+def at_most(cost: float, bound: float) -> bool:
+    """``cost <= bound`` up to float rounding (the DP and a baseline sum the same stages in different orders)."""
+    return cost <= bound or math.isclose(cost, bound, rel_tol=1e-9)
+
+
 @PROPS
 @given(dags(10), params_strategy())
 def test_schedule_is_valid_and_priced(graph: Graph, params: SearchParams) -> None:
@@ -183,16 +189,16 @@ def test_schedule_is_valid_and_priced(graph: Graph, params: SearchParams) -> Non
     result = optimize_block(graph, block, cost, params)
     schedule = result.schedule
     check_schedule(Schedule(graph.name, graph.fingerprint, "cpu", 1, (schedule,)), graph)
-    assert schedule.latency == result.cost
+    assert schedule.latency == pytest.approx(result.cost, rel=1e-9)  # the DP sums the stages in another order
     assert schedule.latencies == tuple(cost.latency(s) for s in schedule.stages)
     g = digraph(graph)
     for stage in schedule.stages:
         part = frozenset(stage.units)
         assert stage in candidate_stages(graph, g, part, params)
         assert within_bounds(groups_of(g, part), params)
-    assert result.cost <= sequential(graph, block, cost).latency
+    assert at_most(result.cost, sequential(graph, block, cost).latency)
     if params.r is None and params.s is None and "concurrent" in params.strategies:
-        assert result.cost <= greedy(graph, block, cost).latency
+        assert at_most(result.cost, greedy(graph, block, cost).latency)
 
 
 @PROPS
