@@ -1,4 +1,4 @@
-"""The floating-point types a model is searched and deployed in: their names, and the type and device a module has.
+"""The floating-point types and memory formats a model is searched and deployed in: their names, and a module's.
 
 A schedule is made for one dtype (``float32``, ``float16`` or ``bfloat16``): a stage at half precision runs other
 kernels, at other speeds, than at float32, so latencies are stored per dtype and a schedule file records its own.
@@ -6,6 +6,13 @@ A model object is searched in the dtype of its parameters unless told otherwise 
 is searched in float16); a model spec is built in float32. A model is imported in the dtype it is searched in, on
 the driver and on every actor: its graph can depend on it (timm's EdgeNeXt casts a positional encoding to its
 weights' dtype, and the trace keeps that dtype).
+
+A model is also searched in one memory format, ``contiguous`` (NCHW) or ``channels_last`` (NHWC, what
+``model.to(memory_format=torch.channels_last)`` gives: convolutions then run other kernels, often much faster ones,
+and their outputs stay NHWC). The memory format is part of the imported graph (``Graph.memory_format``), so a
+channels-last stage has another stage key than the same stage in NCHW, and its 4-D inputs are measured in NHWC.
+A model object is searched in the format of its 4-D parameters unless told otherwise; a model spec in
+``contiguous``.
 """
 
 from __future__ import annotations
@@ -17,12 +24,17 @@ import torch
 from torch import nn
 
 from ios_ray.errors import UserError
+from ios_ray.ir import DEFAULT_MEMORY_FORMAT
 
 #: The dtypes a schedule can be made for, by their names in schedule files and the store.
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 DEFAULT_DTYPE = "float32"
 #: Other spellings users type for them.
 _ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
+#: The memory formats a schedule can be made for, by their names in schedule files and graphs.
+MEMORY_FORMATS: dict[str, torch.memory_format] = {"contiguous": torch.contiguous_format,
+                                                  "channels_last": torch.channels_last}
+_FORMAT_ALIASES = {"contiguous_format": "contiguous", "nchw": "contiguous", "nhwc": "channels_last"}
 
 
 def dtype_name(value: str | torch.dtype) -> str:
@@ -56,12 +68,50 @@ def module_dtype(module: nn.Module) -> str:
     return found[0]
 
 
-def converted(module: nn.Module, dtype: str) -> nn.Module:
-    """The module itself where its floating parameters are all in ``dtype`` already, else a copy converted to it."""
-    wanted = torch_dtype(dtype)
-    if all(p.dtype == wanted for p in module.parameters() if p.is_floating_point()):
+def memory_format_name(value: str | torch.memory_format) -> str:
+    """The canonical name (``contiguous``, ``channels_last``) of a memory format given by name, alias or torch
+    memory format; UserError for any other."""
+    if isinstance(value, torch.memory_format):
+        name = next((n for n, f in MEMORY_FORMATS.items() if f == value), str(value))
+    else:
+        name = str(value).lower().removeprefix("torch.")
+        name = _FORMAT_ALIASES.get(name, name)
+    if name not in MEMORY_FORMATS:
+        raise UserError(f"memory format must be one of {', '.join(MEMORY_FORMATS)}, not {str(value)!r}.")
+    return name
+
+
+def module_memory_format(module: nn.Module) -> str:
+    """The memory format of a module's 4-D floating parameters (``contiguous`` where it has none, or only ones that
+    are both, such as 1x1 conv weights); UserError where some are NCHW and others NHWC."""
+    found = set()
+    for p in module.parameters():
+        if p.dim() == 4 and p.is_floating_point():
+            nchw, nhwc = p.is_contiguous(), p.is_contiguous(memory_format=torch.channels_last)
+            if nchw != nhwc:
+                found.add(DEFAULT_MEMORY_FORMAT if nchw else "channels_last")
+    if len(found) > 1:
+        raise UserError("the model's 4-D parameters are partly contiguous (NCHW) and partly channels_last (NHWC); "
+                        "convert the whole model (model.to(memory_format=torch.channels_last), or back with "
+                        "torch.contiguous_format), or pass memory_format=.")
+    return found.pop() if found else DEFAULT_MEMORY_FORMAT
+
+
+def in_memory_format(tensor: torch.Tensor, memory_format: str) -> torch.Tensor:
+    """A 4-D tensor laid out in ``memory_format`` (itself where it is already); any other tensor as it is."""
+    if tensor.dim() != 4:
+        return tensor
+    return tensor.contiguous(memory_format=MEMORY_FORMATS[memory_format])
+
+
+def converted(module: nn.Module, dtype: str, memory_format: str = DEFAULT_MEMORY_FORMAT) -> nn.Module:
+    """The module itself where its floating parameters are in ``dtype`` and ``memory_format`` already, else a copy
+    converted to both."""
+    wanted, layout = torch_dtype(dtype), MEMORY_FORMATS[memory_format]
+    if all(p.dtype == wanted and (p.dim() != 4 or p.is_contiguous(memory_format=layout))
+           for p in module.parameters() if p.is_floating_point()):
         return module
-    return copy.deepcopy(module).to(wanted)
+    return copy.deepcopy(module).to(wanted, memory_format=layout)
 
 
 def module_device(module: nn.Module) -> torch.device:

@@ -14,7 +14,9 @@ It holds no tensors and no torch objects, round-trips through JSON and has a sta
 * A :class:`Block` is a single-entry single-exit region of the graph; the DP runs per block.
 
 Shapes are per sample (no batch dimension); a unit's ``flops`` and ``bytes`` (activations read and written) are
-per sample too, while ``weight_bytes`` (its parameters) does not grow with the batch.
+per sample too, while ``weight_bytes`` (its parameters) does not grow with the batch. A graph's
+``memory_format`` (``contiguous`` or ``channels_last``) is the layout its 4-D weights and activations are held in;
+JSON and the fingerprint carry it only where it is not ``contiguous``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from functools import cached_property
 from typing import Any, Iterator, Mapping
 
 Shape = tuple[int, ...]
+#: The memory format of a graph that names none: NCHW.
+DEFAULT_MEMORY_FORMAT = "contiguous"
 
 #: The name under which units refer to the graph's input tensor.
 GRAPH_INPUT = "@input"
@@ -141,6 +145,7 @@ class Graph:
     units: tuple[Unit, ...]
     output: Value
     blocks: tuple[Block, ...] = ()
+    memory_format: str = DEFAULT_MEMORY_FORMAT
 
     def __post_init__(self) -> None:
         seen = {GRAPH_INPUT}
@@ -194,7 +199,7 @@ class Graph:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON form (see :meth:`from_json`)."""
-        return {
+        data = {
             "format": "ios-ray-graph",
             "version": 1,
             "name": self.name,
@@ -203,6 +208,9 @@ class Graph:
             "output": self.output.to_json(),
             "blocks": [list(b.units) for b in self.blocks],
         }
+        if self.memory_format != DEFAULT_MEMORY_FORMAT:
+            data["memory_format"] = self.memory_format
+        return data
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> "Graph":
@@ -215,11 +223,12 @@ class Graph:
             units=tuple(Unit.from_json(u) for u in data["units"]),
             output=Value.from_json(data["output"]),
             blocks=tuple(Block(i, tuple(b)) for i, b in enumerate(data["blocks"])),
+            memory_format=data.get("memory_format", DEFAULT_MEMORY_FORMAT),
         )
 
     @cached_property
     def fingerprint(self) -> str:
-        """A stable content hash of the graph's structure (names, kinds, attributes, inputs, shapes).
+        """A stable content hash of the graph's structure (names, kinds, attributes, inputs, shapes, memory format).
 
         It ignores ``refs`` and the graph's name, so re-importing the same module gives the same fingerprint
         and schedules can be checked against the graph they were made for.

@@ -1,9 +1,9 @@
 """The schedule file: which stages run each block of a graph, for one device and batch size.
 
 A schedule is versioned JSON. It carries the graph fingerprint it was made for and the graph's per-sample input
-shape, the device label and fingerprint, batch size, dtype, the search parameters, and per block its stages (strategy and groups of unit
-ids) with their predicted latencies, and for a measured device the end-to-end check that chose it
-(:class:`EndToEnd`). :func:`load_schedule` checks a file against a graph and rejects a
+shape, the device label and fingerprint, batch size, dtype and memory format, the search parameters, and per block
+its stages (strategy and groups of unit ids) with their predicted latencies, and for a measured device the end-to-end
+check that chose it (:class:`EndToEnd`). :func:`load_schedule` checks a file against a graph and rejects a
 mismatch with one clear sentence.
 """
 
@@ -15,11 +15,14 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ios_ray.errors import UserError
-from ios_ray.ir import Graph
+from ios_ray.ir import DEFAULT_MEMORY_FORMAT, Graph
 from ios_ray.stage import Stage
 
 #: The largest batch size a schedule (and a stored measurement) can be made for: the store keeps it in 32 bits.
 MAX_BATCH = 2**31 - 1
+
+#: How torch names each memory format, for messages that tell what to convert a model with.
+MEMORY_FORMAT_TORCH_NAMES = {"contiguous": "contiguous_format", "channels_last": "channels_last"}
 
 SCHEDULE_FORMAT = "ios-ray-schedule"
 SCHEDULE_VERSION = 1
@@ -71,7 +74,7 @@ class EndToEnd:
 
 @dataclass(frozen=True)
 class Schedule:
-    """A whole-graph schedule specialised for one (device, batch, dtype)."""
+    """A whole-graph schedule specialised for one (device, batch, dtype); its graph's memory format comes along."""
 
     model: str
     graph_fingerprint: str
@@ -85,6 +88,7 @@ class Schedule:
     source: str = "measured"
     end_to_end: EndToEnd | None = None
     input_shape: tuple[int, ...] | None = None
+    memory_format: str = DEFAULT_MEMORY_FORMAT
 
     @property
     def stages(self) -> tuple[Stage, ...]:
@@ -110,6 +114,7 @@ class Schedule:
             "device_info": dict(self.device_info),
             "batch": self.batch,
             "dtype": self.dtype,
+            "memory_format": self.memory_format,
             "source": self.source,
             "params": dict(self.params),
             "predicted_latency_ms": self.predicted_latency,
@@ -158,6 +163,7 @@ def schedule_from_json(data: Mapping[str, Any]) -> Schedule:
         source=str(data.get("source", "measured")),
         end_to_end=_end_to_end(data.get("end_to_end")),
         input_shape=tuple(int(n) for n in data["input_shape"]) if data.get("input_shape") is not None else None,
+        memory_format=str(data.get("memory_format", DEFAULT_MEMORY_FORMAT)),
     )
 
 
@@ -192,6 +198,12 @@ def read_schedule(path: Path) -> Schedule:
 
 def check_schedule(schedule: Schedule, graph: Graph, where: str = "the schedule") -> None:
     """Raise UserError unless the schedule was made for this graph and covers each unit exactly once."""
+    if schedule.graph_fingerprint != graph.fingerprint and schedule.memory_format != graph.memory_format:
+        raise UserError(
+            f"{where} was made for the model in {schedule.memory_format} memory format, and this {graph.name!r} is "
+            f"{graph.memory_format}; convert the model (model.to(memory_format=torch."
+            f"{MEMORY_FORMAT_TORCH_NAMES[schedule.memory_format]})) or search it in {graph.memory_format}."
+        )
     if schedule.graph_fingerprint != graph.fingerprint:
         raise UserError(
             f"{where} was made for another graph (model {schedule.model!r}, fingerprint "

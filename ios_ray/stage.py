@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Sequence
 
-from ios_ray.ir import Graph, Unit
+from ios_ray.ir import DEFAULT_MEMORY_FORMAT, Graph, Unit
 
 Strategy = Literal["concurrent", "merge"]
 STRATEGIES: tuple[Strategy, ...] = ("concurrent", "merge")
@@ -99,6 +99,9 @@ class StageKeys:
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
+        #: The graph's memory format as a description field, where it is not the default (NCHW keys predate it).
+        layout = graph.memory_format
+        self._layout = "" if layout == DEFAULT_MEMORY_FORMAT else f'"memory_format":"{layout}",'
         self._unit_core: dict[str, tuple[str, str]] = {}
         self._groups: dict[tuple[str, ...], str] = {}
 
@@ -107,7 +110,7 @@ class StageKeys:
         groups = [self._group_json(g) for g in stage.groups]
         if stage.strategy == "concurrent":
             groups.sort()
-        return f'{{"groups":[{",".join(groups)}],"strategy":"{stage.strategy}"}}'
+        return f'{{"groups":[{",".join(groups)}],{self._layout}"strategy":"{stage.strategy}"}}'
 
     def describe(self, stage: Stage) -> dict[str, Any]:
         """:meth:`describe_json` parsed: strategy and, per group, each unit's kind, attrs, shape and inputs."""

@@ -112,6 +112,20 @@ def test_scheduled_inception_in_half_precision_equals_eager_on_cuda(dtype: torch
             assert relative_error(scheduled(x), model(x)) <= HALF_TOLERANCE[dtype]
 
 
+def test_scheduled_inception_in_channels_last_half_precision_equals_eager_on_cuda() -> None:
+    torch.manual_seed(0)
+    model = randomise_batchnorm(ZOO["inception_v3"].build()).cuda().to(torch.float16, memory_format=torch.channels_last)
+    graph = import_module(model, example_input(model, (3, 299, 299))).graph
+    assert graph.memory_format == "channels_last"
+    schedules = [dataclasses.replace(make_schedule(graph, BUILDERS["ios_like"], b, device="cuda", model="inception_v3"),
+                                     dtype="float16", memory_format="channels_last") for b in (1, 4)]
+    scheduled = ScheduledModule(model, schedules)
+    for batch in (1, 4):
+        x = torch.randn(batch, 3, 299, 299, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+        with torch.no_grad():
+            assert relative_error(scheduled(x), model(x)) <= HALF_TOLERANCE[torch.float16]
+
+
 def test_measure_latency_on_cuda(program: Program) -> None:
     runner = ScheduleRunner(program, make_schedule(program.graph, BUILDERS["sequential"], 1), "cuda")
     median, p10, p90 = measure_latency(runner, torch.randn(1, *SHAPE, device="cuda"), 2, 5, "cuda")

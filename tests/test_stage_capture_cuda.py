@@ -111,3 +111,15 @@ def test_the_real_backend_measures_stages_in_half_precision(dtype: str) -> None:
                                      ModelSource.of_spec("squeezenet"), 8, dtype))
     assert row["dtype"] == dtype and row["median_ms"] > 0
     assert "uncaptured" not in json.loads(row["device_info"])
+
+
+def test_the_real_backend_measures_channels_last_stages_in_graphs() -> None:
+    graph = import_model("squeezenet", dtype=torch.float16, memory_format="channels_last").graph
+    keys = StageKeys(graph)
+    backend = RealBackend(parse_device("cuda"), warmup=1, repeat=4)
+    for stage in (Stage("merge", (("fire2.expand1x1",), ("fire2.expand3x3",))),
+                  Stage("concurrent", (("fire2.expand1x1",), ("fire2.expand3x3",)))):
+        assert keys.describe(stage)["memory_format"] == "channels_last"
+        row = backend.measure(MeasureJob(keys.key(stage), stage, keys.describe_json(stage), graph,
+                                         ModelSource.of_spec("squeezenet"), 8, "float16"))
+        assert row["median_ms"] > 0 and "uncaptured" not in json.loads(row["device_info"])

@@ -11,6 +11,7 @@
 
     fast = ios_ray.optimize(model, torch.randn(8, 3, 224, 224))       # search on this machine, then deploy
     fast = ios_ray.optimize(model.cuda().half(), x.cuda().half())     # ... on a GPU, in float16
+    fast = ios_ray.optimize(model.to(memory_format=torch.channels_last), x)   # ... NHWC, as the model is held
 
 The ``ios-ray search`` command is a thin layer over :func:`search`: the same call, a table printed from the result.
 """
@@ -29,7 +30,7 @@ from ios_ray.app.job import (DEFAULT_MEASURE, SearchOutcome, SearchProgress, Sea
                              schedule_path)
 from ios_ray.app.progress import RichSearchProgress, SilentProgress
 from ios_ray.devices import DEFAULT_SIM_ACTORS
-from ios_ray.dtypes import dtype_name, module_dtype
+from ios_ray.dtypes import DEFAULT_MEMORY_FORMAT, dtype_name, memory_format_name, module_dtype
 from ios_ray.errors import UserError
 from ios_ray.runtime import ScheduledModule
 from ios_ray.schedule import Schedule, save_schedule
@@ -70,14 +71,15 @@ class SearchResult:
 
     def save(self, out: str | Path) -> list[Path]:
         """Write every schedule as ``out/<model>/<device>/bs<batch>.json`` (``bs<batch>-<dtype>.json`` for a dtype
-        other than float32); returns the files written."""
-        paths = [schedule_path(Path(out), self.model, o.device, o.batch, o.schedule.dtype) for o in self.outcomes]
+        other than float32, ``-channels_last`` added for that memory format); returns the files written."""
+        paths = [schedule_path(Path(out), self.model, o.device, o.batch, o.schedule.dtype, o.schedule.memory_format)
+                 for o in self.outcomes]
         for outcome, path in zip(self.outcomes, paths):
             save_schedule(outcome.schedule, path)
         return paths
 
     def __repr__(self) -> str:
-        dtypes = ", ".join(sorted({o.schedule.dtype for o in self.outcomes}))
+        dtypes = ", ".join(sorted({f"{o.schedule.dtype}{_format_note(o.schedule)}" for o in self.outcomes}))
         lines = [f"SearchResult({self.model!r}, input {'x'.join(map(str, self.input_shape))}, {dtypes}):"]
         for o in self.outcomes:
             check = o.end_to_end
@@ -108,6 +110,7 @@ def search(
     measure: str = DEFAULT_MEASURE,
     budget: int | None = None,
     dtype: str | torch.dtype | None = None,
+    memory_format: str | torch.memory_format | None = None,
     progress: bool | SearchProgress = True,
 ) -> SearchResult:
     """Find the fastest schedule of ``model`` for every device and batch size, measuring only what the store lacks.
@@ -123,8 +126,10 @@ def search(
     :mod:`ios_ray.scheduler.lazy`), ``"all"`` every candidate stage; ``budget`` caps the stages per device and batch
     a lazy search uses. ``dtype`` (``float32``, ``float16`` or ``bfloat16``) is what every stage is measured and
     the schedules are made in: by default the dtype of a model object's parameters, float32 for a spec (``sim:``
-    devices take float32 only). ``progress`` shows progress bars (in a terminal or a notebook), or takes an object of
-    the ``SearchProgress`` protocol.
+    devices take float32 only). ``memory_format`` (``contiguous`` or ``channels_last``, or torch's) is the layout the
+    model's 4-D weights and activations are measured in: by default a model object's own, contiguous for a spec.
+    ``progress`` shows progress bars (in a terminal or a notebook), or takes an object of the ``SearchProgress``
+    protocol.
     """
     request = SearchRequest(
         model=model, devices=_as_tuple(devices), batches=_as_tuple(batches), store=Path(store),
@@ -133,6 +138,7 @@ def search(
         params=SearchParams(r=r, s=s, strategies=tuple(strategies)),  # type: ignore[arg-type]
         address=address, sim_actors=sim_actors, warmup=warmup, repeat=repeat, check_rounds=check_rounds,
         measure=measure, budget=budget, dtype=dtype_name(dtype) if dtype is not None else None,
+        memory_format=memory_format_name(memory_format) if memory_format is not None else None,
     )
     with _progress(progress) as shown:
         outcomes = run_search(request, shown)
@@ -146,7 +152,8 @@ def optimize(
     """Search ``model`` on this machine for the example input's shape, batch size and dtype, and return it scheduled.
 
     ``device`` is ``cpu`` or ``cuda[:i]`` (default: the example input's device); ``options`` are :func:`search`'s
-    keyword arguments (``store``, ``r``, ``s``, ``check_rounds``, ``progress``...).
+    keyword arguments (``store``, ``r``, ``s``, ``check_rounds``, ``progress``...). The model is searched in the
+    memory format it is held in (``model.to(memory_format=torch.channels_last)`` first for NHWC).
     """
     label = device or ("cpu" if example_input.device.type == "cpu" else str(example_input.device))
     if not (label == "cpu" or label == "cuda" or label.startswith("cuda:")):
@@ -165,6 +172,11 @@ def optimize(
     result = search(model, [label], [int(example_input.shape[0])], input_shape=tuple(example_input.shape[1:]),
                     dtype=dtype, **options)  # type: ignore[arg-type]
     return result.deploy(model)
+
+
+def _format_note(schedule: Schedule) -> str:
+    """`` channels_last`` for a schedule of that memory format, else nothing."""
+    return "" if schedule.memory_format == DEFAULT_MEMORY_FORMAT else f" {schedule.memory_format}"
 
 
 def _as_tuple(value: Sequence | str | int) -> tuple:

@@ -24,7 +24,8 @@ import torch
 from torch import nn
 
 from ios_ray.app.evaluation import Lookup, predicted_ms
-from ios_ray.dtypes import DEFAULT_DTYPE, example_input, module_dtype, torch_dtype
+from ios_ray.dtypes import (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, example_input, in_memory_format, module_dtype,
+                            torch_dtype)
 from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
@@ -101,10 +102,10 @@ def bench_model(
     batches: Sequence[int], schedules_dir: Path, lookup: Lookup | None, rounds: int = 10,
     compile_modes: Sequence[str] | None = None,
 ) -> Iterator[BenchResult]:
-    """Time every variant of ``module`` (on ``target`` and in its dtype, with the schedules of device label ``device``
-    and that dtype found under ``schedules_dir``) side by side at each batch size; one result per batch, as soon as
-    it is measured. ``compile_modes`` are the ``torch.compile`` modes to include (None: every mode the device has;
-    none: no ``torch.compile``)."""
+    """Time every variant of ``module`` (on ``target``, in its dtype and memory format, with the schedules of device
+    label ``device``, that dtype and that format found under ``schedules_dir``) side by side at each batch size; one
+    result per batch, as soon as it is measured. ``compile_modes`` are the ``torch.compile`` modes to include (None:
+    every mode the device has; none: no ``torch.compile``)."""
     imported = import_module(module, example_input(module, input_shape), name)
     program = Program.from_imported(imported, target)
     keys, dtype = StageKeys(imported.graph), module_dtype(module)
@@ -113,7 +114,8 @@ def bench_model(
         ios = find_schedule(schedules_dir, imported.graph, device, batch, dtype)
         named = {"sequential": baseline_schedule(imported.graph, ios, "sequential"),
                  "greedy": baseline_schedule(imported.graph, ios, "greedy"), "IOS": ios}
-        x = torch.randn(batch, *input_shape, device=target, dtype=torch_dtype(dtype))
+        x = in_memory_format(torch.randn(batch, *input_shape, device=target, dtype=torch_dtype(dtype)),
+                             imported.graph.memory_format)
         variants = [*eager_variants(module, target), *schedule_variants(program, named)]
         skipped: tuple[list[Variant], list[str]] = ([], ["torch.compile skipped (--no-compile)"])
         compiled, notes = compiled_variants(module, x, modes) if modes else skipped
@@ -129,6 +131,7 @@ def find_schedule(schedules_dir: Path, graph: Graph, device: str, batch: int, dt
              if s.graph_fingerprint == graph.fingerprint and s.device == device and s.dtype == dtype]
     if not found:
         option = "" if dtype == DEFAULT_DTYPE else f" --dtype {dtype}"
+        option += "" if graph.memory_format == DEFAULT_MEMORY_FORMAT else f" --memory-format {graph.memory_format}"
         raise UserError(f"no {dtype} schedule of {graph.name} for device {device!r} under {schedules_dir}; run "
                         f"`ios-ray search --model {graph.name} --devices {device}{option} --out {schedules_dir}` "
                         "first.")
@@ -141,7 +144,8 @@ def baseline_schedule(graph: Graph, like: Schedule, name: str) -> Schedule:
     make = {"sequential": sequential_stages, "greedy": greedy_stages}[name]
     blocks = tuple(BlockSchedule(b.index, make(graph, b)) for b in graph.blocks)
     return Schedule(like.model, graph.fingerprint, like.device, like.batch, blocks, like.dtype,
-                    like.device_fingerprint, like.device_info, {"baseline": name}, like.source)
+                    like.device_fingerprint, like.device_info, {"baseline": name}, like.source,
+                    memory_format=graph.memory_format)
 
 
 def eager_variants(module: nn.Module, device: torch.device) -> list[Variant]:

@@ -34,6 +34,7 @@ app.callback()(debug_option)
 MODEL_HELP = "zoo name (see `ios-ray models`), torchvision:NAME, timm:NAME or package.module:factory"
 INPUT_SHAPE_HELP = "per-sample input shape CxHxW, e.g. 3x299x299 (default: the model's own)"
 DTYPE_HELP = "float32, float16 or bfloat16: the precision the model runs in"
+MEMORY_FORMAT_HELP = "contiguous (NCHW) or channels_last (NHWC): the layout of the model's 4-D weights and activations"
 STORE_HELP = "latency store file (DuckDB)"
 DEFAULT_OUT = Path("schedules")
 
@@ -126,6 +127,9 @@ def search(
                                          "batch (stored ones included)"),
     dtype: str = typer.Option("float32", "--dtype", help=DTYPE_HELP + " (stages are measured in it; schedules "
                               "other than float32 are written as bs<batch>-<dtype>.json)"),
+    memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP + " (stages are "
+                                      "measured in it; channels_last schedules are bs<batch>[-<dtype>]-channels_last"
+                                      ".json)"),
 ) -> None:
     """Find the fastest schedule of a model for every device and batch size, measuring only what is new."""
     from ios_ray.app.api import search as run
@@ -135,8 +139,11 @@ def search(
         result = run(model, parse_list(devices, "--devices"), parse_batches(batches), store=store, out=out,
                      input_shape=parse_input_shape(input_shape), r=r, s=s, strategies=strategy.strategies,
                      address=address, sim_actors=sim_actors, warmup=warmup, repeat=repeat, check_rounds=check_rounds,
-                     measure=measure.value, budget=budget, dtype=dtype, progress=progress)
-    in_dtype = "" if result.schedules[0].dtype == "float32" else f" in {result.schedules[0].dtype}"
+                     measure=measure.value, budget=budget, dtype=dtype, memory_format=memory_format,
+                     progress=progress)
+    first = result.schedules[0]
+    settings = [setting for setting in (first.dtype, first.memory_format) if setting not in ("float32", "contiguous")]
+    in_dtype = f" in {' '.join(settings)}" if settings else ""
     table = Table("device", "batch", "IOS ms", "seq ms", "speedup", "measured / planned", "cached", "wall s", "source",
                   "end to end IOS / seq ms", "kept",
                   title=f"ios-ray search: {model}{in_dtype} (predicted: sums of stages)")
@@ -165,7 +172,8 @@ def show(
     from ios_ray.app.show import schedule_svg, schedule_text
 
     plan = read_schedule(schedule)
-    graph = import_model(plan.model, input_shape=plan.input_shape, dtype=torch_dtype(plan.dtype)).graph
+    graph = import_model(plan.model, input_shape=plan.input_shape, dtype=torch_dtype(plan.dtype),
+                         memory_format=plan.memory_format).graph
     check_schedule(plan, graph, where=str(schedule))
     print(schedule_text(plan, graph))
     if svg is not None:
@@ -187,23 +195,24 @@ def run(
     repeat: int = typer.Option(20, "--repeat", help="timed runs"),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
     dtype: str = typer.Option("float32", "--dtype", help=DTYPE_HELP),
+    memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP),
 ) -> None:
     """Run a model with its schedules (ScheduledModule), check the output against eager, print the latency."""
     import torch
 
     from ios_ray.app.bench import TF32_TOLERANCE, output_tolerance, relative_error
-    from ios_ray.dtypes import dtype_name, torch_dtype
+    from ios_ray.dtypes import MEMORY_FORMATS, dtype_name, in_memory_format, memory_format_name, torch_dtype
     from ios_ray.models import resolve_model
     from ios_ray.runtime import ScheduledModule, measure_latency
 
     parse_batches(str(batch))
     at_least_one(repeat=repeat)
-    target, precision = _torch_device(device), torch_dtype(dtype)
+    target, precision, layout = _torch_device(device), torch_dtype(dtype), memory_format_name(memory_format)
     spec = resolve_model(model, input_shape=parse_input_shape(input_shape))
     torch.manual_seed(0)
-    module = spec.build().eval().to(target, precision)
+    module = spec.build().eval().to(target, precision, memory_format=MEMORY_FORMATS[layout])
     scheduled = ScheduledModule(module, schedules, input_shape=spec.input_shape).to(target)
-    x = torch.randn(batch, *spec.input_shape, device=target, dtype=precision)
+    x = in_memory_format(torch.randn(batch, *spec.input_shape, device=target, dtype=precision), layout)
     chosen = scheduled.schedule_for(x)
     if chosen is None:
         raise UserError(f"no schedule under {schedules} fits device {device!r}; run `ios-ray search` for it first.")
@@ -212,8 +221,9 @@ def run(
     median, p10, p90 = measure_latency(scheduled, x, warmup=3, repeat=repeat, device=target)
     eager, _, _ = measure_latency(module, x, warmup=3, repeat=repeat, device=target)
     predicted = chosen.predicted_latency or float("nan")
-    console.print(f"schedule: {chosen.device} batch {chosen.batch} {chosen.dtype} ({len(chosen.stages)} stages, "
-                  f"predicted {predicted:.3f} ms {chosen.source} at batch {chosen.batch})")
+    layout_note = "" if chosen.memory_format == "contiguous" else f" {chosen.memory_format}"
+    console.print(f"schedule: {chosen.device} batch {chosen.batch} {chosen.dtype}{layout_note} ({len(chosen.stages)} "
+                  f"stages, predicted {predicted:.3f} ms {chosen.source} at batch {chosen.batch})")
     if chosen.end_to_end is not None:
         console.print(f"search's end-to-end check: {chosen.end_to_end.summary()}")
     tolerance = output_tolerance(target, precision)
@@ -241,6 +251,8 @@ def bench(
     as_json: bool = typer.Option(False, "--json", help="print JSON (rows and notes) instead of tables"),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
     dtype: str = typer.Option("float32", "--dtype", help=DTYPE_HELP + " (the schedules of that dtype are used)"),
+    memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP + " (the schedules "
+                                      "of that format are used)"),
 ) -> None:
     """Eager, the sequential, greedy and IOS schedules and torch.compile, measured side by side (on a GPU also
     with CUDA graphs)."""
@@ -249,14 +261,14 @@ def bench(
     at_least_one(rounds=rounds)
 
     from ios_ray.app.bench import bench_model, compile_modes_for
-    from ios_ray.dtypes import torch_dtype
+    from ios_ray.dtypes import MEMORY_FORMATS, memory_format_name, torch_dtype
     from ios_ray.models import resolve_model
 
-    target, precision = _bench_target(device), torch_dtype(dtype)
+    target, precision, layout = _bench_target(device), torch_dtype(dtype), memory_format_name(memory_format)
     modes = compile_modes_for(target.type, compile_mode) if compile_ else ()
     spec = resolve_model(model, input_shape=parse_input_shape(input_shape))
     torch.manual_seed(0)
-    module = spec.build().eval().to(target, precision)
+    module = spec.build().eval().to(target, precision, memory_format=MEMORY_FORMATS[layout])
     report: dict[str, list] = {"rows": [], "notes": []}
     for result in bench_model(module, spec.name, spec.input_shape, device, target, parse_batches(batches), schedules,
                               store_lookup(store), rounds, modes):
@@ -301,17 +313,19 @@ def evaluate(
     from ios_ray.runtime import read_schedules
 
     found = list(read_schedules(schedules).values())
-    # One table per model, input shape and dtype: the graph depends on the first two, the latencies on all three.
-    models = sorted({(s.model, s.input_shape, s.dtype) for s in found if model in (None, s.model)}, key=str)
+    # One table per model, input shape, dtype and memory format: the graph depends on all but the dtype (and, for a
+    # few models, that too), the latencies on all four.
+    models = sorted({(s.model, s.input_shape, s.dtype, s.memory_format) for s in found if model in (None, s.model)},
+                    key=str)
     if not models:
         raise UserError(f"no schedules of model {model!r} under {schedules}.")
     lookup = store_lookup(store) or (lambda keys, fingerprint, batch, dtype: {})
-    for name, shape, dtype in models:
-        graph = import_model(name, input_shape=shape, dtype=torch_dtype(dtype)).graph
+    for name, shape, dtype, layout in models:
+        graph = import_model(name, input_shape=shape, dtype=torch_dtype(dtype), memory_format=layout).graph
         mine = [s for s in found if s.model == name and s.graph_fingerprint == graph.fingerprint and s.dtype == dtype]
-        cells = cross_evaluate(mine, graph, lookup, local_measures(name, rounds, shape, dtype))
+        cells = cross_evaluate(mine, graph, lookup, local_measures(name, rounds, shape, dtype, layout))
         settings = settings_of(mine)
-        in_dtype = "" if dtype == "float32" else f", {dtype}"
+        in_dtype = "".join(f", {setting}" for setting in (dtype, layout) if setting not in ("float32", "contiguous"))
         table = Table("made for \\ run on", *(f"{d} bs{b}" for d, b in settings),
                       title=f"{name}{in_dtype}: latency in ms of the schedule made for X, run on Y")
         wins = winners_hold(cells)

@@ -84,13 +84,13 @@ def winners_hold(cells: Sequence[Cell]) -> dict[Setting, bool]:
 
 
 def local_measures(
-    model: str, rounds: int, input_shape: Sequence[int] | None, dtype: str
+    model: str, rounds: int, input_shape: Sequence[int] | None, dtype: str, memory_format: str
 ) -> dict[str, Measure]:
     """Measuring functions for the device labels this machine runs: ``cpu``, and ``cuda`` where torch sees a GPU
-    (the model imported at ``input_shape``, default its own, and run in ``dtype``)."""
+    (the model imported at ``input_shape``, default its own, and run in ``dtype`` and ``memory_format``)."""
     import torch
 
-    from ios_ray.dtypes import torch_dtype
+    from ios_ray.dtypes import in_memory_format, torch_dtype
     from ios_ray.frontend import import_model
     from ios_ray.runtime import Program, ScheduleRunner, measure_latency
 
@@ -99,11 +99,13 @@ def local_measures(
     def on(device: str) -> Measure:
         def measure(schedule: Schedule, batch: int) -> float:
             if device not in programs:
-                imported = import_model(model, input_shape=input_shape, dtype=torch_dtype(dtype))
+                imported = import_model(model, input_shape=input_shape, dtype=torch_dtype(dtype),
+                                        memory_format=memory_format)
                 programs[device] = Program.from_imported(imported, device)
             program = programs[device]
             runner = ScheduleRunner(program, schedule, device)
             x = torch.randn(batch, *program.graph.input_shape, device=device, dtype=torch_dtype(dtype))
+            x = in_memory_format(x, memory_format)
             return measure_latency(runner, x, warmup=2, repeat=rounds, device=device)[0]
         return measure
 

@@ -44,7 +44,8 @@ from torch import nn
 from ios_ray.app.ray_session import ray_session
 from ios_ray.app.rounds import RoundSize
 from ios_ray.devices import DEFAULT_SIM_ACTORS, parse_device
-from ios_ray.dtypes import DEFAULT_DTYPE, converted, dtype_name, example_input, module_device, module_dtype
+from ios_ray.dtypes import (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, converted, dtype_name, example_input,
+                            memory_format_name, module_device, module_dtype, module_memory_format)
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
@@ -67,7 +68,8 @@ LAZY_MARGIN = 0.1
 class SearchRequest:
     """What to search: a model (spec or object), devices, batch sizes, where the store (and the schedule files, if
     ``out`` is given) live, and the DP bounds. ``name`` and ``input_shape`` default to the spec's or the object's;
-    ``dtype`` (the one every stage is measured in) to the object's parameters' (float32 for a spec)."""
+    ``dtype`` (the one every stage is measured in) to the object's parameters' (float32 for a spec), and
+    ``memory_format`` (``contiguous`` or ``channels_last``) to the object's 4-D parameters' (contiguous for a spec)."""
 
     model: str | nn.Module
     devices: tuple[str, ...]
@@ -85,6 +87,7 @@ class SearchRequest:
     measure: str = DEFAULT_MEASURE
     budget: int | None = None
     dtype: str | None = None
+    memory_format: str | None = None
 
 
 @dataclass(frozen=True)
@@ -224,8 +227,8 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
 
 
 def load_model(request: SearchRequest) -> LoadedModel:
-    """Build the request's model (a spec) or take it (an object), and import it in the request's dtype (a converted
-    copy where it holds another) with a seeded batch-1 input on its device."""
+    """Build the request's model (a spec) or take it (an object), and import it in the request's dtype and memory
+    format (a converted copy where it holds others) with a seeded batch-1 input on its device."""
     if isinstance(request.model, str):
         spec = resolve_model(request.model)
         shape = request.input_shape or spec.input_shape
@@ -237,8 +240,8 @@ def load_model(request: SearchRequest) -> LoadedModel:
         shape = request.input_shape or tuple(getattr(module, "input_shape", DEFAULT_INPUT_SHAPE))
     else:
         raise UserError(f"model must be an nn.Module or a model spec string, not a {type(request.model).__name__}.")
-    in_dtype = converted(module, request.dtype or DEFAULT_DTYPE)
-    graph = import_module(in_dtype, example_input(in_dtype, shape), name).graph
+    held = converted(module, request.dtype or DEFAULT_DTYPE, request.memory_format or DEFAULT_MEMORY_FORMAT)
+    graph = import_module(held, example_input(held, shape), name).graph
     return LoadedModel(name, module, tuple(shape), graph, source_spec)
 
 
@@ -258,7 +261,7 @@ def _schedule_all(
                 kept = _checked_end_to_end(*checker, search, dp, plain)
             path = None
             if request.out is not None:
-                path = schedule_path(request.out, search.model.name, label, batch, kept.dtype)
+                path = schedule_path(request.out, search.model.name, label, batch, kept.dtype, kept.memory_format)
                 save_schedule(kept, path)
             measured = search.measured.get((label, batch), 0)
             outcomes.append(SearchOutcome(
@@ -364,12 +367,15 @@ def _checked(request: SearchRequest) -> SearchRequest:
         raise UserError(f"out={request.out} is a file; pass a folder for the schedules.")
     dtype = _dtype_of(request)
     simulated = [label for label in devices if parse_device(label).simulated]
-    if dtype != DEFAULT_DTYPE and simulated:
-        raise UserError(f"the sim model covers {DEFAULT_DTYPE} only, so {simulated[0]} cannot be searched in {dtype}; "
-                        f"search {dtype} on a real device (cuda, a GPU name, cpu) or {DEFAULT_DTYPE} on sim: devices.")
+    memory_format = _memory_format_of(request)
+    for setting, default in ((dtype, DEFAULT_DTYPE), (memory_format, DEFAULT_MEMORY_FORMAT)):
+        if setting != default and simulated:
+            raise UserError(f"the sim model covers {default} only, so {simulated[0]} cannot be searched in {setting}; "
+                            f"search {setting} on a real device (cuda, a GPU name, cpu) or {default} on sim: devices.")
     if request.address not in (None, "auto"):
         _check_reachable(request.address)
-    return dataclasses.replace(request, devices=devices, batches=tuple(dict.fromkeys(request.batches)), dtype=dtype)
+    return dataclasses.replace(request, devices=devices, batches=tuple(dict.fromkeys(request.batches)), dtype=dtype,
+                               memory_format=memory_format)
 
 
 def _dtype_of(request: SearchRequest) -> str:
@@ -377,6 +383,14 @@ def _dtype_of(request: SearchRequest) -> str:
     if request.dtype is not None:
         return dtype_name(request.dtype)
     return module_dtype(request.model) if isinstance(request.model, nn.Module) else DEFAULT_DTYPE
+
+
+def _memory_format_of(request: SearchRequest) -> str:
+    """The memory format a search measures in: the request's, else the model object's 4-D parameters', else
+    contiguous."""
+    if request.memory_format is not None:
+        return memory_format_name(request.memory_format)
+    return module_memory_format(request.model) if isinstance(request.model, nn.Module) else DEFAULT_MEMORY_FORMAT
 
 
 @contextmanager
@@ -408,7 +422,7 @@ def _optimize(search: _Search, identity: DeviceIdentity, batch: int) -> tuple[Sc
         blocks=result.schedules, dtype=search.dtype, device_fingerprint=identity.fingerprint,
         device_info=dict(identity.info),
         params={**request.params.to_json(), "measure": record}, source=identity.source,
-        input_shape=graph.input_shape,
+        input_shape=graph.input_shape, memory_format=graph.memory_format,
     )
     plain = dataclasses.replace(schedule, blocks=tuple(sequential(graph, block, latency) for block in graph.blocks))
     return schedule, plain, len(table)
@@ -456,10 +470,15 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
                         "or leave the address out to start Ray locally.") from None
 
 
-def schedule_path(out: Path, model: str, device: str, batch: int, dtype: str = DEFAULT_DTYPE) -> Path:
-    """Where a schedule is written: ``OUT/<model>/<device>/bs<batch>.json``, ``bs<batch>-<dtype>.json`` for a dtype
-    other than float32 (odd characters of a spec made safe)."""
+def schedule_path(
+    out: Path, model: str, device: str, batch: int, dtype: str = DEFAULT_DTYPE,
+    memory_format: str = DEFAULT_MEMORY_FORMAT,
+) -> Path:
+    """Where a schedule is written: ``OUT/<model>/<device>/bs<batch>.json``, with ``-<dtype>`` after the batch for a
+    dtype other than float32 and ``-channels_last`` for that memory format (``bs8-float16-channels_last.json``; odd
+    characters of a spec made safe)."""
     safe_model = re.sub(r"[^A-Za-z0-9_.:-]", "_", model)
-    suffix = "" if dtype == DEFAULT_DTYPE else f"-{dtype}"
+    settings = ((dtype, DEFAULT_DTYPE), (memory_format, DEFAULT_MEMORY_FORMAT))
+    suffix = "".join(f"-{setting}" for setting, default in settings if setting != default)
     return Path(out) / safe_model / device / f"bs{batch}{suffix}.json"
 

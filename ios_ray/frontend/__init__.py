@@ -25,6 +25,7 @@ not how it is spelled (torchvision, timm and code in their style import into the
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -32,6 +33,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
+from ios_ray.dtypes import DEFAULT_MEMORY_FORMAT, MEMORY_FORMATS, module_memory_format
 from ios_ray.frontend.report import OPAQUE_WARNING_SHARE, OpaqueReport, opaque_report
 from ios_ray.frontend.rewrites import (batch_norms_as_modules, drop_eval_identities, functional_convs_as_modules,
                                       functionalize, same_padding_as_torch_layers, views_as_reshapes)
@@ -54,7 +56,8 @@ class Imported:
 
 
 def import_module(module: nn.Module, example_input: torch.Tensor, name: str | None = None) -> Imported:
-    """Import an fx-traceable module (put in eval mode) and an example input (batch first) into the IR."""
+    """Import an fx-traceable module (put in eval mode) and an example input (batch first) into the IR; the graph
+    records the memory format of the module's 4-D parameters."""
     module = module.eval()
     name = name or type(module).__name__
     gm = views_as_reshapes(drop_eval_identities(functionalize(trace(module))))
@@ -63,18 +66,19 @@ def import_module(module: nn.Module, example_input: torch.Tensor, name: str | No
     record_batch_layout(gm, example_input)
     gm = fold_sizes(gm)
     graph, constants = build_graph(gm, name, tuple(example_input.shape[1:]))
-    return Imported(graph, gm, constants)
+    return Imported(dataclasses.replace(graph, memory_format=module_memory_format(module)), gm, constants)
 
 
 def import_model(
-    spec: str, batch: int = 1, input_shape: Sequence[int] | None = None, dtype: torch.dtype = torch.float32
+    spec: str, batch: int = 1, input_shape: Sequence[int] | None = None, dtype: torch.dtype = torch.float32,
+    memory_format: str = DEFAULT_MEMORY_FORMAT,
 ) -> Imported:
     """Build a model spec (a zoo name, ``torchvision:NAME``, ``timm:NAME`` or ``package.module:factory``), convert it
-    to ``dtype`` and import it with a random input of this batch size and per-sample ``input_shape`` (default: the
-    spec's own)."""
+    to ``dtype`` and ``memory_format`` and import it with a random input of this batch size and per-sample
+    ``input_shape`` (default: the spec's own)."""
     from ios_ray.models import resolve_model
 
     model = resolve_model(spec, input_shape=input_shape)
     torch.manual_seed(0)
     example = torch.randn(batch, *model.input_shape).to(dtype)
-    return import_module(model.build().to(dtype), example, model.name)
+    return import_module(model.build().to(dtype, memory_format=MEMORY_FORMATS[memory_format]), example, model.name)

@@ -3,10 +3,10 @@
 The stage runs exactly as deployed: ``compile_stage`` from ``ios_ray.runtime.stages`` on a ``Program`` of the job's
 model (built from its spec, or fetched as the driver's object; :mod:`~ios_ray.profiler.model_source`) on this
 process's device. Its external inputs are random (``torch.randn``) tensors of the graph's shapes with the batch
-dimension prepended, in the job's dtype (the model is converted to it and imported there, as on the driver). On a
-CPU each call follows a small untimed op on the same thread (:func:`~ios_ray.runtime.timing.cpu_primer`), as in a
-pass; on a GPU the stage is timed inside a CUDA graph, as a deployed schedule runs
-(:func:`~ios_ray.profiler.timing.time_stage`), captured on one stream kept for all stages.
+dimension prepended, in the job's dtype and the graph's memory format (the model is converted to both and imported
+there, as on the driver). On a CPU each call follows a small untimed op on the same thread
+(:func:`~ios_ray.runtime.timing.cpu_primer`), as in a pass; on a GPU the stage is timed inside a CUDA graph, as a
+deployed schedule runs (:func:`~ios_ray.profiler.timing.time_stage`), captured on one stream kept for all stages.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import torch
 
 from ios_ray.devices import DeviceSpec
-from ios_ray.dtypes import torch_dtype
+from ios_ray.dtypes import in_memory_format, torch_dtype
 from ios_ray.profiler.fingerprint import cuda_problem, device_fingerprint
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
@@ -85,18 +85,20 @@ class RealBackend:
         program = self._program(job.model, job.graph, identity.host, job.dtype)
         runners = {str(i): ScheduleRunner(program, s, self.device) for i, s in enumerate(job.schedules)}
         x = torch.randn(job.batch, *job.graph.input_shape, device=self.device, dtype=torch_dtype(job.dtype))
+        x = in_memory_format(x, job.graph.memory_format)
         with _fits(self.spec.label, job.model.name, job.batch):
             samples = interleaved_samples_ms({name: functools.partial(run, x) for name, run in runners.items()},
                                              self.device, job.warmup, job.rounds)
         return [statistics.median(samples[name]) for name in runners]
 
     def _program(self, model: ModelSource, graph: Graph, host: str, dtype: str) -> Program:
-        """A model on this device in ``dtype``, built once per model and dtype and checked against the driver's graph
-        of it."""
-        program = self._programs.get((model.key, dtype))
+        """A model on this device in ``dtype`` and the graph's memory format, built once per model, dtype and format
+        and checked against the driver's graph of it."""
+        key = (model.key, dtype, graph.memory_format)
+        program = self._programs.get(key)
         if program is None:
-            program = self._programs[model.key, dtype] = Program.from_imported(import_source(model, dtype),
-                                                                                 self.device)
+            imported = import_source(model, dtype, graph.memory_format)
+            program = self._programs[key] = Program.from_imported(imported, self.device)
         if program.graph.fingerprint != graph.fingerprint:
             raise UserError(
                 f"model {model.name!r} imports to a different graph on {host} than on the driver; install the same "
@@ -119,8 +121,10 @@ def _fits(label: str, model: str, batch: int) -> Iterator[None]:
 def random_inputs(
     graph: Graph, stage: Stage, batch: int, dtype: torch.dtype, device: torch.device
 ) -> dict[str, torch.Tensor]:
-    """Random tensors for every source a stage reads from outside itself, keyed by source id."""
+    """Random tensors for every source a stage reads from outside itself, keyed by source id (4-D ones in the
+    graph's memory format, as the units before the stage would hand them over)."""
     inside = set(stage.units)
     sources = dict.fromkeys(s for u in stage.units for s in graph.unit(u).sources if s not in inside)
-    return {s: torch.randn((batch, *graph.shape_of(s)), dtype=dtype, device=device) for s in sources}
+    return {s: in_memory_format(torch.randn((batch, *graph.shape_of(s)), dtype=dtype, device=device),
+                                graph.memory_format) for s in sources}
 

@@ -15,7 +15,7 @@ says which op failed.
 captures, later calls copy the input into the graph's static input, replay the graph on the caller's stream and
 return a copy of the static output (so a result survives the next call). The static input is an ordinary tensor
 even where the capturing call runs under ``torch.inference_mode`` (an inference tensor could not be written by a
-later call outside it). At most ``max_graphs`` shapes stay
+later call outside it), in the memory format of the input it is captured with. At most ``max_graphs`` shapes stay
 captured (each graph keeps a private memory pool); the oldest is dropped first. Where capture fails, that shape
 runs the forward uncaptured, with a one-time warning.
 """
@@ -142,7 +142,7 @@ class CapturedForward:
 
     def _capture(self, x: torch.Tensor, key: GraphKey) -> _Captured | None:
         with torch.inference_mode(False):
-            static = torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)
+            static = torch.empty_like(x).copy_(x)  # dense, in x's memory format (NHWC stays NHWC)
         try:
             graph, output = capture(lambda: self.forward(static), self._stream, self.warmup)
         except CaptureError as exc:

@@ -2,7 +2,8 @@
 
 The merged conv stacks the convs' (batch-norm folded) weights along output channels, each smaller kernel
 zero-padded and centred to the largest kernel, with the padding of :func:`ios_ray.stage.merged_padding`, and
-concatenates their biases (zeros for a conv without one). Its output is sliced back per unit along channels.
+concatenates their biases (zeros for a conv without one); the stacked weight is laid out in the graph's memory
+format. Its output is sliced back per unit along channels.
 The convs share their input, stride, dilation and activations (:func:`ios_ray.stage.can_merge`), so the shared
 ``pre_act`` is applied once to the input and the shared ``act`` once to the merged output. The merged weights
 are built once, when the stage is compiled.
@@ -16,6 +17,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
+from ios_ray.dtypes import in_memory_format
 from ios_ray.errors import UserError
 from ios_ray.runtime.program import Env, Program
 from ios_ray.runtime.units import FoldedConv
@@ -48,18 +50,19 @@ def merge_convs(program: Program, unit_ids: Sequence[str]) -> MergedConv:
     padding = merged_padding(units)
     assert padding is not None, "can_merge accepts only kernels that centre together"
     first = convs[0]
-    merged = FoldedConv(_stacked_weight(convs, kernel), _stacked_bias(convs), first.stride, padding,
-                        first.dilation, 1, first.act, first.pre_act)
+    weight = _stacked_weight(convs, kernel, graph.memory_format)
+    merged = FoldedConv(weight, _stacked_bias(convs), first.stride, padding, first.dilation, 1, first.act, first.pre_act)
     return MergedConv(merged, _splits(unit_ids, convs))
 
 
-def _stacked_weight(convs: Sequence[FoldedConv], kernel: tuple[int, ...]) -> torch.Tensor:
-    """Each weight zero-padded and centred to ``kernel``, stacked along output channels."""
+def _stacked_weight(convs: Sequence[FoldedConv], kernel: tuple[int, ...], memory_format: str) -> torch.Tensor:
+    """Each weight zero-padded and centred to ``kernel``, stacked along output channels, laid out in the graph's
+    ``memory_format``."""
     padded = []
     for conv in convs:
         extra_h, extra_w = (kernel[0] - conv.weight.shape[2]) // 2, (kernel[1] - conv.weight.shape[3]) // 2
         padded.append(F.pad(conv.weight, (extra_w, extra_w, extra_h, extra_h)))
-    return torch.cat(padded, 0).contiguous()
+    return in_memory_format(torch.cat(padded, 0), memory_format)
 
 
 def _stacked_bias(convs: Sequence[FoldedConv]) -> torch.Tensor | None:

@@ -2,8 +2,9 @@
 batch size.
 
 It imports the wrapped module once (``ios_ray.frontend.import_module`` on a batch-1 random input of
-``input_shape``, by default the one the schedule files record, on the module's device and in its dtype), checks
-every schedule against the imported graph, and in ``forward`` picks a schedule by the rules of
+``input_shape``, by default the one the schedule files record, on the module's device and in its dtype; the graph
+records the module's memory format, so only schedules made for that format fit), checks every schedule against the
+imported graph, and in ``forward`` picks a schedule by the rules of
 :mod:`~ios_ray.runtime.schedule_set`. The chosen schedule runs through a
 :class:`~ios_ray.runtime.executor.ScheduleRunner`, built on first use per (schedule, device); where no schedule
 fits (another device, another per-sample shape) the original module runs eagerly, with a one-time warning per
@@ -177,10 +178,15 @@ def _recorded_shape(schedules: Any) -> tuple[int, ...]:
 def _checked(found: dict[str, Schedule], graph: Graph, folder: str | Path | None) -> tuple[Schedule, ...]:
     """The schedules checked against the graph; from a folder, those made for other graphs are left out."""
     if folder is not None:
-        found = {where: s for where, s in found.items() if s.graph_fingerprint == graph.fingerprint}
-        if not found:
+        fitting = {where: s for where, s in found.items() if s.graph_fingerprint == graph.fingerprint}
+        if not fitting:
+            layouts = sorted({s.memory_format for s in found.values()} - {graph.memory_format})
+            other = (f" (those there are for models in {' and '.join(layouts)} memory format, and this one is "
+                     f"{graph.memory_format}: convert it, as with model.to(memory_format=torch.channels_last) or "
+                     "--memory-format of ios-ray run and bench, or search it as it is)") if layouts else ""
             raise UserError(f"no schedule under {folder} was made for this {graph.name} (graph fingerprint "
-                            f"{graph.fingerprint}); run ios-ray search for this model.")
+                            f"{graph.fingerprint}){other}; run ios-ray search for this model.")
+        found = fitting
     for where, schedule in found.items():
         check_schedule(schedule, graph, where)
         parse_device(schedule.device)
