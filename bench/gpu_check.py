@@ -17,7 +17,8 @@ figures; the report is rewritten after every step; a step starts only while the 
 5. at batch 32: the search, on the same store, and the bench (without torch.compile, whose targets are at batch 1);
 6. calibration and ``ios-ray search --devices cpu`` at batch 1 on this host's CPU, on a store of its own;
 7. where time is left (these steps keep no time from the ones before): the search and the bench at batch 1 in
-   float16, on a store of their own (no target; most GPU serving runs in half precision).
+   float16 and channels_last, on a store of their own (no target; GPU serving mostly runs in half precision, and
+   NHWC is the layout Tensor Core convolutions are made for).
 
 Writes ``DIR/report.md`` and ``DIR/report.json`` (device, versions, date, every figure and its target; targets in
 bench/gpu_report.py), ``DIR/profile.txt``, ``DIR/log.txt`` (each command and the end of its output) and
@@ -65,6 +66,8 @@ QUICK_PROTOCOL = (0, 1, 1)
 #: The GPU test files, for --quick (a full run collects every test file of the suite).
 QUICK_TEST_FILES = ("tests/test_stage_capture_cuda.py", "tests/test_bench_cuda.py")
 KEEP_STORE_BYTES = 15 << 20
+#: The dtype and memory format of the steps run on time left over: what GPU serving mostly runs in.
+HALF_NHWC = ("float16", "channels_last")
 #: Seconds a step stopped at its time limit (Ctrl-C) has to end before its process group is killed; a step's limit
 #: leaves this much of the budget free, so that a step stopped at its limit still ends within the budget.
 STOP_GRACE_S = 15.0
@@ -104,13 +107,17 @@ class Setup:
         """The store of the searches on the device."""
         return self.work / "latency.duckdb"
 
-    def search_of(self, batch: int, dtype: str = "float32") -> tuple[str, Path, Path]:
-        """The report's key of the search on the device at ``batch`` in ``dtype``, its schedule folder and store
-        (float16's are apart, so that its figures count its own stages)."""
-        if dtype == "float32":
+    def search_of(
+        self, batch: int, dtype: str = "float32", memory_format: str = "contiguous"
+    ) -> tuple[str, Path, Path]:
+        """The report's key of the search on the device at ``batch`` in ``dtype`` and ``memory_format``, its schedule
+        folder and store (another dtype's or format's are apart, so that its figures count its own stages)."""
+        others = [setting for setting in (dtype, memory_format) if setting not in ("float32", "contiguous")]
+        if not others:
             return f"{self.device} bs{batch}", self.schedules, self.store
-        return (f"{self.device} bs{batch} {dtype}", self.work / f"{dtype}-schedules",
-                self.work / f"{dtype}-latency.duckdb")
+        name = "-".join(others)
+        return (" ".join([f"{self.device} bs{batch}", *others]), self.work / f"{name}-schedules",
+                self.work / f"{name}-latency.duckdb")
 
 
 @dataclass(frozen=True)
@@ -314,20 +321,22 @@ def search_protocol(check: Check, key: str, device: str, batch: int, measure_s: 
 
 def search_step(
     check: Check, timeout: float, key: str, calibration: str, device: str, batch: int, store: Path, out: Path,
-    measure_s: float, dtype: str = "float32",
+    measure_s: float, dtype: str = "float32", memory_format: str = "contiguous",
 ) -> str:
-    """``ios-ray search`` of the model on ``device`` at one batch size in ``dtype``, its protocol sized by the
-    calibration (in float32) under key ``calibration`` to measure for about ``measure_s`` (less where the time limit
-    is shorter); its figures (under ``key``) from the schedule file and the store."""
+    """``ios-ray search`` of the model on ``device`` at one batch size in ``dtype`` and ``memory_format``, its
+    protocol sized by the calibration (in float32, NCHW) under key ``calibration`` to measure for about
+    ``measure_s`` (less where the time limit is shorter); its figures (under ``key``) from the schedule file and the
+    store."""
     budget = min(measure_s, timeout - SEARCH_OVERHEAD_S[device])
     warmup, repeat = search_protocol(check, calibration, device, batch, budget)
     rounds = 2 if check.setup.quick else 10
     done = check.python(["-m", "ios_ray", "search", "--model", check.setup.model, "--devices", device, "--batches",
                          str(batch), "--store", str(store), "--out", str(out), "--warmup", str(warmup), "--repeat",
-                         str(repeat), "--check-rounds", str(rounds), "--dtype", dtype], timeout)
+                         str(repeat), "--check-rounds", str(rounds), "--dtype", dtype, "--memory-format",
+                         memory_format], timeout)
     from ios_ray.app.job import schedule_path
 
-    path = schedule_path(out, check.setup.model, device, batch, dtype)
+    path = schedule_path(out, check.setup.model, device, batch, dtype, memory_format)
     found = check.report["searches"][key] = {"warmup": warmup, "repeat": repeat, "wall_s": round(done.wall_s, 1),
                                              **search_figures(store, path, device, batch)}
     check.report["schedules"][key] = json.loads(path.read_text())
@@ -366,17 +375,20 @@ BENCH_TRIES = (
 BENCH_RETRY_S = (90.0, 30.0)
 
 
-def bench_step(check: Check, timeout: float, batch: int, dtype: str = "float32") -> str:
-    """``ios-ray bench --json`` at one batch size, with torch.compile at the small batch in float32 only (its
+def bench_step(
+    check: Check, timeout: float, batch: int, dtype: str = "float32", memory_format: str = "contiguous"
+) -> str:
+    """``ios-ray bench --json`` at one batch size, with torch.compile at the small batch in float32 NCHW only (its
     targets are there); where compiling runs it out of time, again with fewer modes (:data:`BENCH_TRIES`)."""
     setup = check.setup
-    search, schedules, store = setup.search_of(batch, dtype)
+    search, schedules, store = setup.search_of(batch, dtype, memory_format)
     if search not in check.report["searches"]:
         raise StepSkipped(f"the search {search} did not finish, so there is no schedule for it")
     args = ["-m", "ios_ray", "bench", "--model", setup.model, "--device", setup.device, "--batches", str(batch),
             "--schedules", str(schedules), "--store", str(store), "--rounds", "2" if setup.quick else "20",
-            "--dtype", dtype, "--json"]
-    compiled = setup.device == "cuda" and not setup.quick and batch == setup.batches[0] and dtype == "float32"
+            "--dtype", dtype, "--memory-format", memory_format, "--json"]
+    key = search.removeprefix(f"{setup.device} bs")
+    compiled = setup.device == "cuda" and not setup.quick and batch == setup.batches[0] and key == str(batch)
     tries = BENCH_TRIES if compiled else BENCH_TRIES[-1:]
     notes: list[str] = []
     limit = timeout
@@ -393,7 +405,7 @@ def bench_step(check: Check, timeout: float, batch: int, dtype: str = "float32")
     if notes:
         notes.append(f"measured {what}")
     found = json.loads(done.stdout)
-    check.report["bench"][str(batch) if dtype == "float32" else f"{batch} {dtype}"] = {
+    check.report["bench"][key] = {
         "rows": found["rows"], "notes": [*found["notes"], *notes]}
     rows = {row["name"]: row for row in found["rows"]}
     ios = "IOS + graph" if setup.device == "cuda" else "IOS"
@@ -423,14 +435,16 @@ def steps(setup: Setup) -> list[Step]:
     device = setup.device
     cpu_store, cpu_out = setup.work / "cpu-latency.duckdb", setup.work / "cpu-schedules"
 
-    def search(batch: int, measure_s: float, dtype: str = "float32") -> Callable[[Check, float], str]:
-        key, out, store = setup.search_of(batch, dtype)
+    def search(
+        batch: int, measure_s: float, dtype: str = "float32", memory_format: str = "contiguous"
+    ) -> Callable[[Check, float], str]:
+        key, out, store = setup.search_of(batch, dtype, memory_format)
         return partial(search_step, key=key, calibration=device, device=device, batch=batch, store=store, out=out,
-                       measure_s=measure_s, dtype=dtype)
+                       measure_s=measure_s, dtype=dtype, memory_format=memory_format)
 
     # (name, time limit, least time worth starting with, what it does); the batch-1 figures (most targets) first;
     # searches are sized to measure for about 45 and 60 s, with room in their limits where calibration was optimistic;
-    # float16 last, on time left over
+    # float16 channels_last last, on time left over
     return [
         Step("environment", 40, 10, environment_step),
         Step("GPU tests", 100, 30, tests_step),
@@ -444,9 +458,9 @@ def steps(setup: Setup) -> list[Step]:
         Step("search host cpu bs1", 100, 35, partial(search_step, key="host cpu bs1", calibration="host cpu",
                                                       device="cpu", batch=1, store=cpu_store, out=cpu_out,
                                                       measure_s=35)),
-        Step(f"search {device} bs{small} float16", 120, 45, search(small, 45, "float16"), extra=True),
-        Step(f"bench {device} bs{small} float16", 60, 20, partial(bench_step, batch=small, dtype="float16"),
-             extra=True),
+        Step(f"search {device} bs{small} {' '.join(HALF_NHWC)}", 120, 45, search(small, 45, *HALF_NHWC), extra=True),
+        Step(f"bench {device} bs{small} {' '.join(HALF_NHWC)}", 60, 20,
+             partial(bench_step, batch=small, dtype=HALF_NHWC[0], memory_format=HALF_NHWC[1]), extra=True),
     ]
 
 

@@ -195,14 +195,16 @@ def test_the_whole_pipeline_runs_on_the_cpu_with_tiny_repeats(
     report = json.loads((out / "report.json").read_text())
     assert [s["status"] for s in report["steps"]] == ["ok"] * 12, report["steps"]
     assert report["environment"]["cpu"]["cores"] >= 1 and "gpu" not in report["environment"]  # no GPU figure
-    assert set(report["searches"]) == {"cpu bs1", "cpu bs2", "host cpu bs1", "cpu bs1 float16"}
+    assert set(report["searches"]) == {"cpu bs1", "cpu bs2", "host cpu bs1", "cpu bs1 float16 channels_last"}
     for search in report["searches"].values():
         assert search["stages"] > 0 and search["kept"] in ("dp", "sequential") and search["dp_ms"] > 0
         assert (search["warmup"], search["repeat"]) == (0, 1)
-    for batch in ("1", "2", "1 float16"):
+    for batch in ("1", "2", "1 float16 channels_last"):
         assert [row["name"] for row in report["bench"][batch]["rows"]] == ["eager", "sequential", "greedy", "IOS"]
-    [half] = (tmp_path / "work" / "float16-schedules").rglob("*.json")
-    assert half.name == "bs1-float16.json" and json.loads(half.read_text())["dtype"] == "float16"
+    [half] = (tmp_path / "work" / "float16-channels_last-schedules").rglob("*.json")
+    assert half.name == "bs1-float16-channels_last.json"
+    assert (json.loads(half.read_text())["dtype"], json.loads(half.read_text())["memory_format"]) == (
+        "float16", "channels_last")
     assert set(report["profile"]) == {"DP schedule", "sequential schedule"}
     assert {t["result"] for t in report["targets"]} <= {"n/a", "-"}
     text = (out / "report.md").read_text()
