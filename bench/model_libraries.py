@@ -17,6 +17,11 @@ compared with the model in float64 on the same input; each schedule must stray f
 batch-norm statistics a deep model is ill-conditioned in half precision and can overflow float16's range: eager's own
 error says how much, and a model whose eager output is not finite is reported as such, not compared.
 
+``--memory-format channels_last`` holds the model NHWC (``model.to(memory_format=torch.channels_last)``), as a
+search of such a model imports it, feeds eager and the schedules an NHWC input, and reports the graph's memory
+format (``nhwc``: whether the import recorded channels_last) and the share of the 4-D tensors between units that
+stay NHWC in a sequential run (``nhwc_share``: what the stages measured on NHWC inputs will see when deployed).
+
 torchvision's compiled ops may not load against the installed torch (a CPU build, say); classification models do
 not use them, so where ``import torchvision`` fails on its two operator schemas (``torchvision::nms``, ``qnms``)
 this script defines those schemas first (``--no-torchvision-shim`` leaves them alone).
@@ -41,9 +46,9 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ios_ray.app.bench import HALF_TOLERANCE, relative_error  # noqa: E402
-from ios_ray.dtypes import example_input, torch_dtype  # noqa: E402
+from ios_ray.dtypes import MEMORY_FORMATS, example_input, in_memory_format, torch_dtype  # noqa: E402
 from ios_ray.frontend import import_module, opaque_report  # noqa: E402
-from ios_ray.ir import Graph  # noqa: E402
+from ios_ray.ir import GRAPH_INPUT, Graph  # noqa: E402
 from ios_ray.models import resolve_model  # noqa: E402
 from ios_ray.runtime import Program, ScheduleRunner  # noqa: E402
 from ios_ray.schedule import Schedule  # noqa: E402
@@ -85,8 +90,11 @@ def verdict(row: dict[str, Any], dtype: torch.dtype) -> str:
     return "equal" if all(e <= limit for e in errors.values()) else "differs"
 
 
-def check_model(spec: str, timeout_s: int, dtype: torch.dtype = torch.float64) -> dict[str, Any]:
-    """Import one model spec, compare its schedules with eager in ``dtype``, count what the search would measure."""
+def check_model(
+    spec: str, timeout_s: int, dtype: torch.dtype = torch.float64, memory_format: str = "contiguous"
+) -> dict[str, Any]:
+    """Import one model spec, compare its schedules with eager in ``dtype`` and ``memory_format``, count what the
+    search would measure."""
     row: dict[str, Any] = {"model": spec}
     started = time.perf_counter()
     signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(_Timeout()))
@@ -95,9 +103,13 @@ def check_model(spec: str, timeout_s: int, dtype: torch.dtype = torch.float64) -
         resolved = resolve_model(spec)
         model = _random_batch_norms(resolved.build())
         reference = None if dtype == torch.float64 else copy.deepcopy(model).double()
-        model = model.to(dtype)
+        model = model.to(dtype, memory_format=MEMORY_FORMATS[memory_format])
         imported = import_module(model, example_input(model, resolved.input_shape), spec)
         graph = imported.graph
+        if memory_format != "contiguous":
+            row.update(nhwc=graph.memory_format == "channels_last",
+                       nhwc_share=_nhwc_share(Program.from_imported(imported), example_input(model, graph.input_shape,
+                                                                                              CHECK_BATCH)))
         report = opaque_report(graph)
         row.update(units=len(graph.units), opaque=report.opaque, opaque_flops=report.flops_share,
                    opaque_ops=", ".join(f"{op} x{n}" for op, n in report.ops[:3]), import_s=_since(started))
@@ -119,7 +131,7 @@ def _check_schedules(model: nn.Module, program: Program, errors: dict[str, float
     the DP's), from eager; or, where a float64 ``reference`` is given, from it, and eager's own under ``eager``."""
     graph: Graph = program.graph
     cost = SyntheticCost(graph)
-    x = example_input(model, graph.input_shape, CHECK_BATCH)
+    x = in_memory_format(example_input(model, graph.input_shape, CHECK_BATCH), graph.memory_format)
     with torch.no_grad():
         expected = model(x) if reference is None else reference(x.double())
         if reference is not None:
@@ -133,6 +145,17 @@ def _check_schedules(model: nn.Module, program: Program, errors: dict[str, float
         runner = ScheduleRunner(program, Schedule(graph.name, graph.fingerprint, "cpu", CHECK_BATCH, blocks()), "cpu")
         with torch.no_grad():
             errors[name] = relative_error(runner(x), expected)
+
+
+def _nhwc_share(program: Program, x: torch.Tensor) -> float:
+    """The share of the 4-D unit outputs of a sequential run on an NHWC input that are NHWC (not also NCHW)."""
+    env = {GRAPH_INPUT: in_memory_format(x, "channels_last")}
+    with torch.no_grad():
+        for unit in program.graph.units:
+            env[unit.id] = program.run_unit(unit.id, env)
+    spatial = [t for t in env.values() if t.dim() == 4 and t.shape[2] * t.shape[3] > 1 and t.shape[1] > 1]
+    nhwc = [t for t in spatial if t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()]
+    return round(len(nhwc) / len(spatial), 3) if spatial else 1.0
 
 
 def _random_batch_norms(model: nn.Module) -> nn.Module:
@@ -211,6 +234,12 @@ def print_table(rows: list[dict[str, Any]], console: Console, dtype: torch.dtype
                   f"({rule} under the sequential, greedy and DP schedules); {overflow}{len(counts['slow'])} ran out of "
                   f"time{': ' + ', '.join(counts['slow']) if counts['slow'] else ''}; "
                   f"{len(counts['differs']) + len(counts['failed'])} failed or differ.")
+    nhwc = [r for r in rows if "nhwc" in r]
+    if nhwc:
+        shares = sorted(r["nhwc_share"] for r in nhwc)
+        console.print(f"channels_last: recorded by the import of {sum(r['nhwc'] for r in nhwc)} of {len(nhwc)}; "
+                      f"4-D tensors between units that stay NHWC: median {shares[len(shares) // 2]:.0%}, least "
+                      f"{shares[0]:.0%} ({min(nhwc, key=lambda r: r['nhwc_share'])['model']}).")
 
 
 def _error_text(row: dict[str, Any], dtype: torch.dtype) -> str:
@@ -236,6 +265,8 @@ def main() -> int:
     parser.add_argument("--no-torchvision-shim", action="store_true", help="do not define torchvision's schemas")
     parser.add_argument("--dtype", choices=("float64", "float16", "bfloat16"), default="float64",
                         help="float64: the exact check; float16, bfloat16: a half-precision model as a search runs it")
+    parser.add_argument("--memory-format", choices=tuple(MEMORY_FORMATS), default="contiguous",
+                        help="channels_last: the model held NHWC, as a search of such a model runs it")
     args = parser.parse_args()
     dtype = torch.float64 if args.dtype == "float64" else torch_dtype(args.dtype)
     if not (args.torchvision or args.timm or args.timm_families):
@@ -244,7 +275,7 @@ def main() -> int:
         _define_torchvision_schemas()
     console, rows = Console(width=170), []
     for spec in specs(args):
-        rows.append(check_model(spec, args.timeout, dtype))
+        rows.append(check_model(spec, args.timeout, dtype, args.memory_format))
         console.print(json.dumps(rows[-1]))
         if args.out:
             with args.out.open("a") as out:
