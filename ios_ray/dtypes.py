@@ -18,7 +18,7 @@ A model object is searched in the format of its 4-D parameters unless told other
 from __future__ import annotations
 
 import copy
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -40,14 +40,7 @@ _FORMAT_ALIASES = {"contiguous_format": "contiguous", "nchw": "contiguous", "nhw
 def dtype_name(value: str | torch.dtype) -> str:
     """The canonical name (``float32``, ``float16``, ``bfloat16``) of a dtype given by name, alias or torch dtype;
     UserError for any other."""
-    if isinstance(value, torch.dtype):
-        name = next((n for n, t in DTYPES.items() if t == value), None)
-    else:
-        name = str(value).lower().removeprefix("torch.")
-        name = _ALIASES.get(name, name)
-    if name not in DTYPES:
-        raise UserError(f"dtype must be one of {', '.join(DTYPES)}, not {str(value)!r}.")
-    return name
+    return _canonical(value, DTYPES, _ALIASES, "dtype")
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -71,13 +64,19 @@ def module_dtype(module: nn.Module) -> str:
 def memory_format_name(value: str | torch.memory_format) -> str:
     """The canonical name (``contiguous``, ``channels_last``) of a memory format given by name, alias or torch
     memory format; UserError for any other."""
-    if isinstance(value, torch.memory_format):
-        name = next((n for n, f in MEMORY_FORMATS.items() if f == value), str(value))
+    return _canonical(value, MEMORY_FORMATS, _FORMAT_ALIASES, "memory format")
+
+
+def _canonical(value: object, table: Mapping[str, object], aliases: Mapping[str, str], what: str) -> str:
+    """The name ``table`` holds ``value`` under (a torch object, a name in any case, an alias); UserError naming
+    ``what`` for any other."""
+    if isinstance(value, str):
+        name = value.lower().removeprefix("torch.")
+        name = aliases.get(name, name)
     else:
-        name = str(value).lower().removeprefix("torch.")
-        name = _FORMAT_ALIASES.get(name, name)
-    if name not in MEMORY_FORMATS:
-        raise UserError(f"memory format must be one of {', '.join(MEMORY_FORMATS)}, not {str(value)!r}.")
+        name = next((n for n, known in table.items() if known == value), str(value))
+    if name not in table:
+        raise UserError(f"{what} must be one of {', '.join(table)}, not {str(value)!r}.")
     return name
 
 
