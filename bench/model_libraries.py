@@ -46,7 +46,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ios_ray.app.bench import HALF_TOLERANCE, relative_error  # noqa: E402
-from ios_ray.dtypes import MEMORY_FORMATS, example_input, in_memory_format, torch_dtype  # noqa: E402
+from ios_ray.dtypes import MEMORY_FORMATS, example_input, in_memory_format, to_memory_format, torch_dtype  # noqa: E402
 from ios_ray.frontend import import_module, opaque_report  # noqa: E402
 from ios_ray.ir import GRAPH_INPUT, Graph  # noqa: E402
 from ios_ray.models import resolve_model  # noqa: E402
@@ -103,7 +103,7 @@ def check_model(
         resolved = resolve_model(spec)
         model = _random_batch_norms(resolved.build())
         reference = None if dtype == torch.float64 else copy.deepcopy(model).double()
-        model = model.to(dtype, memory_format=MEMORY_FORMATS[memory_format])
+        model = to_memory_format(model.to(dtype), memory_format)
         imported = import_module(model, example_input(model, resolved.input_shape), spec)
         graph = imported.graph
         if memory_format != "contiguous":

@@ -103,6 +103,13 @@ def in_memory_format(tensor: torch.Tensor, memory_format: str) -> torch.Tensor:
     return tensor.contiguous(memory_format=MEMORY_FORMATS[memory_format])
 
 
+def to_memory_format(module: nn.Module, memory_format: str) -> nn.Module:
+    """The module, its 4-D parameters and buffers laid out in ``memory_format`` in place. (``module.to(memory_format=
+    torch.channels_last)`` does the same, but refuses a module that also holds a 5-D tensor, as timm's lambda layers
+    do.)"""
+    return module._apply(lambda tensor: in_memory_format(tensor, memory_format))
+
+
 def converted(module: nn.Module, dtype: str, memory_format: str = DEFAULT_MEMORY_FORMAT) -> nn.Module:
     """The module itself where its floating parameters are in ``dtype`` and ``memory_format`` already, else a copy
     converted to both."""
@@ -110,7 +117,7 @@ def converted(module: nn.Module, dtype: str, memory_format: str = DEFAULT_MEMORY
     if all(p.dtype == wanted and (p.dim() != 4 or p.is_contiguous(memory_format=layout))
            for p in module.parameters() if p.is_floating_point()):
         return module
-    return copy.deepcopy(module).to(wanted, memory_format=layout)
+    return to_memory_format(copy.deepcopy(module).to(wanted), memory_format)
 
 
 def module_device(module: nn.Module) -> torch.device:

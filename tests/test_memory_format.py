@@ -70,6 +70,10 @@ def test_converting_copies_only_where_the_format_or_dtype_differs() -> None:
     nhwc = converted(model, "float32", "channels_last")
     assert nhwc is not model and nhwc_only(nhwc.b.weight) and not nhwc_only(model.b.weight)
     assert converted(nhwc, "float32", "channels_last") is nhwc
+    five_d = TwoBranch()
+    five_d.table = nn.Parameter(torch.randn(1, 2, 3, 4, 5))  # as timm's lambda layers hold; .to(memory_format=) fails
+    held = converted(five_d, "float32", "channels_last")
+    assert nhwc_only(held.b.weight) and held.table.is_contiguous() and isinstance(held.table, nn.Parameter)
     x = torch.randn(2, 3, 5, 5)
     assert nhwc_only(in_memory_format(x, "channels_last")) and in_memory_format(x, "contiguous") is x
     assert in_memory_format(torch.randn(2, 3), "channels_last").is_contiguous()

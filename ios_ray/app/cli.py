@@ -201,7 +201,7 @@ def run(
     import torch
 
     from ios_ray.app.bench import TF32_TOLERANCE, output_tolerance, relative_error
-    from ios_ray.dtypes import MEMORY_FORMATS, dtype_name, in_memory_format, memory_format_name, torch_dtype
+    from ios_ray.dtypes import dtype_name, in_memory_format, memory_format_name, to_memory_format, torch_dtype
     from ios_ray.models import resolve_model
     from ios_ray.runtime import ScheduledModule, measure_latency
 
@@ -210,7 +210,7 @@ def run(
     target, precision, layout = _torch_device(device), torch_dtype(dtype), memory_format_name(memory_format)
     spec = resolve_model(model, input_shape=parse_input_shape(input_shape))
     torch.manual_seed(0)
-    module = spec.build().eval().to(target, precision, memory_format=MEMORY_FORMATS[layout])
+    module = to_memory_format(spec.build().eval().to(target, precision), layout)
     scheduled = ScheduledModule(module, schedules, input_shape=spec.input_shape).to(target)
     x = in_memory_format(torch.randn(batch, *spec.input_shape, device=target, dtype=precision), layout)
     chosen = scheduled.schedule_for(x)
@@ -261,14 +261,14 @@ def bench(
     at_least_one(rounds=rounds)
 
     from ios_ray.app.bench import bench_model, compile_modes_for
-    from ios_ray.dtypes import MEMORY_FORMATS, memory_format_name, torch_dtype
+    from ios_ray.dtypes import memory_format_name, to_memory_format, torch_dtype
     from ios_ray.models import resolve_model
 
     target, precision, layout = _bench_target(device), torch_dtype(dtype), memory_format_name(memory_format)
     modes = compile_modes_for(target.type, compile_mode) if compile_ else ()
     spec = resolve_model(model, input_shape=parse_input_shape(input_shape))
     torch.manual_seed(0)
-    module = spec.build().eval().to(target, precision, memory_format=MEMORY_FORMATS[layout])
+    module = to_memory_format(spec.build().eval().to(target, precision), layout)
     report: dict[str, list] = {"rows": [], "notes": []}
     for result in bench_model(module, spec.name, spec.input_shape, device, target, parse_batches(batches), schedules,
                               store_lookup(store), rounds, modes):

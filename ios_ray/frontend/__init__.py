@@ -33,7 +33,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from ios_ray.dtypes import DEFAULT_MEMORY_FORMAT, MEMORY_FORMATS, module_memory_format
+from ios_ray.dtypes import DEFAULT_MEMORY_FORMAT, module_memory_format, to_memory_format
 from ios_ray.frontend.report import OPAQUE_WARNING_SHARE, OpaqueReport, opaque_report
 from ios_ray.frontend.rewrites import (batch_norms_as_modules, drop_eval_identities, functional_convs_as_modules,
                                       functionalize, same_padding_as_torch_layers, views_as_reshapes)
@@ -81,4 +81,4 @@ def import_model(
     model = resolve_model(spec, input_shape=input_shape)
     torch.manual_seed(0)
     example = torch.randn(batch, *model.input_shape).to(dtype)
-    return import_module(model.build().to(dtype, memory_format=MEMORY_FORMATS[memory_format]), example, model.name)
+    return import_module(to_memory_format(model.build().to(dtype), memory_format), example, model.name)

@@ -15,7 +15,7 @@ import ray
 import torch
 from torch import nn
 
-from ios_ray.dtypes import MEMORY_FORMATS, example_input, torch_dtype
+from ios_ray.dtypes import example_input, to_memory_format, torch_dtype
 from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import Imported, import_module
 from ios_ray.models import resolve_model
@@ -25,8 +25,8 @@ from ios_ray.profiler.jobs import ModelSource
 def import_source(source: ModelSource, dtype: str, memory_format: str) -> Imported:
     """Build or fetch the model of a source, convert it to ``dtype`` and ``memory_format`` and import it there (its
     graph can depend on both, as on the driver) with a seeded batch-1 input on the CPU; UserError where it cannot."""
-    module = (_fetch(source) if source.spec is None else _build(source)).to(
-        torch_dtype(dtype), memory_format=MEMORY_FORMATS[memory_format])
+    module = (_fetch(source) if source.spec is None else _build(source)).to(torch_dtype(dtype))
+    module = to_memory_format(module, memory_format)
     return import_module(module, example_input(module, source.input_shape), source.name)
 
 
