@@ -153,7 +153,8 @@ def _nhwc_share(program: Program, x: torch.Tensor) -> float:
     with torch.no_grad():
         for unit in program.graph.units:
             env[unit.id] = program.run_unit(unit.id, env)
-    spatial = [t for t in env.values() if t.dim() == 4 and t.shape[2] * t.shape[3] > 1 and t.shape[1] > 1]
+    spatial = [t for t in env.values()
+               if isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[2] * t.shape[3] > 1 and t.shape[1] > 1]
     nhwc = [t for t in spatial if t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()]
     return round(len(nhwc) / len(spatial), 3) if spatial else 1.0
 
