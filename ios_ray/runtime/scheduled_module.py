@@ -182,8 +182,8 @@ def _checked(found: dict[str, Schedule], graph: Graph, folder: str | Path | None
         if not fitting:
             layouts = sorted({s.memory_format for s in found.values()} - {graph.memory_format})
             other = (f" (those there are for models in {' and '.join(layouts)} memory format, and this one is "
-                     f"{graph.memory_format}: convert it, as with model.to(memory_format=torch.channels_last) or "
-                     "--memory-format of ios-ray run and bench, or search it as it is)") if layouts else ""
+                     f"{graph.memory_format}: convert it, as model.to(memory_format=torch.channels_last) does, or "
+                     "search it as it is)") if layouts else ""
             raise UserError(f"no schedule under {folder} was made for this {graph.name} (graph fingerprint "
                             f"{graph.fingerprint}){other}; run ios-ray search for this model.")
         found = fitting
