@@ -53,7 +53,7 @@ from ios_ray.models import DEFAULT_INPUT_SHAPE, resolve_model
 from ios_ray.profiler import CheckJob, DeviceIdentity, DevicePool, MeasureJob, ModelSource
 from ios_ray.schedule import MAX_BATCH, EndToEnd, Schedule, save_schedule
 from ios_ray.scheduler import (LazyParams, LazyRound, LazySpace, Plan, PlannedStage, SearchParams, TableLatency,
-                               next_round, optimize_graph, plan_graph, sequential)
+                               inflated, next_round, optimize_graph, plan_graph, sequential, unit_parts)
 from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore, rows_to_table
 
@@ -93,8 +93,9 @@ class SearchRequest:
 @dataclass(frozen=True)
 class SearchOutcome:
     """The result for one (device, batch): the schedule kept, the DP's and the sequential schedule's predicted
-    latency, what was measured, where the file went (None: not written), and on a measured device the end-to-end
-    check (which of the two it kept)."""
+    latency, how many stages were measured new and found stored (outliers measured again count in neither: the
+    schedule's ``params["measure"]["remeasured"]``), where the file went (None: not written), and on a measured
+    device the end-to-end check (which of the two it kept)."""
 
     device: str
     batch: int
@@ -143,8 +144,8 @@ class LoadedModel:
 @dataclass(frozen=True)
 class _Search:
     """What every step of one search shares: the request, the model, its stage keys and plan, the store, and for a
-    lazy search its space; and per (device, batch) the last round, what was measured so far, and how many of the
-    search's stages the store held when last asked."""
+    lazy search its space; and per (device, batch) the last round, what was measured so far, how many of the
+    search's stages the store held when last asked, and which stored units alone were measured again as outliers."""
 
     request: SearchRequest
     model: LoadedModel
@@ -155,6 +156,7 @@ class _Search:
     rounds: dict[tuple[str, int], LazyRound] = dataclasses.field(default_factory=dict)
     measured: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict)
     stored: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict)
+    remeasured: dict[tuple[str, int], set[str]] = dataclasses.field(default_factory=dict)
 
     @property
     def graph(self) -> Graph:
@@ -172,6 +174,11 @@ class _Search:
         if self.lazy is None:
             return self.plan.stages
         return {**{p.key: p for p in self.lazy.planned}, **self.plan.stages}
+
+    @functools.cached_property
+    def unit_parts(self) -> Mapping[str, tuple[str, ...]]:
+        """For every stage of several units the search may measure, the keys of its units alone, built once."""
+        return unit_parts(self.measurable, self.keys)
 
 
 class SearchProgress(Protocol):
@@ -282,21 +289,31 @@ def _ask(
         identity = identities[label]
         asked[label] = {}
         for batch in search.request.batches:
-            if search.lazy is None:
-                asked[label][batch] = search.store.missing(list(search.plan.stages), identity.fingerprint, batch,
-                                                           search.dtype)
-                search.stored[label, batch] = len(search.plan.stages) - len(asked[label][batch])
-                continue
-            table = search.store.lookup(search.lazy.keys, identity.fingerprint, batch, search.dtype)
+            keys = search.lazy.keys if search.lazy is not None else list(search.plan.stages)
+            table = search.store.lookup(keys, identity.fingerprint, batch, search.dtype)
             search.stored[label, batch] = len(table)
-            params = LazyParams(_margin(identity), size.stages(actors.get(label, 1)), search.request.budget)
-            found = next_round(search.lazy, table, params)
-            search.rounds[label, batch] = found
-            asked[label][batch] = list(found.measure)
+            if search.lazy is None:
+                asked[label][batch] = [key for key in dict.fromkeys(keys) if key not in table]
+            else:
+                params = LazyParams(_margin(identity), size.stages(actors.get(label, 1)), search.request.budget)
+                found = next_round(search.lazy, table, params)
+                search.rounds[label, batch] = found
+                asked[label][batch] = list(found.measure)
+            if identity.source == "measured":
+                asked[label][batch] += _outliers(search, label, batch, table)
     if before is not None and _any(asked) and asked == before:
         raise UserError("the devices returned no latencies for stages they were asked to measure; the measured "
                         "ones were kept, so run the search again.")
     return asked
+
+
+def _outliers(search: _Search, label: str, batch: int, table: Mapping[str, float]) -> list[str]:
+    """Units alone whose stored latency is an outlier (:mod:`~ios_ray.scheduler.outliers`) and that this search has
+    not measured again yet; they are marked as measured again."""
+    done = search.remeasured.setdefault((label, batch), set())
+    again = [key for key in inflated(table, search.unit_parts) if key not in done]
+    done.update(again)
+    return again
 
 
 def _margin(identity: DeviceIdentity) -> float:
@@ -323,7 +340,8 @@ def _measure(
     for label in search.request.devices:
         progress.device_started(label, len(jobs[label]), _stored(search, label))
         for batch, keys in asked[label].items():
-            search.measured[label, batch] = search.measured.get((label, batch), 0) + len(keys)
+            again = search.remeasured.get((label, batch), set())
+            search.measured[label, batch] = search.measured.get((label, batch), 0) + sum(k not in again for k in keys)
     report = pool.measure(jobs, lambda rows: search.store.put(rows_to_table(rows)), progress.advanced)
     if report.interrupted:
         raise KeyboardInterrupt
@@ -429,9 +447,11 @@ def _optimize(search: _Search, identity: DeviceIdentity, batch: int) -> tuple[Sc
 
 
 def _measure_record(search: _Search, identity: DeviceIdentity, batch: int, stored: int) -> dict[str, object]:
-    """What a schedule file records of how its stages were measured: the mode and, for a lazy search, the bound."""
+    """What a schedule file records of how its stages were measured: the mode, the units alone measured again as
+    outliers and, for a lazy search, the bound."""
+    again = len(search.remeasured.get((identity.label, batch), ()))
     if search.lazy is None:
-        return {"mode": "all", "stages": stored, "planned": len(search.plan.stages)}
+        return {"mode": "all", "stages": stored, "planned": len(search.plan.stages), "remeasured": again}
     found = search.rounds[identity.label, batch]
     if not math.isfinite(found.upper):
         raise UserError(f"a budget of {search.request.budget} stages ends before {identity.label} at batch {batch} "
@@ -439,7 +459,8 @@ def _measure_record(search: _Search, identity: DeviceIdentity, batch: int, store
                         "come first); raise the budget.")
     return {"mode": "lazy", "stages": stored, "planned": len(search.plan.stages), "certified": found.certified,
             "lower_ms": found.lower, "upper_ms": found.upper, "calibration": found.calibration,
-            "audited": found.audited, "audit_population": found.audit_population, "margin": _margin(identity)}
+            "audited": found.audited, "audit_population": found.audit_population, "margin": _margin(identity),
+            "remeasured": again}
 
 
 def _checked_end_to_end(

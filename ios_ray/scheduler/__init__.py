@@ -13,6 +13,7 @@ Pure functions over the graph IR: dataclasses in, dataclasses out; no device, Ra
   (:class:`LazySpace`, :func:`next_round`), on :mod:`~ios_ray.scheduler.arrays` (the DP as array passes),
   :mod:`~ios_ray.scheduler.relations` (stages and the smaller stages they are made of) and
   :mod:`~ios_ray.scheduler.estimate` (lower bounds and guesses from measured stages).
+* :mod:`~ios_ray.scheduler.outliers`: :func:`inflated`, the units alone measured slower than a stage containing them.
 """
 
 from ios_ray.scheduler.baselines import greedy, greedy_stages, sequential, sequential_stages
@@ -21,6 +22,7 @@ from ios_ray.scheduler.dp import BlockResult, GraphResult, SearchStats, optimize
 from ios_ray.scheduler.endings import endings
 from ios_ray.scheduler.latency import LatencyModel, MissingLatencyError, TableLatency
 from ios_ray.scheduler.lazy import LazyParams, LazyRound, LazySpace, next_round
+from ios_ray.scheduler.outliers import inflated, unit_parts
 from ios_ray.scheduler.plan import BlockCounts, BlockPlan, Plan, PlannedStage, count_block, plan_graph
 from ios_ray.scheduler.space import BlockSpace, SearchParams
 from ios_ray.scheduler.synthetic import SyntheticCost
@@ -29,6 +31,6 @@ __all__ = [
     "BlockCounts", "BlockDag", "BlockPlan", "BlockResult", "BlockSpace", "GraphResult", "LatencyModel",
     "LazyParams", "LazyRound", "LazySpace", "MissingLatencyError", "Plan", "PlannedStage", "SearchParams",
     "SearchStats", "SyntheticCost", "TableLatency",
-    "count_block", "endings", "greedy", "greedy_stages", "next_round", "optimize_block", "optimize_graph",
-    "plan_graph", "sequential", "sequential_stages",
+    "count_block", "endings", "greedy", "greedy_stages", "inflated", "next_round", "optimize_block",
+    "optimize_graph", "plan_graph", "sequential", "sequential_stages", "unit_parts",
 ]
