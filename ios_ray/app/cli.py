@@ -155,6 +155,10 @@ def search(
                       "IOS" if check is None or check.kept == "dp" else "sequential")
     console.print(table)
     console.print(f"schedules written under {out}/")
+    again = sum(o.schedule.params.get("measure", {}).get("remeasured", 0) for o in result)
+    if again:
+        console.print(f"measured again: {again} stored stage(s) of a unit alone, far slower than a stage containing "
+                      "it (an outlier from a burst of load)")
     if any(o.end_to_end is not None and o.end_to_end.kept == "sequential" for o in result):
         console.print("kept sequential: the IOS schedule ran slower end to end than the sequential one there")
 
