@@ -112,7 +112,9 @@ class Setup:
     ) -> tuple[str, Path, Path]:
         """The report's key of the search on the device at ``batch`` in ``dtype`` and ``memory_format``, its schedule
         folder and store (another dtype's or format's are apart, so that its figures count its own stages)."""
-        others = [setting for setting in (dtype, memory_format) if setting not in ("float32", "contiguous")]
+        from ios_ray.dtypes import settings_named
+
+        others = settings_named(dtype, memory_format)
         if not others:
             return f"{self.device} bs{batch}", self.schedules, self.store
         name = "-".join(others)

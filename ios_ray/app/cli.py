@@ -134,6 +134,7 @@ def search(
     """Find the fastest schedule of a model for every device and batch size, measuring only what is new."""
     from ios_ray.app.api import search as run
     from ios_ray.app.progress import RichSearchProgress
+    from ios_ray.dtypes import settings_named
 
     with RichSearchProgress(console) as progress:
         result = run(model, parse_list(devices, "--devices"), parse_batches(batches), store=store, out=out,
@@ -141,8 +142,7 @@ def search(
                      address=address, sim_actors=sim_actors, warmup=warmup, repeat=repeat, check_rounds=check_rounds,
                      measure=measure.value, budget=budget, dtype=dtype, memory_format=memory_format,
                      progress=progress)
-    first = result.schedules[0]
-    settings = [setting for setting in (first.dtype, first.memory_format) if setting not in ("float32", "contiguous")]
+    settings = settings_named(result.schedules[0].dtype, result.schedules[0].memory_format)
     in_dtype = f" in {' '.join(settings)}" if settings else ""
     table = Table("device", "batch", "IOS ms", "seq ms", "speedup", "measured / planned", "cached", "wall s", "source",
                   "end to end IOS / seq ms", "kept",
@@ -312,7 +312,7 @@ def evaluate(
     """Cross-evaluate schedules (the paper's Table 3): the schedule made for X run on Y, for every X and Y."""
     at_least_one(rounds=rounds)
     from ios_ray.app.evaluation import cross_evaluate, local_measures, settings_of, winners_hold
-    from ios_ray.dtypes import torch_dtype
+    from ios_ray.dtypes import settings_named, torch_dtype
     from ios_ray.frontend import import_model
     from ios_ray.runtime import read_schedules
 
@@ -329,7 +329,7 @@ def evaluate(
         mine = [s for s in found if s.model == name and s.graph_fingerprint == graph.fingerprint and s.dtype == dtype]
         cells = cross_evaluate(mine, graph, lookup, local_measures(name, rounds, shape, dtype, layout))
         settings = settings_of(mine)
-        in_dtype = "".join(f", {setting}" for setting in (dtype, layout) if setting not in ("float32", "contiguous"))
+        in_dtype = "".join(f", {setting}" for setting in settings_named(dtype, layout))
         table = Table("made for \\ run on", *(f"{d} bs{b}" for d, b in settings),
                       title=f"{name}{in_dtype}: latency in ms of the schedule made for X, run on Y")
         wins = winners_hold(cells)

@@ -45,7 +45,7 @@ from ios_ray.app.ray_session import ray_session
 from ios_ray.app.rounds import RoundSize
 from ios_ray.devices import DEFAULT_SIM_ACTORS, parse_device
 from ios_ray.dtypes import (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, converted, dtype_name, example_input,
-                            memory_format_name, module_device, module_dtype, module_memory_format)
+                            memory_format_name, module_device, module_dtype, module_memory_format, settings_named)
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
@@ -293,7 +293,7 @@ def _ask(
             table = search.store.lookup(keys, identity.fingerprint, batch, search.dtype)
             search.stored[label, batch] = len(table)
             if search.lazy is None:
-                asked[label][batch] = [key for key in dict.fromkeys(keys) if key not in table]
+                asked[label][batch] = [key for key in keys if key not in table]
             else:
                 params = LazyParams(_margin(identity), size.stages(actors.get(label, 1)), search.request.budget)
                 found = next_round(search.lazy, table, params)
@@ -499,7 +499,6 @@ def schedule_path(
     dtype other than float32 and ``-channels_last`` for that memory format (``bs8-float16-channels_last.json``; odd
     characters of a spec made safe)."""
     safe_model = re.sub(r"[^A-Za-z0-9_.:-]", "_", model)
-    settings = ((dtype, DEFAULT_DTYPE), (memory_format, DEFAULT_MEMORY_FORMAT))
-    suffix = "".join(f"-{setting}" for setting, default in settings if setting != default)
+    suffix = "".join(f"-{setting}" for setting in settings_named(dtype, memory_format))
     return Path(out) / safe_model / device / f"bs{batch}{suffix}.json"
 
