@@ -156,6 +156,26 @@ def test_a_channels_last_model_deploys_in_nhwc_and_matches_eager() -> None:
     assert weights and all(nhwc_only(w) for w in weights if w.shape[-1] == 3)  # folding kept the layout
 
 
+def test_a_module_converted_after_wrapping_runs_the_schedules_of_its_new_format(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = TwoBranch().eval()
+    nchw, nhwc = imported(model), imported(converted(model, "float32", "channels_last"))
+    save_schedule(_schedule(nchw, 4), tmp_path / "TwoBranch" / "cpu" / "bs4.json")
+    save_schedule(_schedule(nhwc, 4), tmp_path / "TwoBranch" / "cpu" / "bs4-channels_last.json")
+    fast = ScheduledModule(model, tmp_path)
+    x = torch.randn(4, *INPUT_SHAPE)
+    assert fast.schedule_for(x).memory_format == "contiguous"
+    fast.to(memory_format=NHWC)
+    assert fast.graph.memory_format == "channels_last" and fast.schedule_for(x).memory_format == "channels_last"
+    with torch.inference_mode():
+        assert relative_error(fast(in_memory_format(x, "channels_last")), model(x)) <= 1e-5
+    only_nchw = ScheduledModule(TwoBranch().eval(), [_schedule(nchw, 4)]).to(memory_format=NHWC)
+    with pytest.warns(UserWarning, match="no schedule given was made for this model as it is now \\(in channels_last"):
+        assert only_nchw.schedule_for(x) is None
+    with torch.inference_mode():
+        assert relative_error(only_nchw(x), only_nchw.module(x)) == 0
+
+
 def test_a_channels_last_model_object_is_searched_stored_and_deployed_in_nhwc(ray_local: None, tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = TwoBranch().eval().to(memory_format=NHWC)

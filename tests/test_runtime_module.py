@@ -15,6 +15,7 @@ from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
 from ios_ray.runtime import ScheduledModule, device_rank, pick_batch, read_schedules, select_schedule
 from ios_ray.schedule import Schedule, save_schedule
+from tests.idiom_models import StdConvStyle
 from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
 from ios_ray.zoo import ZOO
 
@@ -143,6 +144,22 @@ def test_new_weights_rebuild_the_runners(graph: Graph) -> None:
     after = scheduled(x)
     assert not torch.allclose(before, after)
     torch.testing.assert_close(after, eager(scheduled.module, x), rtol=1e-5, atol=1e-6)
+
+
+def test_weights_the_import_evaluated_follow_new_weights_and_dtypes() -> None:
+    """timm's weight-standardised convs are evaluated once at import: new weights or a new dtype import again."""
+    torch.manual_seed(0)
+    model = StdConvStyle().eval()
+    x = torch.randn(2, 3, 32, 32)
+    graph = import_module(model, x[:1]).graph
+    scheduled = ScheduledModule(model, [make_schedule(graph, BUILDERS["ios_like"], 2, device="cpu")],
+                                input_shape=(3, 32, 32))
+    torch.testing.assert_close(scheduled(x), eager(model, x), rtol=1e-5, atol=1e-6)
+    scheduled.load_state_dict({f"module.{k}": v for k, v in StdConvStyle().state_dict().items()})
+    torch.testing.assert_close(scheduled(x), eager(scheduled.module, x), rtol=1e-5, atol=1e-6)
+    scheduled.double()
+    with pytest.warns(UserWarning, match="no schedule for float64 inputs on cpu"):
+        torch.testing.assert_close(scheduled(x.double()), eager(scheduled.module, x.double()))
 
 
 def test_save_and_load_round_trip(graph: Graph, tmp_path: Path) -> None:

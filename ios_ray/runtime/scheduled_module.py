@@ -13,8 +13,12 @@ In training mode the original module always runs: schedules are for inference. S
 fit the graph; from a folder (such as the ``--out`` folder of ``ios-ray search``, which may hold
 other models too) those made for other graphs are left out, and finding none is an error.
 
-Runners snapshot the weights (batch-norm folded) when they are built. ``load_state_dict`` and moving the module
-(``.to()``, ``.cuda()``...) drop them; after changing weights in place, call :meth:`ScheduledModule.reset`.
+Runners snapshot the weights (batch-norm folded) when they are built, and the import evaluates some weights once
+(a convolution's weight computed from parameters, as in timm's weight-standardised convs). ``load_state_dict`` and
+converting the module (``.to()``, ``.cuda()``, ``.half()``, ``.to(memory_format=...)``) drop both: the next forward
+imports the module as it is then and keeps the schedules made for it (converted to another memory format, those made
+for that format, where any were given; else it runs the original module, with a one-time warning). After changing
+weights in place, call :meth:`ScheduledModule.reset`.
 
 Saving: :meth:`ScheduledModule.save` writes a folder with the module's ``state_dict`` (``module.pt``), every
 schedule (``schedules/<i>.json``) and the input shape (``scheduled_module.json``); :meth:`ScheduledModule.load`
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -35,7 +40,7 @@ from torch import nn
 from ios_ray.devices import parse_device
 from ios_ray.dtypes import example_input
 from ios_ray.errors import UserError, first_line
-from ios_ray.frontend import import_module
+from ios_ray.frontend import Imported, import_module
 from ios_ray.ir import Graph
 from ios_ray.runtime.executor import ScheduleRunner
 from ios_ray.runtime.program import Program
@@ -56,21 +61,25 @@ class ScheduledModule(nn.Module):
     ) -> None:
         super().__init__()
         self.module = module
-        folder = schedules if isinstance(schedules, (str, Path)) else None
-        found = _gather(schedules)
-        self.input_shape = tuple(input_shape) if input_shape is not None else _recorded_shape(found.values())
-        self._imported = import_module(module, example_input(module, self.input_shape), type(module).__name__)
-        self.schedules = _checked(found, self.graph, folder)
+        self._folder = schedules if isinstance(schedules, (str, Path)) else None
+        self._given = _gather(schedules)
+        self.input_shape = tuple(input_shape) if input_shape is not None else _recorded_shape(self._given.values())
         self.cuda_graph = cuda_graph
         self._programs: dict[torch.device, Program] = {}
         self._runners: dict[tuple[int, torch.device], ScheduleRunner] = {}
         self._warned: set[str] = set()
+        self._binding: _Binding | None = self._bind(strict=True)
         self.eval()
 
     @property
     def graph(self) -> Graph:
-        """The graph the module was imported into (the one every schedule was checked against)."""
-        return self._imported.graph
+        """The graph the module is imported into as it is now (the one every schedule is checked against)."""
+        return self._bound().imported.graph
+
+    @property
+    def schedules(self) -> tuple[Schedule, ...]:
+        """The given schedules made for the module as it is now (its graph and memory format)."""
+        return self._bound().schedules
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Run the schedule chosen for ``x``'s device, dtype and batch size, or the original module where none
@@ -88,6 +97,10 @@ class ScheduledModule(nn.Module):
             self._warn_once(f"no schedule for inputs of shape {tuple(x.shape[1:])} (the schedules are for "
                             f"{self.input_shape}); running the original module.")
             return None
+        if not self.schedules:
+            self._warn_once(f"no schedule given was made for this model as it is now (in {self.graph.memory_format} "
+                            "memory format); running the original module (search it as it is, or convert it back).")
+            return None
         gpu_name = torch.cuda.get_device_name(x.device) if x.device.type == "cuda" else None
         dtype = str(x.dtype).removeprefix("torch.")
         schedule = select_schedule(self.schedules, x.device.type, x.shape[0], gpu_name, dtype)
@@ -101,7 +114,8 @@ class ScheduledModule(nn.Module):
         return schedule
 
     def reset(self) -> None:
-        """Drop the compiled runners, so the next forward rebuilds them from the module's current weights."""
+        """Drop the import and the compiled runners, so the next forward rebuilds them from the module as it is."""
+        self._binding = None
         self._programs.clear()
         self._runners.clear()
 
@@ -147,14 +161,35 @@ class ScheduledModule(nn.Module):
         if runner is None:
             program = self._programs.get(device)
             if program is None:
-                program = self._programs[device] = Program.from_imported(self._imported, device)
+                program = self._programs[device] = Program.from_imported(self._bound().imported, device)
             runner = self._runners[key] = ScheduleRunner(program, schedule, device, self.cuda_graph)
         return runner
+
+    def _bound(self) -> "_Binding":
+        """The module's import and schedules, made afresh after a reset."""
+        if self._binding is None:
+            self._binding = self._bind(strict=False)
+        return self._binding
+
+    def _bind(self, strict: bool) -> "_Binding":
+        """Import the module as it is now and keep the given schedules made for its graph: all of a list
+        (``strict``: at construction) or at least one from a folder, else UserError; after a conversion, any."""
+        imported = import_module(self.module, example_input(self.module, self.input_shape), type(self.module).__name__)
+        given = self._given if strict else _made_for(self._given, imported.graph)
+        return _Binding(imported, _checked(given, imported.graph, self._folder if strict else None))
 
     def _warn_once(self, message: str) -> None:
         if message not in self._warned:
             self._warned.add(message)
             warnings.warn(message, stacklevel=3)
+
+
+@dataclass(frozen=True)
+class _Binding:
+    """The module imported as it is, with the schedules that fit its graph."""
+
+    imported: Imported
+    schedules: tuple[Schedule, ...]
 
 
 def _gather(schedules: Sequence[Schedule] | str | Path) -> dict[str, Schedule]:
@@ -175,10 +210,15 @@ def _recorded_shape(schedules: Any) -> tuple[int, ...]:
     raise UserError("pass input_shape=(C, H, W): the schedules do not record one per-sample input shape.")
 
 
+def _made_for(found: dict[str, Schedule], graph: Graph) -> dict[str, Schedule]:
+    """The schedules whose graph fingerprint is the graph's."""
+    return {where: s for where, s in found.items() if s.graph_fingerprint == graph.fingerprint}
+
+
 def _checked(found: dict[str, Schedule], graph: Graph, folder: str | Path | None) -> tuple[Schedule, ...]:
     """The schedules checked against the graph; from a folder, those made for other graphs are left out."""
     if folder is not None:
-        fitting = {where: s for where, s in found.items() if s.graph_fingerprint == graph.fingerprint}
+        fitting = _made_for(found, graph)
         if not fitting:
             layouts = sorted({s.memory_format for s in found.values()} - {graph.memory_format})
             other = (f" (those there are for models in {' and '.join(layouts)} memory format, and this one is "
