@@ -1,6 +1,7 @@
 """Import the real torchvision and timm models and check that ios-ray runs each one as eager does.
 
     python bench/model_libraries.py --torchvision              # every torchvision classification model
+    python bench/model_libraries.py --segmentation             # torchvision's segmentation models (dict outputs)
     python bench/model_libraries.py --timm resnet50 tf_efficientnet_b0 ...
     python bench/model_libraries.py --timm-families            # one or two timm models of each family below
 
@@ -47,7 +48,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ios_ray.app.bench import HALF_TOLERANCE, relative_error  # noqa: E402
 from ios_ray.dtypes import MEMORY_FORMATS, example_input, in_memory_format, to_memory_format, torch_dtype  # noqa: E402
-from ios_ray.frontend import import_module, opaque_report  # noqa: E402
+from ios_ray.frontend import import_module, opaque_report, output_tensor  # noqa: E402
 from ios_ray.ir import GRAPH_INPUT, Graph  # noqa: E402
 from ios_ray.models import resolve_model  # noqa: E402
 from ios_ray.runtime import Program, ScheduleRunner  # noqa: E402
@@ -133,9 +134,9 @@ def _check_schedules(model: nn.Module, program: Program, errors: dict[str, float
     cost = SyntheticCost(graph)
     x = in_memory_format(example_input(model, graph.input_shape, CHECK_BATCH), graph.memory_format)
     with torch.no_grad():
-        expected = model(x) if reference is None else reference(x.double())
+        expected = output_tensor(model(x) if reference is None else reference(x.double()))
         if reference is not None:
-            errors["eager"] = relative_error(model(x), expected)
+            errors["eager"] = relative_error(output_tensor(model(x)), expected)
     schedules = {
         "sequential": lambda: tuple(sequential(graph, b, cost) for b in graph.blocks),
         "greedy": lambda: tuple(greedy(graph, b, cost) for b in graph.blocks),
@@ -200,6 +201,11 @@ def specs(args: argparse.Namespace) -> Iterator[str]:
         import torchvision.models
 
         yield from (f"torchvision:{name}" for name in torchvision.models.list_models(module=torchvision.models))
+    if args.segmentation:
+        import torchvision.models.segmentation
+
+        yield from (f"torchvision:{name}" for name in
+                    torchvision.models.list_models(module=torchvision.models.segmentation))
     names = list(args.timm or ()) + (TIMM_FAMILIES if args.timm_families else [])
     if names:
         import timm
@@ -259,6 +265,7 @@ def _error_text(row: dict[str, Any], dtype: torch.dtype) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--torchvision", action="store_true", help="every torchvision classification model")
+    parser.add_argument("--segmentation", action="store_true", help="every torchvision segmentation model")
     parser.add_argument("--timm", nargs="*", metavar="NAME", help="these timm models")
     parser.add_argument("--timm-families", action="store_true", help="one or two timm models per family")
     parser.add_argument("--timeout", type=int, default=120, help="seconds per model (default 120)")
@@ -270,8 +277,8 @@ def main() -> int:
                         help="channels_last: the model held NHWC, as a search of such a model runs it")
     args = parser.parse_args()
     dtype = torch.float64 if args.dtype == "float64" else torch_dtype(args.dtype)
-    if not (args.torchvision or args.timm or args.timm_families):
-        parser.error("name what to check: --torchvision, --timm NAME..., --timm-families")
+    if not (args.torchvision or args.segmentation or args.timm or args.timm_families):
+        parser.error("name what to check: --torchvision, --segmentation, --timm NAME..., --timm-families")
     if not args.no_torchvision_shim:
         _define_torchvision_schemas()
     console, rows = Console(width=170), []

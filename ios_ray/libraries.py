@@ -1,10 +1,11 @@
 """Models of torchvision and timm by name (``torchvision:resnet50``, ``timm:efficientnet_b0``), for model specs.
 
 A library is imported only when a spec names it. The model is built in eval mode with random weights (nothing is
-downloaded: torchvision's ``weights=None``, timm's ``pretrained=False``), and the per-sample input shape comes
-from the library's own configuration where it has one: for torchvision, the ``image_size`` a model built without
-weights fixes (its vision transformers), else the crop size of its default weights
-(``get_model_weights(name).DEFAULT.transforms().crop_size``); the ``input_size`` of timm's pretrained config
+downloaded: torchvision's ``weights=None``, with ``weights_backbone=None`` where a model takes a backbone; timm's
+``pretrained=False``), and the per-sample input shape comes from the library's own configuration where it has one:
+for torchvision, the ``image_size`` a model built without weights fixes (its vision transformers), else the crop
+size of its default weights (``get_model_weights(name).DEFAULT.transforms().crop_size``; for segmentation models,
+which crop nothing, the ``resize_size``); the ``input_size`` of timm's pretrained config
 (``timm.get_pretrained_cfg(name)``, or a model's ``pretrained_cfg``/``default_cfg``). A missing library or an
 unknown name is one sentence.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 from types import ModuleType
 from typing import Any, Callable
 
@@ -44,8 +46,12 @@ def _torchvision(name: str) -> tuple[Callable[[], nn.Module], tuple[int, ...] | 
         raise UserError(f"torchvision has no model {name!r}{_close(name, known)}; "
                         "torchvision.models.list_models() lists them.")
 
+    no_weights = {"weights": None}
+    if "weights_backbone" in inspect.signature(models.get_model_builder(name)).parameters:
+        no_weights["weights_backbone"] = None  # segmentation and detection models load an ImageNet backbone else
+
     def build() -> nn.Module:
-        return models.get_model(name, weights=None).eval()
+        return models.get_model(name, **no_weights).eval()
     return build, _built_image_size(build) or _torchvision_shape(models, name)
 
 
@@ -61,12 +67,13 @@ def _built_image_size(build: Callable[[], nn.Module]) -> tuple[int, ...] | None:
 
 
 def _torchvision_shape(models: ModuleType, name: str) -> tuple[int, ...] | None:
-    """3 x crop x crop from the preprocessing of the model's default weights, where it has them."""
+    """3 x crop x crop from the preprocessing of the model's default weights, where it has them; a segmentation
+    model's preprocessing crops nothing, so there the size it resizes to."""
     try:
         transforms = models.get_model_weights(name).DEFAULT.transforms()
     except (AttributeError, ValueError, KeyError, TypeError):
         return None
-    crop = getattr(transforms, "crop_size", None)
+    crop = getattr(transforms, "crop_size", None) or getattr(transforms, "resize_size", None)
     if isinstance(crop, (list, tuple)) and crop:
         crop = list(crop) * 2 if len(crop) == 1 else list(crop)
         return (3, int(crop[0]), int(crop[1]))

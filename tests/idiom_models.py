@@ -5,13 +5,14 @@ dropout, ``out += identity`` then a shared ``nn.ReLU(inplace=True)``, pre-activa
 features, squeeze-excitation gates, stochastic depth (an fx-wrapped function, as torchvision's), timm's
 ``BatchNormAct2d`` (``F.batch_norm`` on parameters, then an activation), size arithmetic on ``x.size()``, a channel
 shuffle, ``permute``/``LayerNorm``, a layer scale, timm's TensorFlow-"SAME" convs and pools, weight-standardised and
-functional convs, and attention with the batch folded into its heads. All but the Inception V3 are small, for quick
+functional convs, attention with the batch folded into its heads, and a segmentation head that returns a dict. All but the Inception V3 are small, for quick
 tests.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from typing import Callable
 
 import torch
@@ -732,6 +733,45 @@ class MultiResolutionStyle(nn.Module):
         return self.head(fused.mean((2, 3)))
 
 
+# ----------------------------------------------------------------- segmentation (torchvision's DeepLabV3), a dict out
+
+
+class ImagePooling(nn.Sequential):
+    """ASPP's image-pooling branch as torchvision writes it: pool to 1x1, a 1x1 conv, upsampled to the input's size."""
+
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__(nn.AdaptiveAvgPool2d(1), nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        size = x.shape[-2:]
+        for module in self:
+            x = module(x)
+        return F.interpolate(x, size=size, mode="bilinear", align_corners=False)
+
+
+class SegmentationStyle(nn.Module):
+    """DeepLabV3 in small: a backbone, an ASPP head (a 1x1 conv, two dilated 3x3 convs and image pooling side by
+    side, concatenated and projected), logits upsampled to the input's size and returned as ``{"out": logits}``."""
+
+    def __init__(self, width: int = 16, classes: int = 5) -> None:
+        super().__init__()
+        self.backbone = nn.Sequential(conv_norm_act(3, width, 3, stride=2), conv_norm_act(width, width, 3))
+        dilated = (nn.Sequential(nn.Conv2d(width, width, 3, padding=r, dilation=r, bias=False), nn.BatchNorm2d(width),
+                                 nn.ReLU()) for r in (2, 3))
+        self.aspp = nn.ModuleList([conv_norm_act(width, width), *dilated, ImagePooling(width, width)])
+        self.project = nn.Sequential(nn.Conv2d(4 * width, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                                     nn.Dropout(0.5))
+        self.classifier = nn.Conv2d(width, classes, 1)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        size = x.shape[-2:]
+        features = self.backbone(x)
+        logits = self.classifier(self.project(torch.cat([branch(features) for branch in self.aspp], 1)))
+        result = OrderedDict()
+        result["out"] = F.interpolate(logits, size=size, mode="bilinear", align_corners=False)
+        return result
+
+
 # ----------------------------------------------------------------------------------------------------- factories
 
 
@@ -795,9 +835,14 @@ def tf_same_style() -> nn.Module:
     return TfSameStyle().eval()
 
 
+def segmentation_style() -> nn.Module:
+    """Factory: a small DeepLabV3 that returns ``{"out": logits}``."""
+    return SegmentationStyle().eval()
+
+
 inception_v3_style.input_shape = (3, 299, 299)  # type: ignore[attr-defined]
 for _factory in (resnet_style, densenet_style, mobilenet_v3_style, efficientnet_style, timm_style, shufflenet_style,
-                 convnext_style, attention_style, std_conv_style, multi_resolution_style):
+                 convnext_style, attention_style, std_conv_style, multi_resolution_style, segmentation_style):
     _factory.input_shape = (3, 32, 32)  # type: ignore[attr-defined]
 tf_same_style.input_shape = (3, 33, 30)  # type: ignore[attr-defined]
 
@@ -806,5 +851,5 @@ SMALL: dict[str, Callable[[], nn.Module]] = {
     "resnet": resnet_style, "densenet": densenet_style, "mobilenet_v3": mobilenet_v3_style,
     "efficientnet": efficientnet_style, "timm": timm_style, "shufflenet": shufflenet_style,
     "convnext": convnext_style, "tf_same": tf_same_style, "attention": attention_style,
-    "std_conv": std_conv_style, "multi_resolution": multi_resolution_style,
+    "std_conv": std_conv_style, "multi_resolution": multi_resolution_style, "segmentation": segmentation_style,
 }

@@ -1,9 +1,10 @@
 """``torchvision:NAME`` and ``timm:NAME`` model specs and ``--input-shape``.
 
 The plumbing runs against stand-ins of the two libraries (``tests/fakes``, which mimic the API ios-ray relies on:
-``torchvision.models.get_model``, ``list_models``, ``get_model_weights`` and its enum's ``transforms``;
-``timm.create_model``, ``is_model``, ``get_pretrained_cfg`` and a model's ``pretrained_cfg``/``default_cfg``). The
-tests at the end run the issue's models against the real libraries and skip where those do not import.
+``torchvision.models.get_model``, ``get_model_builder``, ``list_models``, ``get_model_weights`` and its enum's
+``transforms``; ``timm.create_model``, ``is_model``, ``get_pretrained_cfg`` and a model's
+``pretrained_cfg``/``default_cfg``). The tests at the end run the issue's models against the real libraries and skip
+where those do not import.
 """
 
 from __future__ import annotations
@@ -65,6 +66,14 @@ def test_torchvision_model_that_fixes_its_size_when_built_gets_that_size_not_its
 
 def test_torchvision_model_without_weights_gets_the_default_shape(fakes: None) -> None:
     assert resolve_model("torchvision:shufflenet_style").input_shape == (3, 224, 224)
+
+
+def test_torchvision_segmentation_model_downloads_no_backbone_and_takes_its_resize_size(fakes: None) -> None:
+    # torchvision's deeplabv3_resnet50(weights=None) still downloads ImageNet weights for its backbone
+    spec = resolve_model("torchvision:segmentation_style")
+    assert spec.input_shape == (3, 40, 40)
+    imported = import_model("torchvision:segmentation_style")
+    assert not imported.output.bare and imported.graph.input_shape == (3, 40, 40)
 
 
 def test_timm_model_by_name_with_its_pretrained_config(fakes: None, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -27,7 +27,7 @@ from ios_ray.app.evaluation import Lookup, predicted_ms
 from ios_ray.dtypes import (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, example_input, in_memory_format, module_dtype,
                             torch_dtype)
 from ios_ray.errors import UserError, first_line
-from ios_ray.frontend import import_module
+from ios_ray.frontend import Imported, import_module, output_tensor
 from ios_ray.ir import Graph
 from ios_ray.runtime import Program, ScheduleRunner, read_schedules
 from ios_ray.runtime.cuda_graph import CapturedForward
@@ -116,9 +116,9 @@ def bench_model(
                  "greedy": baseline_schedule(imported.graph, ios, "greedy"), "IOS": ios}
         x = in_memory_format(torch.randn(batch, *input_shape, device=target, dtype=torch_dtype(dtype)),
                              imported.graph.memory_format)
-        variants = [*eager_variants(module, target), *schedule_variants(program, named)]
+        variants = [*eager_variants(module, target, imported), *schedule_variants(program, named)]
         skipped: tuple[list[Variant], list[str]] = ([], ["torch.compile skipped (--no-compile)"])
-        compiled, notes = compiled_variants(module, x, modes) if modes else skipped
+        compiled, notes = compiled_variants(module, x, modes, imported) if modes else skipped
         baseline = SEQUENTIAL_BASELINE[target.type]
         rows = bench_rows([*variants, *compiled], x, keys, lookup, baseline, rounds=rounds)
         yield BenchResult(name, device, batch, ios, baseline, tuple(rows), tuple(notes))
@@ -148,12 +148,21 @@ def baseline_schedule(graph: Graph, like: Schedule, name: str) -> Schedule:
                     memory_format=graph.memory_format)
 
 
-def eager_variants(module: nn.Module, device: torch.device) -> list[Variant]:
-    """Eager; on a GPU also eager captured whole into a CUDA graph."""
-    variants = [Variant("eager", module)]
+def eager_variants(module: nn.Module, device: torch.device, imported: Imported | None = None) -> list[Variant]:
+    """Eager; on a GPU also eager captured whole into a CUDA graph. (Each returns the tensor that ``imported``'s
+    graph computes, where the module returns it in a dict, tuple or list.)"""
+    forward = tensor_forward(module, imported)
+    variants = [Variant("eager", forward)]
     if device.type == "cuda":
-        variants.append(Variant("eager + graph", CapturedForward(module, device)))
+        variants.append(Variant("eager + graph", CapturedForward(forward, device)))
     return variants
+
+
+def tensor_forward(module: Forward, imported: Imported | None) -> Forward:
+    """``module`` itself where it returns a tensor, else a call of it that returns the tensor of its output."""
+    if imported is None or imported.output.bare:
+        return module
+    return lambda x: output_tensor(module(x))
 
 
 def schedule_variants(program: Program, schedules: Mapping[str, Schedule]) -> list[Variant]:
@@ -184,10 +193,11 @@ def compile_modes_for(device_type: str, only: str | None = None) -> tuple[str, .
 
 
 def compiled_variants(
-    module: nn.Module, x: torch.Tensor, modes: Sequence[str] | None = None
+    module: nn.Module, x: torch.Tensor, modes: Sequence[str] | None = None, imported: Imported | None = None,
 ) -> tuple[list[Variant], list[str]]:
     """``torch.compile`` of the module in each of ``modes`` (default: every mode of :data:`COMPILE_MODES` for
-    ``x``'s device), compiled for ``x``'s shape by one call, and one note per mode that is unavailable here."""
+    ``x``'s device), compiled for ``x``'s shape by one call, and one note per mode that is unavailable here (each
+    returning a tensor as :func:`tensor_forward` does)."""
     variants, notes = [], []
     for mode in compile_modes_for(x.device.type) if modes is None else modes:
         name = COMPILE_MODES[x.device.type][mode]
@@ -198,7 +208,7 @@ def compiled_variants(
         except Exception as exc:  # noqa: BLE001 - any compiler failure is reported, not fatal
             notes.append(f"{name} unavailable: {first_line(exc)}")
             continue
-        variants.append(Variant(name, compiled))
+        variants.append(Variant(name, tensor_forward(compiled, imported)))
     return variants, notes
 
 

@@ -206,6 +206,7 @@ def run(
 
     from ios_ray.app.bench import TF32_TOLERANCE, output_tolerance, relative_error
     from ios_ray.dtypes import dtype_name, in_memory_format, memory_format_name, to_memory_format, torch_dtype
+    from ios_ray.frontend import output_tensor
     from ios_ray.models import resolve_model
     from ios_ray.runtime import ScheduledModule, measure_latency
 
@@ -215,13 +216,13 @@ def run(
     spec = resolve_model(model, input_shape=parse_input_shape(input_shape))
     torch.manual_seed(0)
     module = to_memory_format(spec.build().eval().to(target, precision), layout)
-    scheduled = ScheduledModule(module, schedules, input_shape=spec.input_shape).to(target)
+    scheduled = ScheduledModule(module, schedules, input_shape=spec.input_shape)
     x = in_memory_format(torch.randn(batch, *spec.input_shape, device=target, dtype=precision), layout)
     chosen = scheduled.schedule_for(x)
     if chosen is None:
         raise UserError(f"no schedule under {schedules} fits device {device!r}; run `ios-ray search` for it first.")
     with torch.inference_mode():
-        error = relative_error(scheduled(x), module(x))
+        error = relative_error(output_tensor(scheduled(x)), output_tensor(module(x)))
     median, p10, p90 = measure_latency(scheduled, x, warmup=3, repeat=repeat, device=target)
     eager, _, _ = measure_latency(module, x, warmup=3, repeat=repeat, device=target)
     predicted = chosen.predicted_latency or float("nan")

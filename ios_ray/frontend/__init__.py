@@ -3,7 +3,10 @@
 The import is a pipeline of small passes over the traced fx graph, so that units follow what the code computes,
 not how it is spelled (torchvision, timm and code in their style import into the same units as the zoo):
 
-1. :func:`~ios_ray.frontend.trace.trace`: torch.fx tracing; a submodule fx cannot trace through stays one call.
+1. :func:`~ios_ray.frontend.trace.trace`: torch.fx tracing; a submodule fx cannot trace through stays one call;
+   :func:`~ios_ray.frontend.outputs.single_output`: a model that returns its tensor in a dict, tuple or list (as
+   segmentation models do) is traced to return the tensor, and :class:`Imported` keeps the structure (from one
+   call of the model).
 2. :mod:`~ios_ray.frontend.rewrites`: in-place ops become out-of-place; what is the identity in eval mode
    (dropout, ``nn.Identity``, stochastic depth, ``contiguous``) vanishes; views become reshapes.
 3. :func:`~ios_ray.frontend.trace.propagate`: one run on the example input records shapes and size values;
@@ -37,22 +40,25 @@ from ios_ray.dtypes import DEFAULT_MEMORY_FORMAT, module_memory_format, to_memor
 from ios_ray.frontend.report import OPAQUE_WARNING_SHARE, OpaqueReport, opaque_report
 from ios_ray.frontend.rewrites import (batch_norms_as_modules, drop_eval_identities, functional_convs_as_modules,
                                       functionalize, same_padding_as_torch_layers, views_as_reshapes)
+from ios_ray.frontend.outputs import BARE, OutputStructure, output_structure, output_tensor, single_output
 from ios_ray.frontend.sizes import fold_sizes
 from ios_ray.frontend.trace import propagate, record_batch_layout, trace
 from ios_ray.frontend.units import build_graph
 from ios_ray.ir import Graph
 
-__all__ = ["Imported", "OPAQUE_WARNING_SHARE", "OpaqueReport", "import_model", "import_module", "opaque_report",
-           "trace"]
+__all__ = ["Imported", "OPAQUE_WARNING_SHARE", "OpaqueReport", "OutputStructure", "import_model", "import_module",
+           "opaque_report", "output_tensor", "trace"]
 
 
 @dataclass
 class Imported:
-    """A graph and the traced module it was imported from (what the runtime needs to execute it)."""
+    """A graph and the traced module it was imported from (what the runtime needs to execute it), and the structure
+    the module returns the graph's output in."""
 
     graph: Graph
     module: fx.GraphModule
     constants: dict[str, Any] = field(default_factory=dict)
+    output: OutputStructure = BARE
 
 
 def import_module(module: nn.Module, example_input: torch.Tensor, name: str | None = None) -> Imported:
@@ -60,13 +66,16 @@ def import_module(module: nn.Module, example_input: torch.Tensor, name: str | No
     records the memory format of the module's 4-D parameters."""
     module = module.eval()
     name = name or type(module).__name__
-    gm = views_as_reshapes(drop_eval_identities(functionalize(trace(module))))
+    gm, structured = single_output(trace(module), name)
+    with torch.no_grad():
+        output = output_structure(module(example_input)) if structured else BARE
+    gm = views_as_reshapes(drop_eval_identities(functionalize(gm)))
     propagate(gm, example_input, name)
     gm = same_padding_as_torch_layers(functional_convs_as_modules(batch_norms_as_modules(gm)))
     record_batch_layout(gm, example_input)
     gm = fold_sizes(gm)
     graph, constants = build_graph(gm, name, tuple(example_input.shape[1:]))
-    return Imported(dataclasses.replace(graph, memory_format=module_memory_format(module)), gm, constants)
+    return Imported(dataclasses.replace(graph, memory_format=module_memory_format(module)), gm, constants, output)
 
 
 def import_model(

@@ -81,15 +81,15 @@ class ScheduledModule(nn.Module):
         """The given schedules made for the module as it is now (its graph and memory format)."""
         return self._bound().schedules
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> Any:
         """Run the schedule chosen for ``x``'s device, dtype and batch size, or the original module where none
-        fits."""
+        fits; the output comes in the module's own structure (a tensor, or a dict, tuple or list holding it)."""
         if self.training:
             return self.module(x)
         schedule = self.schedule_for(x)
         if schedule is None:
             return self.module(x)
-        return self._runner(schedule, x.device)(x)
+        return self._bound().imported.output.pack(self._runner(schedule, x.device)(x))
 
     def schedule_for(self, x: torch.Tensor) -> Schedule | None:
         """The schedule ``forward`` runs for ``x``, or None (warning once per reason) where none fits."""

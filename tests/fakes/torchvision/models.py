@@ -1,6 +1,7 @@
-"""Fake ``torchvision.models``: ``list_models``, ``get_model``, ``get_model_weights`` and a weights enum, as in
-torchvision's ``models/_api.py``: a builder takes ``weights`` (None: random weights) and the enum's members carry
-``transforms``, a preset whose ``crop_size`` is a one-element list."""
+"""Fake ``torchvision.models``: ``list_models``, ``get_model``, ``get_model_builder``, ``get_model_weights`` and a
+weights enum, as in torchvision's ``models/_api.py``: a builder takes ``weights`` (None: random weights), a
+segmentation builder also ``weights_backbone`` (by default ImageNet weights for its backbone), and the enum's members
+carry ``transforms``, a preset whose ``crop_size`` (for segmentation, ``resize_size``) is a one-element list."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from tests.idiom_models import ResNetStyle, ShuffleNetStyle
+from tests.idiom_models import ResNetStyle, SegmentationStyle, ShuffleNetStyle
 
 
 class ImageClassification:
@@ -75,6 +76,29 @@ def fixed_size_style(*, weights: FixedSizeStyle_Weights | None = None, progress:
     return FixedSizeStyle()
 
 
+class SemanticSegmentation:
+    """The preprocessing preset of segmentation weights: it resizes, and crops nothing."""
+
+    def __init__(self, *, resize_size: int) -> None:
+        self.resize_size = [resize_size]
+
+
+class SegmentationStyle_Weights(WeightsEnum):
+    COCO_WITH_VOC_LABELS_V1 = Weights("https://example.invalid/segmentation_style.pth",
+                                      functools.partial(SemanticSegmentation, resize_size=40), {})
+    DEFAULT = COCO_WITH_VOC_LABELS_V1
+
+
+def segmentation_style(*, weights: SegmentationStyle_Weights | None = None, progress: bool = True,
+                       weights_backbone: ResNetStyle_Weights | None = ResNetStyle_Weights.IMAGENET1K_V1,
+                       **kwargs: Any) -> nn.Module:
+    """A small DeepLabV3 returning ``{"out": logits}``; as torchvision's, it loads ImageNet weights into its backbone
+    unless ``weights_backbone=None``."""
+    if weights is not None or weights_backbone is not None:
+        raise RuntimeError("the fake torchvision downloads nothing")
+    return SegmentationStyle()
+
+
 def shufflenet_style(*, weights: None = None, progress: bool = True) -> nn.Module:
     """A small ShuffleNet without weights (and so without a preset)."""
     return ShuffleNetStyle()
@@ -82,18 +106,24 @@ def shufflenet_style(*, weights: None = None, progress: bool = True) -> nn.Modul
 
 BUILTIN_MODELS: dict[str, Callable[..., nn.Module]] = {"resnet_style": resnet_style,
                                                        "shufflenet_style": shufflenet_style,
-                                                       "fixed_size_style": fixed_size_style}
-_WEIGHTS = {"resnet_style": ResNetStyle_Weights, "fixed_size_style": FixedSizeStyle_Weights}
+                                                       "fixed_size_style": fixed_size_style,
+                                                       "segmentation_style": segmentation_style}
+_WEIGHTS = {"resnet_style": ResNetStyle_Weights, "fixed_size_style": FixedSizeStyle_Weights,
+            "segmentation_style": SegmentationStyle_Weights}
 
 
 def list_models(module: Any = None) -> list[str]:
     return sorted(BUILTIN_MODELS)
 
 
-def get_model(name: str, **config: Any) -> nn.Module:
+def get_model_builder(name: str) -> Callable[..., nn.Module]:
     if name.lower() not in BUILTIN_MODELS:
         raise ValueError(f"Unknown model {name}")
-    return BUILTIN_MODELS[name.lower()](**config)
+    return BUILTIN_MODELS[name.lower()]
+
+
+def get_model(name: str, **config: Any) -> nn.Module:
+    return get_model_builder(name)(**config)
 
 
 def get_model_weights(name: str) -> type[WeightsEnum]:

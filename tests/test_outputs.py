@@ -1,0 +1,84 @@
+"""Models that return their tensor in a dict, tuple or list (segmentation models' ``{"out": logits}``): the graph
+computes the tensor, a deployed model returns the model's own structure, and several tensors are one sentence."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Callable, NamedTuple
+
+import pytest
+import torch
+from torch import nn
+
+from ios_ray.app.bench import eager_variants, relative_error
+from ios_ray.errors import UserError
+from ios_ray.frontend import import_module, output_tensor
+from ios_ray.runtime import ScheduledModule
+from tests.test_runtime_schedules import BUILDERS, make_schedule
+
+SHAPE = (4, 8, 8)
+
+
+class Logits(NamedTuple):
+    logits: torch.Tensor
+    classes: int
+
+
+class Returns(nn.Module):
+    """Two conv branches summed, returned through ``wrap``."""
+
+    def __init__(self, wrap: Callable[[torch.Tensor], Any]) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(4, 6, 3, padding=1), nn.Conv2d(4, 6, 1)
+        self.wrap = wrap
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return self.wrap(torch.relu(self.a(x)) + self.b(x))
+
+
+STRUCTURES: dict[str, Callable[[torch.Tensor], Any]] = {
+    "tensor": lambda y: y,
+    "ordered dict": lambda y: OrderedDict(out=y),
+    "dict with None": lambda y: {"out": y, "aux": None},
+    "tuple": lambda y: (y,),
+    "list after a number": lambda y: [3, y],
+    "named tuple": lambda y: Logits(y, 6),
+}
+
+
+def same_structure(actual: Any, expected: Any) -> bool:
+    """Same types, keys and non-tensor entries; tensors equal to 1e-5."""
+    if isinstance(expected, torch.Tensor):
+        return isinstance(actual, torch.Tensor) and relative_error(actual, expected) <= 1e-5
+    if type(actual) is not type(expected):
+        return False
+    if isinstance(expected, dict):
+        return list(actual) == list(expected) and all(same_structure(actual[k], expected[k]) for k in expected)
+    if isinstance(expected, (tuple, list)):
+        return len(actual) == len(expected) and all(map(same_structure, actual, expected))
+    return actual == expected
+
+
+@pytest.mark.parametrize("structure", list(STRUCTURES))
+def test_a_deployed_model_returns_its_tensor_in_the_models_own_structure(structure: str) -> None:
+    torch.manual_seed(0)
+    model = Returns(STRUCTURES[structure]).eval()
+    x = torch.randn(3, *SHAPE)
+    imported = import_module(model, x[:1])
+    assert imported.output.bare == (structure == "tensor")
+    assert [u.kind for u in imported.graph.units].count("conv") == 2
+    fast = ScheduledModule(model, [make_schedule(imported.graph, BUILDERS["ios_like"], 3, device="cpu")],
+                           input_shape=SHAPE)
+    with torch.no_grad():
+        expected = model(x)
+        assert same_structure(fast(x), expected)
+        eager = eager_variants(model, torch.device("cpu"), imported)[0]
+        assert relative_error(eager.forward(x), output_tensor(expected)) == 0
+
+
+@pytest.mark.parametrize("wrap", [lambda y: (y, y * 2), lambda y: {"out": y, "aux": torch.sigmoid(y)}])
+def test_a_model_returning_several_tensors_is_one_sentence(wrap: Callable[[torch.Tensor], Any]) -> None:
+    with pytest.raises(UserError, match=r"^Returns returns 2 tensors; ios-ray imports models that return one "):
+        import_module(Returns(wrap).eval(), torch.randn(1, *SHAPE))
+    with pytest.raises(UserError, match="the model returned 2 tensors where ios-ray expects one"):
+        output_tensor(wrap(torch.ones(1)))
