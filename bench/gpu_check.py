@@ -11,9 +11,9 @@ figures; the report is rewritten after every step; a step starts only while the 
 3. calibration: what measuring one planned stage costs on the GPU at both batch sizes (``gpu_steps.py
    calibrate``); each search's warmup and repeat are then sized to fit its time limit;
 4. at batch 1: ``ios-ray search --devices cuda`` on a fresh store (stages timed in CUDA graphs), ``ios-ray bench
-   --device cuda --json`` (where compiling runs it out of time, retried with torch.compile reduce-overhead only,
-   then without torch.compile), and a PyTorch profiler summary of the DP's and the sequential schedule in a graph
-   (``profile.txt``);
+   --device cuda --json --no-compile`` (every variant but torch.compile), the same bench again with
+   ``torch.compile(mode="reduce-overhead")`` beside the others (its own step, since compiling a large model can take
+   minutes), and a PyTorch profiler summary of the DP's and the sequential schedule in a graph (``profile.txt``);
 5. at batch 32: the search, on the same store, and the bench (without torch.compile, whose targets are at batch 1);
 6. calibration and ``ios-ray search --devices cpu`` at batch 1 on this host's CPU, on a store of its own;
 7. where time is left (these steps keep no time from the ones before): the search and the bench at batch 1 in
@@ -23,8 +23,9 @@ figures; the report is rewritten after every step; a step starts only while the 
 Writes ``DIR/report.md`` and ``DIR/report.json`` (device, versions, date, every figure and its target; targets in
 bench/gpu_report.py), ``DIR/profile.txt``, ``DIR/log.txt`` (each command and the end of its output) and
 ``DIR/latency.duckdb`` (every GPU stage measured). Working files go to ``--work`` (a temporary folder by default),
-outside DIR. Exit code 0 when every step ran to its end (targets may still be missed: the report says which),
-1 when some step did not, 2 when there is nothing to check.
+outside DIR. Exit code 0 when every step ran to its end (targets may still be missed: the report says which; an
+extra step of 7. that found no time left over does not count), 1 when some step did not, 2 when there is nothing to
+check.
 
 ``--device cpu --model squeezenet --quick`` runs the same pipeline on this machine's CPU with tiny repeats (batches
 1 and 2, no torch.compile) so that a crash in this script shows up here, not on the GPU host; its report says it is
@@ -52,7 +53,7 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this tree's ios_ray and bench, however the script is started
-from bench.gpu_report import markdown, targets  # noqa: E402
+from bench.gpu_report import COMPILED, markdown, targets  # noqa: E402
 STEPS_SCRIPT = Path(__file__).resolve().with_name("gpu_steps.py")
 #: Seconds from start by which the report is final (8 minutes, less a margin for writing it).
 DEFAULT_BUDGET_S = 465.0
@@ -173,12 +174,14 @@ class Check:
         return self.setup.budget_s - self.elapsed() - self.reserve_s - STOP_GRACE_S
 
     def run_all(self, steps: list[Step]) -> bool:
-        """Run every step that still fits; True where all of them ran to their end."""
+        """Run every step that still fits; True where all of them ran to their end (an extra step skipped for want
+        of time left over does not count against that)."""
         for index, step in enumerate(steps):
             self.reserve_s = sum(later.need_s for later in steps[index + 1:] if not later.extra)
             self.run(step)
         self.write()
-        return all(entry["status"] == "ok" for entry in self.report["steps"])
+        return all(entry["status"] == "ok" or (step.extra and entry["status"] == "skipped")
+                   for step, entry in zip(steps, self.report["steps"]))
 
     def run(self, step: Step) -> None:
         """Run one step within its time limit; record its status and note, then rewrite the report."""
@@ -318,7 +321,8 @@ def search_protocol(check: Check, key: str, device: str, batch: int, measure_s: 
     entry = found["batches"].get(str(batch)) if found else None
     if entry is None:
         return warmup, least
-    return choose_protocol(found["stages"], entry["fixed_s"], entry["per_replay_s"], measure_s, warmup, least, most)
+    return choose_protocol(found.get("lazy_stages", found["stages"]), entry["fixed_s"], entry["per_replay_s"],
+                           measure_s, warmup, least, most)
 
 
 def search_step(
@@ -366,54 +370,30 @@ def search_figures(store: Path, schedule_path: Path, device: str, batch: int) ->
             "sequential_over_dp": _ratio(check.sequential_ms, check.dp_ms)}
 
 
-#: The bench's tries at the small batch, each where the one before ran out of time: every torch.compile mode; only
-#: reduce-overhead (a target's; Inductor's caches then hold much of the first try's work); none. (what, options)
-BENCH_TRIES = (
-    ("with both torch.compile modes", []),
-    ("with torch.compile reduce-overhead only", ["--compile-mode", "reduce-overhead"]),
-    ("without torch.compile", ["--no-compile"]),
-)
-#: The longest and the least time a retry of the bench gets.
-BENCH_RETRY_S = (90.0, 30.0)
-
-
 def bench_step(
-    check: Check, timeout: float, batch: int, dtype: str = "float32", memory_format: str = "contiguous"
+    check: Check, timeout: float, batch: int, dtype: str = "float32", memory_format: str = "contiguous",
+    compiled: bool = False,
 ) -> str:
-    """``ios-ray bench --json`` at one batch size, with torch.compile at the small batch in float32 NCHW only (its
-    targets are there); where compiling runs it out of time, again with fewer modes (:data:`BENCH_TRIES`)."""
+    """``ios-ray bench --json`` at one batch size, without torch.compile; ``compiled``: again with
+    ``torch.compile(mode="reduce-overhead")`` beside the other variants (its own step: compiling a large model can
+    take minutes, and must not cost the figures of the run without it)."""
     setup = check.setup
     search, schedules, store = setup.search_of(batch, dtype, memory_format)
     if search not in check.report["searches"]:
         raise StepSkipped(f"the search {search} did not finish, so there is no schedule for it")
-    args = ["-m", "ios_ray", "bench", "--model", setup.model, "--device", setup.device, "--batches", str(batch),
-            "--schedules", str(schedules), "--store", str(store), "--rounds", "2" if setup.quick else "20",
-            "--dtype", dtype, "--memory-format", memory_format, "--json"]
-    key = search.removeprefix(f"{setup.device} bs")
-    compiled = setup.device == "cuda" and not setup.quick and batch == setup.batches[0] and key == str(batch)
-    tries = BENCH_TRIES if compiled else BENCH_TRIES[-1:]
-    notes: list[str] = []
-    limit = timeout
-    for index, (what, options) in enumerate(tries):
-        done = check.python([*args, *options], limit, quiet_timeout=True)
-        if not done.timed_out:
-            break
-        if index == len(tries) - 1:
-            raise StepFailed(f"{what}, stopped at its time limit of {limit:.0f} s")
-        notes.append(f"{what} the bench did not finish within {limit:.0f} s")
-        limit = min(BENCH_RETRY_S[0], check.available())
-        if limit < BENCH_RETRY_S[1]:
-            raise StepFailed(f"{'; '.join(notes)}, and no time is left to retry")
-    if notes:
-        notes.append(f"measured {what}")
+    compile_options = ["--compile-mode", "reduce-overhead"] if compiled else ["--no-compile"]
+    done = check.python(["-m", "ios_ray", "bench", "--model", setup.model, "--device", setup.device, "--batches",
+                         str(batch), "--schedules", str(schedules), "--store", str(store), "--rounds",
+                         "2" if setup.quick else "20", "--dtype", dtype, "--memory-format", memory_format, "--json",
+                         *compile_options], timeout)
     found = json.loads(done.stdout)
-    check.report["bench"][key] = {
-        "rows": found["rows"], "notes": [*found["notes"], *notes]}
+    key = search.removeprefix(f"{setup.device} bs") + (f" {COMPILED}" if compiled else "")
+    check.report["bench"][key] = {"rows": found["rows"], "notes": found["notes"]}
     rows = {row["name"]: row for row in found["rows"]}
     ios = "IOS + graph" if setup.device == "cuda" else "IOS"
     return (f"{len(rows)} variants; {ios} {rows[ios]['median_ms']:.3f} ms, "
             f"{rows[ios]['speedup_vs_sequential']:.2f}x sequential, {rows[ios]['speedup']:.2f}x eager"
-            + "".join(f"; {note}" for note in [*found["notes"], *notes]))
+            + "".join(f"; {note}" for note in found["notes"]))
 
 
 def profile_step(check: Check, timeout: float) -> str:
@@ -435,6 +415,7 @@ def steps(setup: Setup) -> list[Step]:
     """The check's steps in order, with their time limits and the least time each is worth starting with."""
     small, large = setup.batches
     device = setup.device
+    compiles = device == "cuda" and not setup.quick  # the torch.compile target is a GPU's
     cpu_store, cpu_out = setup.work / "cpu-latency.duckdb", setup.work / "cpu-schedules"
 
     def search(
@@ -452,7 +433,9 @@ def steps(setup: Setup) -> list[Step]:
         Step("GPU tests", 100, 30, tests_step),
         Step(f"calibrate {device}", 60, 20, partial(calibrate_step, key=device, device=device, batches=(small, large))),
         Step(f"search {device} bs{small}", 150, 40, search(small, 45)),
-        Step(f"bench {device} bs{small}", 110, 30, partial(bench_step, batch=small)),
+        Step(f"bench {device} bs{small}", 60, 25, partial(bench_step, batch=small)),
+        *([Step(f"bench {device} bs{small} {COMPILED}", 130, 50, partial(bench_step, batch=small, compiled=True))]
+          if compiles else []),
         Step(f"profile {device} bs{small}", 40, 15, profile_step),
         Step(f"search {device} bs{large}", 160, 50, search(large, 60)),
         Step(f"bench {device} bs{large}", 60, 25, partial(bench_step, batch=large)),

@@ -52,7 +52,7 @@ from ios_ray.runtime.cuda_graph import CaptureError
 from ios_ray.runtime.graph_timing import graph_samples_ms
 from ios_ray.runtime.timing import samples_ms
 from ios_ray.schedule import Schedule, read_schedule
-from ios_ray.scheduler import PlannedStage, SearchParams, TableLatency, optimize_graph, plan_graph
+from ios_ray.scheduler import LazySpace, PlannedStage, SearchParams, TableLatency, optimize_graph, plan_graph
 from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore
 
@@ -88,27 +88,42 @@ def _smi_line() -> str | None:
     if smi is None:
         return None
     query = "name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu,persistence_mode"
-    done = subprocess.run([smi, f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True, text=True,
-                          timeout=20)
+    try:
+        done = subprocess.run([smi, f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True, text=True,
+                              timeout=20)
+    except (OSError, subprocess.SubprocessError):  # a hung or broken nvidia-smi costs this line only
+        return None
     return done.stdout.strip() or done.stderr.strip() or None
 
 
 def calibrate(device: str, model: str, batches: list[int], sample: int) -> dict[str, Any]:
-    """Per batch: the fixed and per-replay cost of measuring one planned stage of ``model`` on ``device``."""
+    """Per batch: the fixed and per-replay cost of measuring one planned stage of ``model`` on ``device``; and how
+    many stages a lazy search measures, about (:func:`lazy_stages`)."""
     graph = import_model(model).graph
-    keys = StageKeys(graph)
-    plan = plan_graph(graph, SearchParams(), keys)
+    space = LazySpace.build(graph, SearchParams())
+    plan = space.plan
     ordered = sorted(plan.stages)
     chosen = [plan.stages[k] for k in ordered[:: max(1, len(ordered) // sample)][:sample]]
     backend = RealBackend(parse_device(device))
-    result: dict[str, Any] = {"device": device, "model": model, "stages": len(plan.stages), "sample": len(chosen),
-                              "batches": {}}
+    result: dict[str, Any] = {"device": device, "model": model, "stages": len(plan.stages),
+                              "lazy_stages": lazy_stages(space), "sample": len(chosen), "batches": {}}
     for batch in batches:
         entry = _costs(backend, graph, chosen, ModelSource.of_spec(model), batch)
         if device == "cuda":
             entry["copies"] = _copies(graph, model, chosen[:COPIES_STAGES], batch)
         result["batches"][str(batch)] = entry
     return result
+
+
+#: A lazy search measures its seeds (every unit alone, every one- and two-group stage) in its first round, and then
+#: up to this share more: on Inception V3, 1,016 stages on the CPU and 1,154 to 1,278 on ``sim:`` GPUs, of 952 seeds
+#: (bench/RESULTS.md, lazy_search).
+LAZY_OVER_SEEDS = 1.4
+
+
+def lazy_stages(space: LazySpace) -> int:
+    """About how many stages a lazy search of the space measures per setting (at most every planned stage)."""
+    return min(len(space.planned), math.ceil(len(space.seeds) * LAZY_OVER_SEEDS))
 
 
 def _costs(

@@ -3,7 +3,8 @@ on a machine without a GPU (the real thing runs in the tests marked ``gpu``).
 
 Work is simulated: a callable under test calls :meth:`FakeCuda.launch` with a device time in ms. Outside a
 capture that advances the fake device clock at once; during a capture it is added to the graph, and each replay
-advances the clock by the graph's work plus :data:`REPLAY_START_MS`. Events read the clock. A capture whose work
+advances the clock by the graph's work plus :data:`REPLAY_START_MS`. Events read the clock. Each thread has its own
+current stream. A capture whose work
 raises fails the way torch's does: ``capture_end`` raises its own error and leaves the capture stream current.
 
 The stream capture rules that multi-stream work must follow are enforced: a side stream joins a capture by waiting
@@ -19,6 +20,7 @@ until ``torch._C._cuda_endAllocateToPool`` ends the pool's allocation (``_cuda_r
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator
 
@@ -109,7 +111,7 @@ class FakeCuda:
 
     def __init__(self) -> None:
         self.default = FakeStream()
-        self.current = self.default
+        self._thread = threading.local()
         self.clock_ms = 0.0
         self.capturing: FakeGraph | None = None
         self.origin: FakeStream | None = None
@@ -118,7 +120,17 @@ class FakeCuda:
         self.replays = 0
         self.pools_underway: list[tuple[int, int]] = []  # the allocator's captures underway, by pool
         self.released_pools: list[tuple[int, int]] = []
+        self.spins: list[int] = []  # the cycles of each spin kernel (torch.cuda._sleep)
         self._pool_handles = 0
+
+    @property
+    def current(self) -> FakeStream:
+        """The calling thread's current stream (each thread has its own, as in torch)."""
+        return getattr(self._thread, "stream", self.default)
+
+    @current.setter
+    def current(self, stream: FakeStream) -> None:
+        self._thread.stream = stream
 
     def launch(self, ms: float) -> None:
         """Launch work of ``ms`` device time: into the graph being captured, else run it now."""
@@ -143,12 +155,18 @@ class FakeCuda:
             "synchronize": lambda device=None: None,
             "graph_pool_handle": self._graph_pool_handle,
             "empty_cache": self._empty_cache,
+            "_sleep": self._sleep,
         }
         for name, fake in fakes.items():
             monkeypatch.setattr(torch.cuda, name, fake)
         monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool", self._end_allocate_to_pool, raising=False)
         monkeypatch.setattr(torch._C, "_cuda_releasePool", self._release_pool, raising=False)
         return self
+
+    def _sleep(self, cycles: int) -> None:
+        """A spin kernel: ``cycles`` at the fake's clock of 1 GHz."""
+        self.spins.append(cycles)
+        self.launch(cycles / 1e6)
 
     def _graph_pool_handle(self) -> tuple[int, int]:
         self._pool_handles += 1
@@ -187,8 +205,8 @@ class FakeCuda:
     def _graph(self, graph: FakeGraph, pool: tuple[int, int] | None = None, stream: FakeStream | None = None,
                capture_error_mode: str = "global") -> Iterator[None]:
         assert capture_error_mode == "thread_local" and stream is not None and stream is not self.default
+        self._empty_cache()  # as torch.cuda.graph does on entry: it fails while another capture is underway
         assert self.capturing is None
-        self._empty_cache()
         pool = pool or self._graph_pool_handle()
         self.pools_underway.append(pool)
         if stream not in self.streams:

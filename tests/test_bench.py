@@ -65,6 +65,24 @@ def test_compile_modes_are_the_devices_own_or_the_one_asked_for(monkeypatch: pyt
 
 
 
+def test_every_batch_size_is_compiled_afresh_not_run_eagerly_past_dynamos_recompile_limit(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiled: list[torch.fx.GraphModule] = []
+
+    def backend(gm: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> object:
+        compiled.append(gm)
+        return gm.forward
+
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda module, mode=None, dynamic=None: real_compile(
+        module, backend=backend, dynamic=dynamic))
+    module = torch.nn.Linear(2, 2)
+    for batch in range(1, 11):  # more than Dynamo's limit of 8 entries per frame
+        compiled_variants(module, torch.ones(batch, 2), ("default",))
+    assert len(compiled) == 10  # one compile per batch size, none left to run eagerly
+
+
 def test_outputs_are_held_to_float32_unless_a_gpu_may_compute_in_tf32() -> None:
     with tf32(conv=True, matmul=False):
         assert output_tolerance(torch.device("cpu")) == FLOAT32_TOLERANCE

@@ -117,33 +117,58 @@ def test_a_target_reads_its_range() -> None:
     assert Target("x", 480.5, high=480).result == "MISS" and Target("x", None, 1.2).result == "no figure"
 
 
-def test_a_bench_that_runs_out_of_time_compiling_is_retried_with_reduce_overhead_only(
+def test_torch_compile_is_benched_in_a_step_of_its_own_and_judged_in_that_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The torch.compile target is against reduce-overhead: where compiling both modes runs out of time, the retry
-    keeps that mode before giving up on compiling."""
+    """Compiling a large model can take minutes: the bench without torch.compile keeps its figures where the run with
+    it does not finish, and the speedup over reduce-overhead is taken within the run that timed both."""
     setup = gpu_check_module.Setup("cuda", "inception_v3", False, tmp_path / "out", tmp_path / "work", 465.0)
     check = gpu_check_module.Check(setup, "test")
     check.report["searches"].update({"cuda bs1": {}, "cuda bs32": {}})
     ran: list[list[str]] = []
-    rows = [{"name": name, "median_ms": 1.0, "speedup_vs_sequential": 1.0, "speedup": 1.0}
-            for name in ("eager", "IOS + graph", "torch.compile reduce-overhead")]
+    rows = bench_rows(ios=1.0, seq=1.3, eager=1.6, compiled=None, predicted=1.0)["rows"]
+    for row in rows:
+        row.update(speedup_vs_sequential=1.0, speedup=1.0)
 
-    def python(args: list[str], timeout_s: float, quiet_timeout: bool = False) -> Completed:
-        compiling_both = "--compile-mode" not in args and "--no-compile" not in args
+    def python(args: list[str], timeout_s: float) -> Completed:
         ran.append(args[args.index("--json") + 1:])
-        output = "" if compiling_both else json.dumps({"rows": rows, "notes": []})
-        return Completed(0, output, "", timeout_s, compiling_both)
+        if "--no-compile" not in args:
+            raise gpu_check_module.StepFailed(f"stopped at its time limit of {timeout_s:.0f} s")
+        return Completed(0, json.dumps({"rows": rows, "notes": []}), "", 1.0, False)
 
     monkeypatch.setattr(check, "python", python)
-    note = gpu_check_module.bench_step(check, 110.0, 1)
-    assert ran == [[], ["--compile-mode", "reduce-overhead"]]
-    assert note.endswith("with both torch.compile modes the bench did not finish within 110 s; measured with "
-                         "torch.compile reduce-overhead only")
-    assert [r["name"] for r in check.report["bench"]["1"]["rows"]][-1] == "torch.compile reduce-overhead"
-    ran.clear()
-    gpu_check_module.bench_step(check, 60.0, 32)  # the large batch: no torch.compile, one try
-    assert ran == [["--no-compile"]]
+    assert [step.name for step in gpu_check_module.steps(setup)][3:6] == [
+        "search cuda bs1", "bench cuda bs1", "bench cuda bs1 torch.compile"]
+    gpu_check_module.bench_step(check, 60.0, 1)
+    with pytest.raises(gpu_check_module.StepFailed, match="time limit of 130 s"):
+        gpu_check_module.bench_step(check, 130.0, 1, compiled=True)
+    assert ran == [["--no-compile"], ["--compile-mode", "reduce-overhead"]]
+    assert list(check.report["bench"]) == ["1"]
+    check.report.update(device="cuda", quick=False, batches=[1, 32], wall_s=1.0, tests=None)
+    results = {t.what: t.result for t in targets(check.report)}
+    assert results["IOS + graph vs sequential + graph, batch 1"] == "PASS"
+    assert results["IOS + graph vs torch.compile reduce-overhead, batch 1"] == "no figure"
+    check.report["bench"]["1 torch.compile"] = bench_rows(ios=1.1, seq=1.3, eager=1.6, compiled=1.2, predicted=1.0)
+    assert {t.what: t.figure for t in targets(check.report)}[
+        "IOS + graph vs torch.compile reduce-overhead, batch 1"] == pytest.approx(1.2 / 1.1, abs=1e-3)
+
+
+def test_searches_are_sized_for_the_stages_a_lazy_search_measures() -> None:
+    from ios_ray.frontend import import_model
+    from ios_ray.scheduler import LazySpace, SearchParams
+
+    space = LazySpace.build(import_model("inception_v3").graph, SearchParams())
+    assert len(space.seeds) < gpu_steps.lazy_stages(space) < len(space.planned) / 2  # 952 < 1333 < 3711 / 2
+    small = LazySpace.build(import_model("squeezenet").graph, SearchParams())
+    assert gpu_steps.lazy_stages(small) == len(small.planned)  # nearly every stage a seed: all of them, no more
+    setup = gpu_check_module.Setup("cuda", "inception_v3", False, Path("out"), Path("work"), 465.0)
+    check = gpu_check_module.Check.__new__(gpu_check_module.Check)
+    check.setup = setup
+    check.report = {"calibration": {"cuda": {"stages": 3711, "lazy_stages": 1333, "batches": {
+        "1": {"fixed_s": 0.01, "per_replay_s": 0.0001}}}}}
+    assert gpu_check_module.search_protocol(check, "cuda", "cuda", 1, 45.0) == (1, 10)
+    del check.report["calibration"]["cuda"]["lazy_stages"]  # sized for every planned stage: the least repeat
+    assert gpu_check_module.search_protocol(check, "cuda", "cuda", 1, 45.0) == (1, 3)
 
 
 def test_extra_steps_run_on_time_left_over_and_keep_none_from_the_steps_before(tmp_path: Path) -> None:
@@ -155,11 +180,16 @@ def test_extra_steps_run_on_time_left_over_and_keep_none_from_the_steps_before(t
         return lambda _, timeout: str(limits.setdefault(name, timeout))
 
     Step = gpu_check_module.Step
-    check.run_all([Step("first", 1000, 1, record("first")), Step("kept", 1000, 20, record("kept")),
-                   Step("extra", 1000, 50, record("extra"), extra=True)])
+    assert check.run_all([Step("first", 1000, 1, record("first")), Step("kept", 1000, 20, record("kept")),
+                          Step("extra", 1000, 50, record("extra"), extra=True)])
     grace = gpu_check_module.STOP_GRACE_S
     assert 100 - grace - 20 - 1 < limits["first"] <= 100 - grace - 20  # keeps the next step's 20 s, not the extra's
     assert [s["status"] for s in check.report["steps"]] == ["ok", "ok", "ok"]
+    # an extra step that finds no time left over is skipped, and the run still counts as complete; a kept one not
+    check = gpu_check_module.Check(setup, "test")
+    assert check.run_all([Step("first", 1000, 1, record("first")), Step("extra", 1000, 500, record("x"), extra=True)])
+    assert [s["status"] for s in check.report["steps"]] == ["ok", "skipped"]
+    assert not gpu_check_module.Check(setup, "test").run_all([Step("kept", 1000, 500, record("y"))])
 
 
 def run_in_process(args: list[str], timeout_s: float, cwd: Path) -> Completed:

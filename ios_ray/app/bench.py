@@ -199,6 +199,9 @@ def compiled_variants(
     ``x``'s device), compiled for ``x``'s shape by one call, and one note per mode that is unavailable here (each
     returning a tensor as :func:`tensor_forward` does)."""
     variants, notes = [], []
+    # each batch size and mode adds an entry to Dynamo's cache of the module's forward; past its recompile limit (8)
+    # Dynamo runs the forward eagerly, saying so in a log line only, so the rows would time eager under this name
+    torch._dynamo.reset()
     for mode in compile_modes_for(x.device.type) if modes is None else modes:
         name = COMPILE_MODES[x.device.type][mode]
         try:

@@ -39,8 +39,9 @@ def device_fingerprint(
 #: The version of the CPU timing protocol, part of a CPU's fingerprint: rows timed another way are not reused.
 CPU_TIMING = "primed-1"
 #: The GPU timing protocol, part of a GPU's fingerprint: each stage captured STAGE_COPIES times into a CUDA graph
-#: and its replays timed with events (:mod:`ios_ray.runtime.graph_timing`); rows timed eagerly are not reused.
-GPU_TIMING = f"graph-x{STAGE_COPIES}-1"
+#: and its replays, enqueued behind a spin kernel, timed with events (:mod:`ios_ray.runtime.graph_timing`); rows
+#: timed eagerly, or before the spin (version 1), are not reused.
+GPU_TIMING = f"graph-x{STAGE_COPIES}-2"
 
 
 def cpu_info() -> dict[str, Any]:

@@ -4,7 +4,7 @@
 :mod:`~ios_ray.runtime.graph_timing`): the work first runs eagerly on the capture stream, after the caller's
 pending work (lazy initialisations such as cuBLAS workspaces and kernel loading must not happen inside a capture),
 then one call is captured with ``torch.cuda.graph`` on that same stream, in ``thread_local`` error mode (Ray's
-and torch's own threads may call CUDA meanwhile). Multi-stream work is captured as it runs: its side streams fork
+and torch's own threads may call CUDA meanwhile), one capture in the process at a time. Multi-stream work is captured as it runs: its side streams fork
 from the capture stream with events and join back before the work returns, which is what stream capture
 requires. Where a capture fails (an op synchronises with the host or is otherwise not capturable), the current
 stream is restored, the capture's memory pool is handed back to the caching allocator (see
@@ -22,6 +22,7 @@ runs the forward uncaptured, with a one-time warning.
 
 from __future__ import annotations
 
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import Callable, TypeVar
@@ -32,6 +33,11 @@ from ios_ray.errors import first_line
 
 GraphKey = tuple[tuple[int, ...], torch.dtype]
 T = TypeVar("T")
+
+
+#: Held while a capture is underway: ``torch.cuda.graph`` empties the allocator's cache on entry, which fails while
+#: another thread's capture is underway (two runners of a model served from two threads, say).
+_ONE_CAPTURE_AT_A_TIME = threading.Lock()
 
 
 class CaptureError(RuntimeError):
@@ -57,7 +63,8 @@ def capture(
     graph = torch.cuda.CUDAGraph()
     pool = torch.cuda.graph_pool_handle()
     try:
-        with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
+        with _ONE_CAPTURE_AT_A_TIME, torch.cuda.graph(graph, pool=pool, stream=stream,
+                                                      capture_error_mode="thread_local"):
             result = fn()
     except RuntimeError as exc:
         torch.cuda.set_stream(caller)  # a failed capture_end leaves the capture stream current

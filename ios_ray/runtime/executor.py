@@ -15,6 +15,7 @@ shared between threads; a call's input must live on the runner's device.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -61,8 +62,10 @@ class ScheduleRunner:
         self.stages: tuple[CompiledStage, ...] = tuple(
             compile_stage(program, stage, self.device, self.lanes) for stage in schedule.stages
         )
-        self._releases = release_plan(program.graph, schedule.stages)
-        self.captured = CapturedForward(self.run_stages, self.device) if use_graph else None
+        self._pass = StagePass(program, self.stages, release_plan(program.graph, schedule.stages))
+        # the graph replays the pass, which holds no reference back to the runner: a dropped runner (and its
+        # graphs' memory pools) is freed at once, not at the next full garbage collection
+        self.captured = CapturedForward(self._pass, self.device) if use_graph else None
         self._lock = threading.Lock()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -74,8 +77,21 @@ class ScheduleRunner:
 
     def run_stages(self, x: torch.Tensor) -> torch.Tensor:
         """Run the stages in order, dropping each output after its last reader (without a CUDA graph)."""
+        return self._pass(x)
+
+
+@dataclass(frozen=True)
+class StagePass:
+    """One forward pass through compiled stages: each in order, each output dropped after its last reader."""
+
+    program: Program
+    stages: tuple[CompiledStage, ...]
+    releases: tuple[tuple[str, ...], ...]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """Run the stages on ``x`` and return the graph's output."""
         env = {GRAPH_INPUT: x}
-        for stage, release in zip(self.stages, self._releases):
+        for stage, release in zip(self.stages, self.releases):
             env.update(stage(env))
             for source in release:
                 del env[source]

@@ -10,9 +10,11 @@ kernels), and a DP fed such timings would optimise launch overhead instead of th
    one graph (:func:`~ios_ray.runtime.cuda_graph.capture`; a parallel stage forks its side streams from the capture
    stream and joins them back, as in the runtime, so each copy starts after the previous one's join, as a stage
    starts after the previous stage in a pass);
-2. ``warmup`` replays are enqueued, then ``repeat`` replays each followed by an event, with no synchronisation in
-   between: the device works through a backlog while the host enqueues, so the interval between two events is the
-   device's time for one replay, not the host's time to launch it;
+2. a spin kernel of about half a millisecond is enqueued (:data:`BACKLOG_CYCLES`), then ``warmup`` replays, then
+   ``repeat`` replays each followed by an event, with no synchronisation in between: the device works through a
+   backlog while the host enqueues (the spin makes one even where a replay takes the device less time than the
+   host takes to launch it, and wakes a GPU that idled while the stage was captured), so the interval between two
+   events is the device's time for one replay, not the host's time to launch it;
 3. a sample is such an interval over ``copies``, which spreads the replay's own start-up cost on the device;
 4. the graph is reset: its private memory pool is released (torch returns it to the driver at the next capture,
    which empties the cache first).
@@ -25,6 +27,10 @@ from typing import Callable
 import torch
 
 from ios_ray.runtime.cuda_graph import capture
+
+#: GPU clock cycles the spin kernel before the replays runs: about 0.5 ms at an H100's 1.98 GHz boost clock, time
+#: enough for the host to enqueue a stage's replays and events behind it.
+BACKLOG_CYCLES = 1_000_000
 
 
 def graph_samples_ms(
@@ -51,8 +57,10 @@ def graph_samples_ms(
 def _replay_samples_ms(
     graph: torch.cuda.CUDAGraph, device: torch.device, warmup: int, repeat: int, copies: int
 ) -> list[float]:
-    """Replay ``warmup`` times, then ``repeat`` times between events, all enqueued before one synchronisation."""
+    """Behind a spin kernel, replay ``warmup`` times, then ``repeat`` times between events, all enqueued before one
+    synchronisation."""
     stream = torch.cuda.current_stream(device)
+    torch.cuda._sleep(BACKLOG_CYCLES)
     for _ in range(warmup):
         graph.replay()
     marks = [torch.cuda.Event(enable_timing=True) for _ in range(repeat + 1)]
