@@ -121,6 +121,39 @@ def test_a_forward_torch_fx_cannot_trace_is_one_sentence_naming_the_module() -> 
         import_model("tests.user_models:branching_forward")
 
 
+class Options(torch.nn.Module):
+    """A forward with options after its input, as notebook code often has: branches on them, and a mask."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.Conv2d(3, 4, 1)
+
+    def forward(self, x: torch.Tensor, return_features: bool = False, mask: torch.Tensor | None = None, *,
+                scale: float = 2.0) -> torch.Tensor:
+        y = self.a(x) * scale + self.b(x)
+        if mask is not None:
+            y = y * mask
+        return (y, y) if return_features else y
+
+
+class TwoInputs(Options):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return self.a(x) * mask
+
+
+def test_options_after_the_input_are_imported_at_their_defaults() -> None:
+    torch.manual_seed(0)
+    module = Options().eval()
+    x = torch.randn(2, 3, 8, 8)
+    imported = import_module(module, x[:1])
+    assert [u.kind for u in imported.graph.units] == ["conv", "conv", "add"]
+    assert [n.op for n in imported.module.graph.nodes].count("placeholder") == 1
+    with torch.no_grad():
+        assert relative_error(Program.from_imported(imported).run(x), module(x)) <= 1e-6
+    with pytest.raises(UserError, match=r"^TwoInputs takes 2 inputs \(x, mask\); ios-ray imports models that take one "):
+        import_module(TwoInputs().eval(), x[:1])
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ios_ray", *args], capture_output=True, text=True, timeout=120)
 

@@ -2,7 +2,7 @@
 
 :func:`trace` keeps a submodule that torch.fx cannot trace through (its forward branches on a tensor's values or
 sizes, as timm's ``Conv2dSame`` does) as one call of that submodule, which the import makes an opaque unit; only a
-failure in the top module's own code fails. :func:`propagate` runs the graph on the example
+failure in the top module's own code fails. Options of ``forward`` after the input are traced at their defaults. :func:`propagate` runs the graph on the example
 input: every tensor node gets its ``tensor_meta`` (shape, dtype), as with torch.fx's ``ShapeProp``, and every other
 node (a size, a shape, a flag) its Python ``value``, which :mod:`~ios_ray.frontend.sizes` folds into literals.
 """
@@ -10,7 +10,9 @@ node (a size, a shape, a flag) its Python ``value``, which :mod:`~ios_ray.fronte
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
+import operator
 from typing import Any, Callable
 
 import torch
@@ -66,15 +68,56 @@ class _LeafFallbackTracer(fx.Tracer):
 
 def trace(module: nn.Module) -> fx.GraphModule:
     """Symbolically trace a module, keeping submodules fx cannot trace through as calls; a failure in the module's
-    own ``forward`` raises UserError."""
+    own ``forward`` raises UserError. Parameters of ``forward`` after the input that have defaults
+    (``return_features=False``, ``mask=None``) are traced at their defaults, as a call with the input alone runs."""
     tracer = _LeafFallbackTracer()
+    defaults = defaulted_arguments(module)
     try:
-        graph = tracer.trace(module)
+        graph = tracer.trace(module, concrete_args=defaults or None)
     except Exception as exc:  # noqa: BLE001 - fx raises many kinds; all become one sentence
         raise UserError(f"torch.fx cannot trace the forward of {type(module).__name__} ({first_line(exc)}); move the "
                         "code it stops at into a submodule, which then runs as one opaque unit.") from exc
     tracer.drop_unused_reads()
-    return fx.GraphModule(tracer.root, graph)
+    gm = fx.GraphModule(tracer.root, graph)
+    return drop_specialized_arguments(gm) if defaults else gm
+
+
+def defaulted_arguments(module: nn.Module) -> dict[str, Any]:
+    """The parameters of ``module.forward`` after its first that have a default, with their defaults; UserError
+    where one has none (the model takes more than one input)."""
+    try:
+        parameters = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):  # a forward without a signature Python can read
+        return {}
+    required = [p.name for p in parameters[1:] if p.default is inspect.Parameter.empty and p.kind in _NAMED]
+    if required:
+        names = ", ".join(p.name for p in parameters if p.kind in _NAMED)
+        raise UserError(f"{type(module).__name__} takes {len(required) + 1} inputs ({names}); ios-ray imports models "
+                        "that take one (options after it may have defaults): wrap it to take the input alone.")
+    return {p.name: p.default for p in parameters[1:]
+            if p.default is not inspect.Parameter.empty and p.kind in _NAMED}
+
+
+_NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def drop_specialized_arguments(gm: fx.GraphModule) -> fx.GraphModule:
+    """Remove the placeholders torch.fx keeps for arguments traced at a fixed value, and the checks it adds that
+    they keep it (``torch._assert(arg == value)``, ``_assert_is_none(arg)``): the imported model takes its input
+    alone."""
+    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"][1:]
+    for placeholder in placeholders:
+        for user in list(placeholder.users):
+            for check in list(user.users) if user.target is operator.eq else []:
+                if check.target is torch._assert:
+                    gm.graph.erase_node(check)
+            if (user.target is operator.eq and not user.users) or \
+                    getattr(user.target, "__name__", "") == "_assert_is_none":
+                gm.graph.erase_node(user)
+        if not placeholder.users:
+            gm.graph.erase_node(placeholder)
+    gm.recompile()
+    return gm
 
 
 class _ValueProp(ShapeProp):
