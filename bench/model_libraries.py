@@ -2,6 +2,7 @@
 
     python bench/model_libraries.py --torchvision              # every torchvision classification model
     python bench/model_libraries.py --segmentation             # torchvision's segmentation models (dict outputs)
+    python bench/model_libraries.py --backbones                # backbones returning several maps (bench/backbones.py)
     python bench/model_libraries.py --timm resnet50 tf_efficientnet_b0 ...
     python bench/model_libraries.py --timm-families            # one or two timm models of each family below
 
@@ -46,6 +47,7 @@ from rich.table import Table
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.backbones import BACKBONES  # noqa: E402
 from ios_ray.app.bench import HALF_TOLERANCE, relative_error  # noqa: E402
 from ios_ray.dtypes import MEMORY_FORMATS, example_input, in_memory_format, to_memory_format, torch_dtype  # noqa: E402
 from ios_ray.frontend import import_module, opaque_report, output_tensor  # noqa: E402
@@ -206,6 +208,8 @@ def specs(args: argparse.Namespace) -> Iterator[str]:
 
         yield from (f"torchvision:{name}" for name in
                     torchvision.models.list_models(module=torchvision.models.segmentation))
+    if args.backbones:
+        yield from BACKBONES
     names = list(args.timm or ()) + (TIMM_FAMILIES if args.timm_families else [])
     if names:
         import timm
@@ -266,6 +270,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--torchvision", action="store_true", help="every torchvision classification model")
     parser.add_argument("--segmentation", action="store_true", help="every torchvision segmentation model")
+    parser.add_argument("--backbones", action="store_true", help="backbones that return several feature maps")
     parser.add_argument("--timm", nargs="*", metavar="NAME", help="these timm models")
     parser.add_argument("--timm-families", action="store_true", help="one or two timm models per family")
     parser.add_argument("--timeout", type=int, default=120, help="seconds per model (default 120)")
@@ -277,8 +282,8 @@ def main() -> int:
                         help="channels_last: the model held NHWC, as a search of such a model runs it")
     args = parser.parse_args()
     dtype = torch.float64 if args.dtype == "float64" else torch_dtype(args.dtype)
-    if not (args.torchvision or args.segmentation or args.timm or args.timm_families):
-        parser.error("name what to check: --torchvision, --segmentation, --timm NAME..., --timm-families")
+    if not (args.torchvision or args.segmentation or args.backbones or args.timm or args.timm_families):
+        parser.error("name what to check: --torchvision, --segmentation, --backbones, --timm NAME..., --timm-families")
     if not args.no_torchvision_shim:
         _define_torchvision_schemas()
     console, rows = Console(width=170), []

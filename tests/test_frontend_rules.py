@@ -227,6 +227,17 @@ def test_channel_slices_are_slice_units() -> None:
     assert kinds(result)["slice"] == 5 and kinds(result)["opaque"] == 0
 
 
+@pytest.mark.parametrize("dim, channels", [(1, True), (-3, True), (-2, False), (3, False)])
+def test_only_a_concatenation_along_the_channels_folds_into_the_next_unit(dim: int, channels: bool) -> None:
+    # dim -2 is the height of an NCHW tensor: folded as a channel concatenation, the next unit read a wrong shape
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        return m.pool(torch.cat([m.c(x), m.d(x)], dim))
+    module = Lambda(fn)
+    module.pool = nn.MaxPool2d(2)
+    result = kinds(imported(module))
+    assert result == (Counter({"conv": 2, "pool": 1}) if channels else Counter({"conv": 2, "opaque": 1, "pool": 1}))
+
+
 def test_squeeze_excitation_is_its_pool_and_convs_plus_one_scale() -> None:
     def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
         y = m.c(x)

@@ -1,5 +1,6 @@
-"""Models that return their tensor in a dict, tuple or list (segmentation models' ``{"out": logits}``): the graph
-computes the tensor, a deployed model returns the model's own structure, and several tensors are one sentence."""
+"""Models that return their tensor in a dict, tuple or list (segmentation models' ``{"out": logits}``), or several
+(a backbone's feature maps): the graph computes one tensor (several flattened and concatenated), a deployed model
+returns the model's own structure, and outputs that cannot be concatenated are one sentence."""
 
 from __future__ import annotations
 
@@ -76,9 +77,52 @@ def test_a_deployed_model_returns_its_tensor_in_the_models_own_structure(structu
         assert relative_error(eager.forward(x), output_tensor(expected)) == 0
 
 
-@pytest.mark.parametrize("wrap", [lambda y: (y, y * 2), lambda y: {"out": y, "aux": torch.sigmoid(y)}])
-def test_a_model_returning_several_tensors_is_one_sentence(wrap: Callable[[torch.Tensor], Any]) -> None:
-    with pytest.raises(UserError, match=r"^Returns returns 2 tensors; ios-ray imports models that return one "):
-        import_module(Returns(wrap).eval(), torch.randn(1, *SHAPE))
-    with pytest.raises(UserError, match="the model returned 2 tensors where ios-ray expects one"):
-        output_tensor(wrap(torch.ones(1)))
+class Features(nn.Module):
+    """A backbone that returns its feature maps at three resolutions, as timm's ``features_only`` models do (a list)
+    and torchvision's FPN (an ``OrderedDict``)."""
+
+    def __init__(self, wrap: Callable[[list[torch.Tensor]], Any]) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(4, 8, 3, padding=1)
+        self.down = nn.ModuleList([nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.Conv2d(8, 16, 3, stride=2, padding=1)])
+        self.wrap = wrap
+
+    def forward(self, x: torch.Tensor) -> Any:
+        features = [torch.relu(self.stem(x))]
+        for down in self.down:
+            features.append(torch.relu(down(features[-1])))
+        return self.wrap(features)
+
+
+@pytest.mark.parametrize("wrap", [
+    lambda f: f, lambda f: OrderedDict((str(i), t) for i, t in enumerate(f)), lambda f: (f[0], None, f[2], "name"),
+])
+def test_a_model_returning_several_tensors_returns_each_from_one_concatenated_output(
+    wrap: Callable[[list[torch.Tensor]], Any]
+) -> None:
+    torch.manual_seed(0)
+    model = Features(wrap).eval()
+    x = torch.randn(3, *SHAPE)
+    imported = import_module(model, x[:1])
+    flattens = [u.id for u in imported.graph.units if u.kind == "flatten"]
+    [packed] = [u for u in imported.graph.units if u.kind == "concat"]  # the output: the flattened maps, concatenated
+    assert imported.graph.output.sources == (packed.id,) and packed.sources == tuple(flattens) and len(flattens) >= 2
+    fast = ScheduledModule(model, [make_schedule(imported.graph, BUILDERS["ios_like"], 3, device="cpu")],
+                           input_shape=SHAPE)
+    with torch.no_grad():
+        expected, actual = model(x), fast(x)
+        assert same_structure(actual, expected)
+        assert relative_error(output_tensor(actual), output_tensor(expected)) <= 1e-5
+        eager = eager_variants(model, torch.device("cpu"), imported)[0]
+        assert relative_error(eager.forward(x), output_tensor(expected)) == 0
+
+
+@pytest.mark.parametrize("wrap, message", [
+    (lambda y: (y, y.mean()), "not all batch-first feature maps of one dtype"),
+    (lambda y: (y, y.double()), "not all batch-first feature maps of one dtype"),
+    (lambda y: {"sizes": (3, 4)}, "returned no tensor"),
+])
+def test_outputs_that_cannot_be_concatenated_are_one_sentence(wrap: Callable[[torch.Tensor], Any],
+                                                              message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        import_module(Returns(wrap).eval(), torch.randn(2, *SHAPE))

@@ -4,9 +4,9 @@ The import is a pipeline of small passes over the traced fx graph, so that units
 not how it is spelled (torchvision, timm and code in their style import into the same units as the zoo):
 
 1. :func:`~ios_ray.frontend.trace.trace`: torch.fx tracing; a submodule fx cannot trace through stays one call;
-   :func:`~ios_ray.frontend.outputs.single_output`: a model that returns its tensor in a dict, tuple or list (as
-   segmentation models do) is traced to return the tensor, and :class:`Imported` keeps the structure (from one
-   call of the model).
+   :func:`~ios_ray.frontend.outputs.one_output`: a model that returns its tensor in a dict, tuple or list (as
+   segmentation models do) is traced to return the tensor, one that returns several (a backbone's feature maps)
+   their concatenation, each flattened; :class:`Imported` keeps the structure (from one call of the model).
 2. :mod:`~ios_ray.frontend.rewrites`: in-place ops become out-of-place; what is the identity in eval mode
    (dropout, ``nn.Identity``, stochastic depth, ``contiguous``) vanishes; views become reshapes.
 3. :func:`~ios_ray.frontend.trace.propagate`: one run on the example input records shapes and size values;
@@ -40,7 +40,7 @@ from ios_ray.dtypes import DEFAULT_MEMORY_FORMAT, module_memory_format, to_memor
 from ios_ray.frontend.report import OPAQUE_WARNING_SHARE, OpaqueReport, opaque_report
 from ios_ray.frontend.rewrites import (batch_norms_as_modules, drop_eval_identities, functional_convs_as_modules,
                                       functionalize, same_padding_as_torch_layers, views_as_reshapes)
-from ios_ray.frontend.outputs import BARE, OutputStructure, output_structure, output_tensor, single_output
+from ios_ray.frontend.outputs import BARE, OutputStructure, one_output, output_structure, output_tensor
 from ios_ray.frontend.sizes import fold_sizes
 from ios_ray.frontend.trace import propagate, record_batch_layout, trace
 from ios_ray.frontend.units import build_graph
@@ -66,9 +66,9 @@ def import_module(module: nn.Module, example_input: torch.Tensor, name: str | No
     records the memory format of the module's 4-D parameters."""
     module = module.eval()
     name = name or type(module).__name__
-    gm, structured = single_output(trace(module), name)
+    gm, structured = one_output(trace(module))
     with torch.no_grad():
-        output = output_structure(module(example_input)) if structured else BARE
+        output = output_structure(module(example_input), example_input.shape[0]) if structured else BARE
     gm = views_as_reshapes(drop_eval_identities(functionalize(gm)))
     propagate(gm, example_input, name)
     gm = same_padding_as_torch_layers(functional_convs_as_modules(batch_norms_as_modules(gm)))

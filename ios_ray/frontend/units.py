@@ -96,12 +96,15 @@ class _Walk:
         )
 
     def _foldable_cat(self, node: fx.Node) -> bool:
+        """A concatenation along the channels (dimension 1) of feature maps, or of the flattened outputs a model
+        returns together (:func:`~ios_ray.frontend.outputs.one_output`)."""
         tensors = node.args[0]
         dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-        rank = len(shape(node))
+        rank = len(shape(node)) + 1  # the batch dimension too
+        returned = [reader.op for reader in readers(node)] == ["output"]
         return (
             isinstance(tensors, (list, tuple)) and all(isinstance(t, fx.Node) and t in self.values for t in tensors)
-            and rank >= 2 and dim in (1, 1 - rank)
+            and (rank >= 3 or (rank == 2 and returned)) and dim in (1, 1 - rank)
         )
 
     def _plain_parts(self, node: fx.Node) -> tuple[tuple[str, ...], ...]:
