@@ -223,8 +223,13 @@ def dp_schedule(graph: Graph, like: Schedule, store: Path) -> Schedule:
                     like.device_fingerprint, like.device_info, dict(like.params), like.source)
 
 
+#: Device events that are copies or fills, not kernels (the graph's input copied in, its output copied out).
+_COPIES = ("Memcpy", "Memset")
+
+
 def _profiled(runner: ScheduleRunner, x: torch.Tensor, calls: int) -> tuple[str, float | None, float | None]:
-    """The key_averages table of ``calls`` forwards, and per forward the kernels and their summed device time."""
+    """The key_averages table of ``calls`` forwards, and per forward the kernels (copies and fills left out) and their
+    summed device time."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
@@ -244,7 +249,7 @@ def _profiled(runner: ScheduleRunner, x: torch.Tensor, calls: int) -> tuple[str,
         return f"the PyTorch profiler failed: {type(exc).__name__}: {exc}", None, None
     if not cuda:
         return table, None, None
-    kernels = [e for e in averages if e.device_type == DeviceType.CUDA]
+    kernels = [e for e in averages if e.device_type == DeviceType.CUDA and not e.key.startswith(_COPIES)]
     busy_us = sum(e.self_device_time_total for e in kernels)
     return table, round(sum(e.count for e in kernels) / calls, 1), round(busy_us / calls / 1e3, 4)
 
