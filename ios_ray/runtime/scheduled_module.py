@@ -6,7 +6,8 @@ It imports the wrapped module once (``ios_ray.frontend.import_module`` on a batc
 records the module's memory format, so only schedules made for that format fit), checks every schedule against the
 imported graph, and in ``forward`` picks a schedule by the rules of
 :mod:`~ios_ray.runtime.schedule_set`. The chosen schedule runs through a
-:class:`~ios_ray.runtime.executor.ScheduleRunner`, built on first use per (schedule, device); where no schedule
+:class:`~ios_ray.runtime.executor.ScheduleRunner`, built on first use per (schedule, device), and its output goes
+back into the structure the module returns (:class:`~ios_ray.frontend.OutputStructure`); where no schedule
 fits (another device, another per-sample shape) the original module runs eagerly, with a one-time warning per
 reason (an input of a dtype no schedule was made for runs a schedule made for another, with a one-time warning).
 In training mode the original module always runs: schedules are for inference. Schedules given as a list must all
@@ -83,7 +84,8 @@ class ScheduledModule(nn.Module):
 
     def forward(self, x: torch.Tensor) -> Any:
         """Run the schedule chosen for ``x``'s device, dtype and batch size, or the original module where none
-        fits; the output comes in the module's own structure (a tensor, or a dict, tuple or list holding it)."""
+        fits; the output comes in the module's own structure (a tensor, or a dict, tuple or list holding one or
+        several)."""
         if self.training:
             return self.module(x)
         schedule = self.schedule_for(x)
