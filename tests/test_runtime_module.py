@@ -67,6 +67,21 @@ def test_forward_runs_the_schedule_for_the_batch_and_equals_eager(graph: Graph) 
         torch.testing.assert_close(scheduled(x), eager(model, x), rtol=1e-5, atol=1e-6)
 
 
+def test_the_schedule_is_chosen_once_per_device_batch_and_dtype(graph: Graph, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ios_ray.runtime.scheduled_module as scheduled_module
+
+    chosen: list[int] = []
+    choose = scheduled_module.select_schedule
+    monkeypatch.setattr(scheduled_module, "select_schedule", lambda *args: chosen.append(args[2]) or choose(*args))
+    scheduled = ScheduledModule(tiny(), schedules_for(graph, "cpu", (1, 4)), input_shape=SHAPE)
+    for batch in (1, 3, 1, 3, 1):
+        scheduled(torch.randn(batch, *SHAPE))
+    assert chosen == [1, 3]  # a served model pays a lookup per call, not a choice
+    scheduled.reset()
+    scheduled(torch.randn(1, *SHAPE))
+    assert chosen == [1, 3, 1]
+
+
 def test_a_schedule_for_another_graph_is_a_user_error(graph: Graph) -> None:
     foreign = schedules_for(import_module(ZOO["squeezenet"].build(), torch.randn(1, 3, 224, 224)).graph, "cpu", (1,))
     with pytest.raises(UserError, match=r"^schedule 0 \(test, cpu, batch 1\) was made for another graph"):

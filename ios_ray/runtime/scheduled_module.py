@@ -69,6 +69,7 @@ class ScheduledModule(nn.Module):
         self._programs: dict[torch.device, Program] = {}
         self._runners: dict[tuple[int, torch.device], ScheduleRunner] = {}
         self._warned: set[str] = set()
+        self._chosen: dict[tuple[torch.device, int, torch.dtype], Schedule | None] = {}
         self._binding: _Binding | None = self._bind(strict=True)
         self.eval()
 
@@ -94,11 +95,20 @@ class ScheduledModule(nn.Module):
         return self._bound().imported.output.pack(self._runner(schedule, x.device)(x))
 
     def schedule_for(self, x: torch.Tensor) -> Schedule | None:
-        """The schedule ``forward`` runs for ``x``, or None (warning once per reason) where none fits."""
+        """The schedule ``forward`` runs for ``x``, or None (warning once per reason) where none fits; chosen once per
+        (device, batch size, dtype), so that a served model pays a dictionary lookup per call."""
         if tuple(x.shape[1:]) != self.input_shape:
             self._warn_once(f"no schedule for inputs of shape {tuple(x.shape[1:])} (the schedules are for "
                             f"{self.input_shape}); running the original module.")
             return None
+        setting = (x.device, x.shape[0], x.dtype)
+        if setting not in self._chosen:
+            self._chosen[setting] = self._choose(x)
+        return self._chosen[setting]
+
+    def _choose(self, x: torch.Tensor) -> Schedule | None:
+        """The schedule for ``x``'s device, batch size and dtype by the rules of :mod:`~ios_ray.runtime.schedule_set`,
+        or None, warning once per reason."""
         if not self.schedules:
             self._warn_once(f"no schedule given was made for this model as it is now (in {self.graph.memory_format} "
                             "memory format); running the original module (search it as it is, or convert it back).")
@@ -118,6 +128,7 @@ class ScheduledModule(nn.Module):
     def reset(self) -> None:
         """Drop the import and the compiled runners, so the next forward rebuilds them from the module as it is."""
         self._binding = None
+        self._chosen.clear()
         self._programs.clear()
         self._runners.clear()
 
