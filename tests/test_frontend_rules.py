@@ -238,6 +238,15 @@ def test_only_a_concatenation_along_the_channels_folds_into_the_next_unit(dim: i
     assert result == (Counter({"conv": 2, "pool": 1}) if channels else Counter({"conv": 2, "opaque": 1, "pool": 1}))
 
 
+@pytest.mark.parametrize("flat, dim, channels", [(False, 1, True), (False, -3, True), (True, -2, True),
+                                                 (False, -2, False)])
+def test_a_narrow_is_a_channel_slice_along_the_channels_only(flat: bool, dim: int, channels: bool) -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.c(x).flatten(2) if flat else m.c(x)  # (B, C, H*W): its channels are dimension -2
+        return y.narrow(dim, 2, 3).sum(-1)
+    assert (kinds(imported(Lambda(fn)))["slice"] == 1) == channels
+
+
 def test_squeeze_excitation_is_its_pool_and_convs_plus_one_scale() -> None:
     def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
         y = m.c(x)

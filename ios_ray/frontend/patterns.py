@@ -160,7 +160,9 @@ def match_slice(scope: Scope, node: fx.Node) -> Match | None:
 
 
 def _match_narrow(node: fx.Node) -> Match | None:
-    if not calls(node, (torch.narrow,), ("narrow",)) or len(node.args) != 4 or node.args[1] not in (1, -3):
+    rank = len(full_shape(node.args[0]) or ()) if node.args else 0
+    if not calls(node, (torch.narrow,), ("narrow",)) or len(node.args) != 4 or not isinstance(node.args[1], int) \
+            or not rank or node.args[1] % rank != 1:  # the channels: -3 only where the tensor is 4-d
         return None
     start, length = node.args[2:]
     if not isinstance(start, int) or not isinstance(length, int) or not is_tensor(node.args[0]):
