@@ -91,6 +91,11 @@ class Schedule:
     memory_format: str = DEFAULT_MEMORY_FORMAT
 
     @property
+    def settings(self) -> tuple[str, ...]:
+        """Its dtype, and its memory format where that is not contiguous: what listings and titles name."""
+        return (self.dtype,) if self.memory_format == DEFAULT_MEMORY_FORMAT else (self.dtype, self.memory_format)
+
+    @property
     def stages(self) -> tuple[Stage, ...]:
         """All stages of the graph in execution order."""
         return tuple(s for b in self.blocks for s in b.stages)

@@ -5,8 +5,8 @@ dropout, ``out += identity`` then a shared ``nn.ReLU(inplace=True)``, pre-activa
 features, squeeze-excitation gates, stochastic depth (an fx-wrapped function, as torchvision's), timm's
 ``BatchNormAct2d`` (``F.batch_norm`` on parameters, then an activation), size arithmetic on ``x.size()``, a channel
 shuffle, ``permute``/``LayerNorm``, a layer scale, timm's TensorFlow-"SAME" convs and pools, weight-standardised and
-functional convs, attention with the batch folded into its heads, and a segmentation head that returns a dict. All but the Inception V3 are small, for quick
-tests.
+functional convs, attention with the batch folded into its heads, and a segmentation head that returns a dict. All
+but the Inception V3 are small, for quick tests.
 """
 
 from __future__ import annotations

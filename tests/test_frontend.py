@@ -150,7 +150,8 @@ def test_options_after_the_input_are_imported_at_their_defaults() -> None:
     assert [n.op for n in imported.module.graph.nodes].count("placeholder") == 1
     with torch.no_grad():
         assert relative_error(Program.from_imported(imported).run(x), module(x)) <= 1e-6
-    with pytest.raises(UserError, match=r"^TwoInputs takes 2 inputs \(x, mask\); ios-ray imports models that take one "):
+    with pytest.raises(UserError,
+                       match=r"^TwoInputs takes 2 inputs \(x, mask\); ios-ray imports models that take one "):
         import_module(TwoInputs().eval(), x[:1])
 
 

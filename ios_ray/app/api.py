@@ -30,7 +30,7 @@ from ios_ray.app.job import (DEFAULT_MEASURE, SearchOutcome, SearchProgress, Sea
                              schedule_path)
 from ios_ray.app.progress import RichSearchProgress, SilentProgress
 from ios_ray.devices import DEFAULT_SIM_ACTORS
-from ios_ray.dtypes import DEFAULT_MEMORY_FORMAT, dtype_name, memory_format_name, module_dtype
+from ios_ray.dtypes import dtype_name, memory_format_name, module_dtype
 from ios_ray.errors import UserError
 from ios_ray.runtime import ScheduledModule
 from ios_ray.schedule import Schedule, save_schedule
@@ -79,7 +79,7 @@ class SearchResult:
         return paths
 
     def __repr__(self) -> str:
-        dtypes = ", ".join(sorted({f"{o.schedule.dtype}{_format_note(o.schedule)}" for o in self.outcomes}))
+        dtypes = ", ".join(sorted({" ".join(o.schedule.settings) for o in self.outcomes}))
         lines = [f"SearchResult({self.model!r}, input {'x'.join(map(str, self.input_shape))}, {dtypes}):"]
         for o in self.outcomes:
             check = o.end_to_end
@@ -172,11 +172,6 @@ def optimize(
     result = search(model, [label], [int(example_input.shape[0])], input_shape=tuple(example_input.shape[1:]),
                     dtype=dtype, **options)  # type: ignore[arg-type]
     return result.deploy(model)
-
-
-def _format_note(schedule: Schedule) -> str:
-    """`` channels_last`` for a schedule of that memory format, else nothing."""
-    return "" if schedule.memory_format == DEFAULT_MEMORY_FORMAT else f" {schedule.memory_format}"
 
 
 def _as_tuple(value: Sequence | str | int) -> tuple:

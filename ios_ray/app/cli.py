@@ -226,9 +226,9 @@ def run(
     median, p10, p90 = measure_latency(scheduled, x, warmup=3, repeat=repeat, device=target)
     eager, _, _ = measure_latency(module, x, warmup=3, repeat=repeat, device=target)
     predicted = chosen.predicted_latency or float("nan")
-    layout_note = "" if chosen.memory_format == "contiguous" else f" {chosen.memory_format}"
-    console.print(f"schedule: {chosen.device} batch {chosen.batch} {chosen.dtype}{layout_note} ({len(chosen.stages)} "
-                  f"stages, predicted {predicted:.3f} ms {chosen.source} at batch {chosen.batch})")
+    console.print(f"schedule: {chosen.device} batch {chosen.batch} {' '.join(chosen.settings)} "
+                  f"({len(chosen.stages)} stages, predicted {predicted:.3f} ms {chosen.source} at batch "
+                  f"{chosen.batch})")
     if chosen.end_to_end is not None:
         console.print(f"search's end-to-end check: {chosen.end_to_end.summary()}")
     tolerance = output_tolerance(target, precision)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ios_ray.ir import DEFAULT_MEMORY_FORMAT, Graph
+from ios_ray.ir import Graph
 from ios_ray.schedule import Schedule
 from ios_ray.stage import Stage
 
@@ -23,8 +23,7 @@ def schedule_text(schedule: Schedule, graph: Graph | None = None) -> str:
     """A plain-text listing: header, then per block its stages with strategy, latency and groups."""
     latency = schedule.predicted_latency
     predicted = f", predicted {latency:.3f} ms" if latency is not None else ""
-    layout = "" if schedule.memory_format == DEFAULT_MEMORY_FORMAT else f", {schedule.memory_format}"
-    lines = [f"{schedule.model} on {schedule.device} (batch {schedule.batch}, {schedule.dtype}{layout}, "
+    lines = [f"{schedule.model} on {schedule.device} (batch {schedule.batch}, {', '.join(schedule.settings)}, "
              f"{schedule.source}): {len(schedule.stages)} stages{predicted}"]
     check = schedule.end_to_end
     if check is not None:

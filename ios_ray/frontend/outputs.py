@@ -84,10 +84,8 @@ def output_structure(output: Any, batch: int) -> OutputStructure:
     an ``OrderedDict`` into a dict, so the structure comes from a real call); UserError where it holds no tensor, or
     several that cannot be concatenated after their batch dimension."""
     leaves, spec = pytree.tree_flatten(output)
-    indices = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor))
+    indices = _tensor_indices(leaves)
     tensors = [leaves[i] for i in indices]
-    if not tensors:
-        raise UserError("the model returned no tensor; ios-ray imports models that return one or more.")
     if len(tensors) > 1 and (any(t.dim() < 2 or t.shape[0] != batch for t in tensors) or
                              len({t.dtype for t in tensors}) > 1):
         raise UserError(f"the model returned {len(tensors)} tensors that are not all batch-first feature maps of one "
@@ -100,10 +98,17 @@ def output_structure(output: Any, batch: int) -> OutputStructure:
 def output_tensor(output: Any) -> torch.Tensor:
     """The tensor a graph computes from what its model returns: the output itself, the only tensor of its dict, tuple
     or list, or its tensors flattened after the batch dimension and concatenated."""
-    tensors = [leaf for leaf in pytree.tree_leaves(output) if isinstance(leaf, torch.Tensor)]
-    if not tensors:
-        raise UserError("the model returned no tensor; ios-ray imports models that return one or more.")
+    leaves = pytree.tree_leaves(output)
+    tensors = [leaves[i] for i in _tensor_indices(leaves)]
     return tensors[0] if len(tensors) == 1 else torch.cat([t.flatten(1) for t in tensors], 1)
+
+
+def _tensor_indices(leaves: list[Any]) -> tuple[int, ...]:
+    """Where the tensors are among a model output's leaves; UserError where there is none."""
+    indices = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor))
+    if not indices:
+        raise UserError("the model returned no tensor; ios-ray imports models that return one or more.")
+    return indices
 
 
 def _named_tuple(value: Any) -> bool:

@@ -2,9 +2,10 @@
 
 :func:`trace` keeps a submodule that torch.fx cannot trace through (its forward branches on a tensor's values or
 sizes, as timm's ``Conv2dSame`` does) as one call of that submodule, which the import makes an opaque unit; only a
-failure in the top module's own code fails. Options of ``forward`` after the input are traced at their defaults. :func:`propagate` runs the graph on the example
-input: every tensor node gets its ``tensor_meta`` (shape, dtype), as with torch.fx's ``ShapeProp``, and every other
-node (a size, a shape, a flag) its Python ``value``, which :mod:`~ios_ray.frontend.sizes` folds into literals.
+failure in the top module's own code fails. Options of ``forward`` after the input are traced at their defaults.
+:func:`propagate` runs the graph on the example input: every tensor node gets its ``tensor_meta`` (shape, dtype),
+as with torch.fx's ``ShapeProp``, and every other node (a size, a shape, a flag) its Python ``value``, which
+:mod:`~ios_ray.frontend.sizes` folds into literals.
 """
 
 from __future__ import annotations
@@ -89,13 +90,13 @@ def defaulted_arguments(module: nn.Module) -> dict[str, Any]:
         parameters = list(inspect.signature(module.forward).parameters.values())
     except (TypeError, ValueError):  # a forward without a signature Python can read
         return {}
-    required = [p.name for p in parameters[1:] if p.default is inspect.Parameter.empty and p.kind in _NAMED]
+    after = [p for p in parameters[1:] if p.kind in _NAMED]
+    required = [p for p in after if p.default is inspect.Parameter.empty]
     if required:
-        names = ", ".join(p.name for p in parameters if p.kind in _NAMED)
+        names = ", ".join(p.name for p in parameters[:1] + after)
         raise UserError(f"{type(module).__name__} takes {len(required) + 1} inputs ({names}); ios-ray imports models "
                         "that take one (options after it may have defaults): wrap it to take the input alone.")
-    return {p.name: p.default for p in parameters[1:]
-            if p.default is not inspect.Parameter.empty and p.kind in _NAMED}
+    return {p.name: p.default for p in after}
 
 
 _NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)

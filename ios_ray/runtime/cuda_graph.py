@@ -4,12 +4,12 @@
 :mod:`~ios_ray.runtime.graph_timing`): the work first runs eagerly on the capture stream, after the caller's
 pending work (lazy initialisations such as cuBLAS workspaces and kernel loading must not happen inside a capture),
 then one call is captured with ``torch.cuda.graph`` on that same stream, in ``thread_local`` error mode (Ray's
-and torch's own threads may call CUDA meanwhile), one capture in the process at a time. Multi-stream work is captured as it runs: its side streams fork
-from the capture stream with events and join back before the work returns, which is what stream capture
-requires. Where a capture fails (an op synchronises with the host or is otherwise not capturable), the current
-stream is restored, the capture's memory pool is handed back to the caching allocator (see
-:func:`_release_failed_pool`: otherwise no later capture in the process could succeed) and :class:`CaptureError`
-says which op failed.
+and torch's own threads may call CUDA meanwhile), one capture in the process at a time. Multi-stream work is
+captured as it runs: its side streams fork from the capture stream with events and join back before the work
+returns, which is what stream capture requires. Where a capture fails (an op synchronises with the host or is
+otherwise not capturable), the current stream is restored, the capture's memory pool is handed back to the caching
+allocator (see :func:`_release_failed_pool`: otherwise no later capture in the process could succeed) and
+:class:`CaptureError` says which op failed.
 
 :class:`CapturedForward` replays a forward from a static input buffer: the first call with a new (shape, dtype)
 captures, later calls copy the input into the graph's static input, replay the graph on the caller's stream and

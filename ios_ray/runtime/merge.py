@@ -51,7 +51,8 @@ def merge_convs(program: Program, unit_ids: Sequence[str]) -> MergedConv:
     assert padding is not None, "can_merge accepts only kernels that centre together"
     first = convs[0]
     weight = _stacked_weight(convs, kernel, graph.memory_format)
-    merged = FoldedConv(weight, _stacked_bias(convs), first.stride, padding, first.dilation, 1, first.act, first.pre_act)
+    merged = FoldedConv(weight, _stacked_bias(convs), first.stride, padding, first.dilation, 1, first.act,
+                        first.pre_act)
     return MergedConv(merged, _splits(unit_ids, convs))
 
 
