@@ -1,5 +1,5 @@
-"""Resolving a model spec: a zoo name, ``torchvision:NAME``, ``timm:NAME`` (:mod:`ios_ray.libraries`), or
-``package.module:factory`` for any fx-traceable nn.Module."""
+"""Resolving a model spec: a zoo name, ``torchvision:NAME``, ``timm:NAME``, ``smp:ARCH[/ENCODER]``,
+``ultralytics:NAME`` (:mod:`ios_ray.libraries`), or ``package.module:factory`` for any nn.Module."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class ModelSpec:
 
 
 def resolve_model(spec: str, input_shape: Sequence[int] | None = None) -> ModelSpec:
-    """A zoo model by name, ``torchvision:NAME``, ``timm:NAME`` (the library's input size), or
+    """A zoo model by name, a library's model (``timm:NAME``... at the library's input size), or
     ``package.module:factory`` (the factory's ``input_shape`` attribute, else 3x224x224); ``input_shape``, if given,
     is the per-sample input shape instead."""
     model = _resolve(spec)
@@ -47,7 +47,7 @@ def _resolve(spec: str) -> ModelSpec:
         return ModelSpec(entry.name, entry.build, tuple(entry.input_shape))
     if ":" not in spec:
         raise UserError(f"unknown model {spec!r}; choose one of {', '.join(sorted(ZOO))}, or give torchvision:NAME, "
-                        "timm:NAME or package.module:factory.")
+                        "timm:NAME, smp:ARCH, ultralytics:NAME or package.module:factory.")
     library, _, name = spec.partition(":")
     if library in LIBRARIES:
         build, shape = library_model(library, name)

@@ -38,7 +38,7 @@ class UnknownOps(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = torch.sigmoid(self.a(x)) * self.scale
-        b = F.pad(self.b(x), (1, 1, 1, 1))[:, :, 1:-1, 1:-1]
+        b = torch.cumsum(self.b(x), 1)
         return torch.cat([a, b.tanh()], 1).mean(dim=(2, 3))
 
 
