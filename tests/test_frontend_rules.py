@@ -373,21 +373,25 @@ def test_a_transposed_conv_is_a_unit_with_its_batch_norm_and_activation_as_epilo
 
 
 class Volume(nn.Module):
-    """A small 3-d net: conv, batch-norm, ReLU, a pool and a second conv, as 3-d U-Nets are built."""
+    """A small 3-d net: conv, batch-norm, ReLU, pools, a second conv and a transposed conv, as 3-d U-Nets are built."""
 
     def __init__(self) -> None:
         super().__init__()
         self.a = nn.Sequential(nn.Conv3d(2, 4, 3, padding=1), nn.BatchNorm3d(4), nn.ReLU())
         self.b = nn.Conv3d(4, 4, 1)
-        self.pool = nn.MaxPool3d(2)
+        self.pool, self.avg = nn.MaxPool3d(2), nn.AvgPool3d(2)
+        self.up = nn.ConvTranspose3d(4, 2, 2, stride=2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.a(x)
-        return self.b(self.pool(y)) + self.pool(y)
+        return self.up(self.b(self.pool(y)) + self.avg(y))
 
 
-def test_3d_convs_are_units_and_a_3d_net_computes_what_it_computes() -> None:
+def test_3d_convs_and_pools_are_units_and_a_3d_net_computes_what_it_computes() -> None:
     result = imported(randomise_batchnorm(Volume()), (2, 4, 6, 6))
     convs = [u for u in result.graph.units if u.kind == "conv3d"]
     assert [u.attrs["epilogue"] if "epilogue" in u.attrs else () for u in convs] == [("batch_norm", "relu"), ()]
     assert convs[0].flops == 2 * 4 * 4 * 6 * 6 * 2 * 27
+    pools = {u.attrs["mode"]: u.attrs["kernel_size"] for u in result.graph.units if u.kind == "pool"}
+    assert pools == {"max": (2, 2, 2), "avg": (2, 2, 2)} and kinds(result)["conv_transpose"] == 1
+    assert kinds(result)["opaque"] == 0

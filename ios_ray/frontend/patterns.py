@@ -5,7 +5,7 @@ them), then the others, then lets every match grow its epilogue
 (:func:`~ios_ray.frontend.elementwise.elementwise_chain`).
 
 * pools: max, average and adaptive pools (modules or functions), and a mean over the spatial dimensions;
-* linear layers, transposed convs and 3-d convs (module units: the layer's own call);
+* 3-d max and average pools; linear layers, transposed convs and 3-d convs (module units: the layer's own call);
 * upsampling, pads and crops (:mod:`~ios_ray.frontend.spatial`);
 * flattens (``torch.flatten``, ``nn.Flatten``, ``x.view(x.size(0), -1)``);
 * a channel shuffle, ``reshape(b, g, c/g, h, w) -> transpose(1, 2) -> reshape(b, c, h, w)``, or
@@ -95,8 +95,9 @@ def match_linear(scope: Scope, node: fx.Node) -> Match | None:
 
 
 def match_conv_transpose(scope: Scope, node: fx.Node) -> Match | None:
-    """An ``nn.ConvTranspose2d`` call (a decoder's learned upsampling), zero-padded, with no output size given."""
-    conv = module_of(scope.gm, node, nn.ConvTranspose2d)
+    """An ``nn.ConvTranspose2d`` or ``nn.ConvTranspose3d`` call (a decoder's learned upsampling), zero-padded, with
+    no output size given."""
+    conv = module_of(scope.gm, node, (nn.ConvTranspose2d, nn.ConvTranspose3d))
     if conv is None or conv.padding_mode != "zeros" or len(node.args) != 1 or node.kwargs:
         return None
     attrs = {**_conv_attrs(conv), "output_padding": tuple(conv.output_padding)}
@@ -111,6 +112,26 @@ def match_conv3d(scope: Scope, node: fx.Node) -> Match | None:
         return None
     return Match("conv3d", str(node.target), [node.args[0]], node, node, [node], _conv_attrs(conv),
                  {"id": str(node.target), "module": str(node.target)})
+
+
+def match_pool3d(scope: Scope, node: fx.Node) -> Match | None:
+    """A 3-d max or average pool module (volumes, video)."""
+    pool = module_of(scope.gm, node, (nn.MaxPool3d, nn.AvgPool3d))
+    if pool is None or getattr(pool, "return_indices", False) or getattr(pool, "divisor_override", None) or \
+            len(node.args) != 1:
+        return None
+    attrs = {"mode": "max" if isinstance(pool, nn.MaxPool3d) else "avg", "kernel_size": _triple(pool.kernel_size),
+             "stride": _triple(pool.stride or pool.kernel_size), "padding": _triple(pool.padding),
+             "ceil_mode": pool.ceil_mode}
+    if isinstance(pool, nn.MaxPool3d):
+        attrs["dilation"] = _triple(pool.dilation)
+    else:
+        attrs["count_include_pad"] = pool.count_include_pad
+    return Match.single("pool", node, [node.args[0]], attrs)
+
+
+def _triple(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,) * 3
 
 
 def _conv_attrs(conv: nn.modules.conv._ConvNd) -> dict[str, Any]:
@@ -226,8 +247,8 @@ def match_scale(scope: Scope, node: fx.Node) -> Match | None:
 
 RULES: tuple[tuple[Rule, ...], ...] = (
     (match_conv,),
-    (match_pool, match_linear, match_conv_transpose, match_conv3d, match_upsample, match_flatten, match_shuffle,
-     match_slice, match_pad, match_scale),
+    (match_pool, match_pool3d, match_linear, match_conv_transpose, match_conv3d, match_upsample, match_flatten,
+     match_shuffle, match_slice, match_pad, match_scale),
 )
 
 

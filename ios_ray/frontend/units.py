@@ -287,7 +287,7 @@ def _flops(match: Match) -> int:
     if match.kind == "linear":
         return 2 * attrs["in_features"] * attrs["out_features"]
     if match.kind == "pool" and "kernel_size" in attrs:
-        return out * attrs["kernel_size"][0] * attrs["kernel_size"][1]
+        return out * math.prod(attrs["kernel_size"])
     if match.kind == "upsample":  # bilinear blends four inputs per output
         return out * (4 if attrs["mode"] == "bilinear" else 1)
     if match.kind == "pad":
