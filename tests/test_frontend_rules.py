@@ -395,3 +395,22 @@ def test_3d_convs_and_pools_are_units_and_a_3d_net_computes_what_it_computes() -
     pools = {u.attrs["mode"]: u.attrs["kernel_size"] for u in result.graph.units if u.kind == "pool"}
     assert pools == {"max": (2, 2, 2), "avg": (2, 2, 2)} and kinds(result)["conv_transpose"] == 1
     assert kinds(result)["opaque"] == 0
+
+
+def test_only_writes_through_a_view_make_the_capture_functionalize(capture: str) -> None:
+    from ios_ray.frontend.capture import _writes_through_aliases, export
+
+    if capture == "fx":
+        pytest.skip("torch.fx cannot trace item assignment; only torch.export captures it")
+
+    def written(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.c(x)
+        y[:, :2] = 0.0  # a write into a view of y: other readers must see it
+        return y + m.d(x)
+
+    def dropped(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(m.c(x).flatten(1), 0.2, False, True)  # in place, on a view, but writes nothing
+    example = torch.randn(1, *SHAPE)
+    assert _writes_through_aliases(export(Lambda(written).eval(), example))
+    assert not _writes_through_aliases(export(Lambda(dropped).eval(), example))
+    imported(Lambda(written))  # and the import computes what the module computes

@@ -205,8 +205,10 @@ def _writes_through_aliases(program: torch.export.ExportedProgram) -> bool:
         if node.op != "call_function" or not aten.is_in_place(node.target):
             continue
         first = node.args[0] if node.args else None
-        has_form = aten.as_torch_call(node.target, node.args, node.kwargs, 1) not in (None, aten.DROP)
-        if not has_form or not isinstance(first, fx.Node) or _aliased(first):
+        form = aten.as_torch_call(node.target, node.args, node.kwargs, 1)
+        if form is aten.IDENTITY:
+            continue  # it writes nothing: dropout outside training
+        if form in (None, aten.DROP) or not isinstance(first, fx.Node) or _aliased(first):
             return True
     return False
 
