@@ -99,3 +99,22 @@ def wide() -> nn.Module:
 
 
 wide.input_shape = (3, 16, 16)  # type: ignore[attr-defined]
+
+
+class FixedSize(nn.Module):
+    """A module that says its own input size, and whose head only fits that size (a flatten into a linear)."""
+
+    input_shape = (3, 20, 20)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.head = nn.Linear(4 * 10 * 10, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.flatten(torch.relu(self.conv(x)), 1))
+
+
+def fixed_size() -> nn.Module:
+    """Factory without an ``input_shape`` of its own: the module it returns has one."""
+    return FixedSize()
