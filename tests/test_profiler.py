@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -112,6 +113,29 @@ def test_pool_times_schedules_where_the_device_is_real(ray_local: None) -> None:
         assert len(medians) == 2 and all(m > 0 for m in medians)
         with pytest.raises(UserError, match=r"^sim:v100 is simulated, so its schedules cannot be timed end to end\.$"):
             pool.time_schedules("sim:v100", job)
+
+
+@pytest.mark.parametrize("restarts", (1, 0))
+def test_an_actor_killed_during_the_end_to_end_check_is_given_the_check_again(ray_local: None, restarts: int) -> None:
+    graph = import_model("squeezenet").graph
+    job = CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), 1, rounds=30)
+    with DevicePool.start(["cpu"], warmup=0, repeat=1, max_restarts=restarts) as pool:
+        actor = pool.actors("cpu")[0]
+        pid, kill_after_s = ray.get(actor.pid.remote()), 0.3  # the check builds the model first: over a second
+        killer = threading.Timer(kill_after_s, os.kill, (pid, signal.SIGKILL))
+        started = time.monotonic()
+        killer.start()
+        if restarts:
+            medians = pool.time_schedules("cpu", job)
+            assert time.monotonic() - started > kill_after_s  # the kill came while the check ran
+            assert len(medians) == 2 and all(m > 0 for m in medians)
+            assert ray.get(actor.pid.remote()) != pid  # restarted, and the check given to it again
+            return
+        with pytest.raises(UserError) as error:
+            pool.time_schedules("cpu", job)
+    assert str(error.value) == (
+        "every actor of 'cpu' died while timing the schedules of squeezenet end to end at batch 1 (killed or crashed, "
+        "out of memory perhaps, each after up to 0 restarts); the measured stages were kept, so run the search again.")
 
 
 def test_pool_measures_every_job_once(ray_local: None, small_graph: Graph) -> None:

@@ -77,7 +77,7 @@ class Dispatcher:
         self.seen: dict[str, set[tuple[str, int, str]]] = {label: set() for label in actors}
         self.in_flight: dict[ray.ObjectRef, tuple[_Slot, list[MeasureJob]]] = {}
         self.report = MeasureReport()
-        self.dead_reason: dict[str, str] = {}
+        self.dead: list[str] = []
 
     def run(self, jobs: Mapping[str, Sequence[MeasureJob]], batch_size: int | None = None) -> MeasureReport:
         """Measure every device's jobs; returns early (``interrupted``) on Ctrl-C."""
@@ -158,18 +158,18 @@ class Dispatcher:
         slot.failures += 1
         if isinstance(error, ActorDiedError) or slot.failures > self.max_restarts:
             slot.alive = False
-        if not any(s.alive for s in self.slots if s.label == slot.label):
-            self.dead_reason[slot.label] = first_line(error)
+        if not any(s.alive for s in self.slots if s.label == slot.label) and slot.label not in self.dead:
+            self.dead.append(slot.label)
             self.queues[slot.label].clear()
 
     def _raise_for_dead_devices(self) -> None:
         """After the loop: one sentence for the devices whose actors all died before their stages were measured."""
-        if not self.dead_reason:
+        if not self.dead:
             return
-        missing = sum(self.report.total[label] - self.report.done[label] for label in self.dead_reason)
-        reasons = "; ".join(f"{label}: {reason}" for label, reason in self.dead_reason.items())
+        missing = sum(self.report.total[label] - self.report.done[label] for label in self.dead)
         raise UserError(
-            f"every actor of {', '.join(map(repr, self.dead_reason))} died ({reasons}), leaving {missing} stages "
+            f"every actor of {', '.join(map(repr, self.dead))} died (killed or crashed, out of memory perhaps, each "
+            f"after up to {self.max_restarts} restarts), leaving {missing} stages "
             "unmeasured; the measured ones were kept, so run the search again to measure the rest."
         )
 
