@@ -271,3 +271,17 @@ def test_a_watched_model_still_pickles_and_its_copies_leave_the_watch_alone(grap
     copy.deepcopy(model).train()(torch.randn(4, *SHAPE))
     assert not scheduled._watch.changed()
     assert relative_gap(scheduled, model, x) < 1e-5
+
+
+def test_a_schedule_for_another_device_runs_only_when_asked_as_a_correctness_check(graph: Graph) -> None:
+    planned = schedules_for(graph, "sim:v100", (1, 4))
+    x = torch.randn(2, *SHAPE)
+    eager_only = ScheduledModule(tiny(), planned, input_shape=SHAPE)
+    with pytest.warns(UserWarning, match="any_device=True runs one anyway"):
+        assert eager_only.schedule_for(x) is None
+    checked = ScheduledModule(tiny(), planned, input_shape=SHAPE, any_device=True)
+    with pytest.warns(UserWarning, match="schedule made for sim:v100 on cpu, as a correctness check"):
+        assert checked.schedule_for(x).batch == 4
+    torch.testing.assert_close(checked(x), eager(checked.module, x), rtol=1e-5, atol=1e-6)
+    mixed = ScheduledModule(tiny(), planned + schedules_for(graph, "cpu", (8,)), input_shape=SHAPE, any_device=True)
+    assert mixed.schedule_for(x).device == "cpu"  # a schedule for this device comes first

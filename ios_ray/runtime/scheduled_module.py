@@ -9,7 +9,8 @@ imported graph, and in ``forward`` picks a schedule by the rules of
 :class:`~ios_ray.runtime.executor.ScheduleRunner`, built on first use per (schedule, device), and its output goes
 back into the structure the module returns (:class:`~ios_ray.frontend.OutputStructure`); where no schedule
 fits (another device, another per-sample shape) the original module runs eagerly, with a one-time warning per
-reason (an input of a dtype no schedule was made for runs a schedule made for another, with a one-time warning).
+reason (with ``any_device=True``, a schedule made for another device runs instead, a ``sim:`` plan on the CPU say,
+with a one-time warning that says it is a correctness check: its speed here says nothing of that device) (an input of a dtype no schedule was made for runs a schedule made for another, with a one-time warning).
 In training mode the original module always runs: schedules are for inference. Schedules given as a list must all
 fit the graph; from a folder (such as the ``--out`` folder of ``ios-ray search``, which may hold
 other models too) those made for other graphs are left out, and finding none is an error.
@@ -51,7 +52,7 @@ from ios_ray.frontend import Imported, import_module
 from ios_ray.ir import Graph
 from ios_ray.runtime.executor import ScheduleRunner
 from ios_ray.runtime.program import Program
-from ios_ray.runtime.schedule_set import read_schedules, select_schedule
+from ios_ray.runtime.schedule_set import device_rank, read_schedules, select_schedule
 from ios_ray.runtime.stages import resolve_device
 from ios_ray.runtime.weights import WeightWatch
 from ios_ray.schedule import Schedule, check_schedule, save_schedule
@@ -66,9 +67,11 @@ class ScheduledModule(nn.Module):
     def __init__(
         self, module: nn.Module, schedules: Sequence[Schedule] | str | Path,
         input_shape: Sequence[int] | None = None, cuda_graph: bool | None = None, follow_weights: bool = True,
+        any_device: bool = False,
     ) -> None:
         super().__init__()
         self.module = module
+        self.any_device = any_device
         self._watch = WeightWatch(module) if follow_weights else None
         if self._watch is not None:
             weakref.finalize(self, self._watch.disarm)
@@ -127,12 +130,16 @@ class ScheduledModule(nn.Module):
             return None
         gpu_name = torch.cuda.get_device_name(x.device) if x.device.type == "cuda" else None
         dtype = str(x.dtype).removeprefix("torch.")
-        schedule = select_schedule(self.schedules, x.device.type, x.shape[0], gpu_name, dtype)
+        schedule = select_schedule(self.schedules, x.device.type, x.shape[0], gpu_name, dtype, self.any_device)
         if schedule is None:
             labels = sorted({s.device for s in self.schedules})
             self._warn_once(f"no schedule fits device {x.device.type} (schedules are for {', '.join(labels)}); "
-                            "running the original module.")
-        elif schedule.dtype != dtype:
+                            "running the original module (any_device=True runs one anyway, to check that it "
+                            "computes the model).")
+        elif device_rank(schedule.device, x.device.type, gpu_name) is None:
+            self._warn_once(f"running the schedule made for {schedule.device} on {x.device.type}, as a correctness "
+                            f"check: its speed here says nothing of {schedule.device}.")
+        if schedule is not None and schedule.dtype != dtype:
             self._warn_once(f"no schedule for {dtype} inputs on {schedule.device}; running the one made for "
                             f"{schedule.dtype} (search with dtype={dtype!r} for a schedule tuned to it).")
         return schedule
@@ -173,6 +180,7 @@ class ScheduledModule(nn.Module):
     @classmethod
     def load(
         cls, path: str | Path, module: nn.Module, cuda_graph: bool | None = None, follow_weights: bool = True,
+        any_device: bool = False,
     ) -> "ScheduledModule":
         """Rebuild a saved ScheduledModule around ``module``, a fresh instance of the saved architecture."""
         path = Path(path)
@@ -182,7 +190,7 @@ class ScheduledModule(nn.Module):
         except (OSError, RuntimeError) as exc:
             raise UserError(f"cannot load the weights in {path / 'module.pt'} into {type(module).__name__}: "
                             f"{first_line(exc)}; pass a module of the saved architecture.") from None
-        return cls(module, path / "schedules", tuple(meta["input_shape"]), cuda_graph, follow_weights)
+        return cls(module, path / "schedules", tuple(meta["input_shape"]), cuda_graph, follow_weights, any_device)
 
     def _runner(self, schedule: Schedule, device: torch.device) -> ScheduleRunner:
         device = resolve_device(device)
