@@ -254,6 +254,35 @@ def test_run_holds_a_schedule_to_the_models_own_float32_error(tmp_path: Path) ->
 # --------------------------------------------------------------------------------------------- Ctrl-C and resume
 
 
+#: A command stopped by Ctrl-C, run as a process's command line, with an exit handler that would say it ran.
+CTRL_C_COMMAND = """
+import atexit, sys
+import ios_ray.cli
+from ios_ray.app.cli_util import CommandLine, user_errors
+
+assert isinstance(ios_ray.cli.app, CommandLine)
+atexit.register(lambda: print("finalized", flush=True))
+app = CommandLine()
+
+@app.command()
+@user_errors
+def stop() -> None:
+    print("stopping", flush=True)
+    raise KeyboardInterrupt
+
+app([])
+"""
+
+
+def test_after_ctrl_c_the_command_line_ends_the_process_at_once() -> None:
+    """The interpreter's normal exit raced the threads Ray leaves winding down (exit -11 after about one Ctrl-C in
+    ten): once its message is out, an interrupted command ends the process with os._exit, running no exit handler."""
+    ran = subprocess.run([sys.executable, "-c", CTRL_C_COMMAND], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 130, ran.stderr
+    assert ran.stdout == "stopping\n"  # flushed, and no exit handler ran
+    assert ran.stderr == "interrupted: everything measured so far is stored; rerun to resume.\n"
+
+
 @pytest.mark.slow
 def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(tmp_path: Path, ray_local: None) -> None:
     store, out = tmp_path / "store.duckdb", tmp_path / "out"

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Optional
 import typer
 from rich.table import Table
 
-from ios_ray.app.cli_util import (at_least_one, debug_option, make_console, parse_batches, parse_input_shape,
-                                  parse_list, store_lookup, user_errors)
+from ios_ray.app.cli_util import (CommandLine, at_least_one, debug_option, make_console, parse_batches,
+                                  parse_input_shape, parse_list, store_lookup, user_errors)
 from ios_ray.devices import DEFAULT_SIM_ACTORS
 from ios_ray.errors import UserError
 from ios_ray.store import DEFAULT_STORE_PATH
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from ios_ray.app.bench import BenchResult
 
-app = typer.Typer(
+app = CommandLine(
     help="ios-ray: find and deploy the fastest inter-operator schedule of a CNN per device and batch size.",
     no_args_is_help=True,
     add_completion=False,

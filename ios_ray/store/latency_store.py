@@ -25,8 +25,8 @@ system and a local file system (flock is not reliable over NFS).
 Ctrl-C. DuckDB polls for Python signals while it works and turns a Ctrl-C into whichever error the call
 was making (``Query interrupted``, a rollback without a transaction, an unreadable Arrow table), and the
 batch in flight is lost. So in the main thread every operation holds Ctrl-C until it has committed and
-detached, a few milliseconds, and then raises it as ``KeyboardInterrupt``: a search stopped with Ctrl-C
-has stored every batch it handed to the store.
+detached, a few milliseconds, and then raises it as ``KeyboardInterrupt`` (:func:`ios_ray.interrupts.ctrl_c_held`):
+a search stopped with Ctrl-C has stored every batch it handed to the store.
 
 A new store is built in a temporary file next to the target and renamed into place, so a half-created store
 never exists. An existing file is checked through a read-only ATTACH before anything writes to it, so a
@@ -51,7 +51,6 @@ import glob
 import numbers
 import os
 import re
-import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -63,6 +62,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from ios_ray.errors import UserError
+from ios_ray.interrupts import ctrl_c_held
 from ios_ray.store import DEFAULT_STORE_PATH
 from ios_ray.store.schema import (
     FORMAT_NAME,
@@ -223,7 +223,7 @@ class LatencyStore:
 
     @contextmanager
     def _attached(self, write: bool) -> Iterator[duckdb.DuckDBPyConnection]:
-        with _ctrl_c_held(), self._mutex, _flock(self._lock_path, exclusive=write):
+        with ctrl_c_held(), self._mutex, _flock(self._lock_path, exclusive=write):
             con = self._connection()
             try:
                 if write and not self._file.exists():
@@ -298,28 +298,6 @@ def _flock(path: Path, exclusive: bool) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-@contextmanager
-def _ctrl_c_held() -> Iterator[None]:
-    """Hold a Ctrl-C that arrives inside the block until the block has ended, then deliver it (see the module
-    docstring); outside the main thread, where Python delivers no signal, or where Ctrl-C's handler is not
-    Python's to replace, nothing is held."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
-        yield
-        return
-    held: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if not held:
-        return
-    if callable(previous):
-        previous(signal.SIGINT, None)
-    elif previous != signal.SIG_IGN:
-        raise KeyboardInterrupt
 
 
 @contextmanager
