@@ -404,3 +404,19 @@ def test_a_full_disk_stops_the_write_in_one_sentence_and_keeps_every_committed_r
     assert stored_keys(store) == fake_keys("k", committed * 500)
     store.put(fake_rows(["after"]))
     assert len(stored_keys(store)) == committed * 500 + 1
+
+
+def test_an_export_onto_a_full_disk_says_so_of_the_export_in_one_sentence(store_path: Path, tmp_path: Path) -> None:
+    open_store(store_path).put(fake_rows(fake_keys("k", 5000)))
+    before = sha256(store_path)
+    script = ("import resource, signal, sys\n"
+              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (20000, resource.RLIM_INFINITY))\n"
+              "from ios_ray.app.cli import app\n"
+              "app(sys.argv[1:])\n")
+    out = tmp_path / "export"
+    ran = subprocess.run([sys.executable, "-c", script, "store", "export", str(out), "--store", str(store_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 1 and ran.stdout == "" and ran.stderr.count("\n") == 1, ran.stderr
+    assert ran.stderr.startswith(f"error: cannot write the export into {out} (File too large); free space")
+    assert sha256(store_path) == before

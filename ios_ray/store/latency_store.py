@@ -84,6 +84,7 @@ _EXPORT_FIX = "pass a folder written by `ios-ray store export`"
 #: DuckDB errors where the file could not be read in full or the disk could not be written: one sentence each.
 _FILE_ERRORS = (duckdb.IOException, duckdb.FatalException, duckdb.TransactionException, duckdb.InternalException,
                 duckdb.SerializationException)
+_ERRNO = re.compile(r'"errno"\s*:\s*"?(\d+)')
 _WRITE_FAILED = re.compile(r"could not (write|truncate|fsync|sync|create|extend)|no space left|file too large|"
                            r"disk quota", re.IGNORECASE)
 _T = TypeVar("_T")
@@ -162,7 +163,11 @@ class LatencyStore:
         def run(con: duckdb.DuckDBPyConnection) -> int:
             rows = _sql(con, f"SELECT count(*) FROM {_CATALOG}.latency")[0][0]
             if rows:
-                _sql(con, copy)
+                try:
+                    _sql(con, copy)
+                except _FILE_ERRORS as err:
+                    raise UserError(f"cannot write the export into {target} ({_reason(err)}); free space on its disk "
+                                    "or export into another folder.") from err
             return rows
 
         return self._read(run)
@@ -340,13 +345,22 @@ def _failure(path: Path, err: duckdb.Error) -> str:
     if "could not set lock" in text.lower():
         return f"{path} is open in another program (not ios-ray); close that program and retry."
     if _WRITE_FAILED.search(text):
-        reason = text.splitlines()[0].rpartition(": ")[2].strip() or type(err).__name__
-        return (f"cannot write the latency store {path} ({reason}); free space on its disk or pass another store "
-                "path, then rerun: the rows it stored before are kept.")
+        return (f"cannot write the latency store {path} ({_reason(err)}); free space on its disk or pass another "
+                "store path, then rerun: the rows it stored before are kept.")
     return (
         f"{path} is not a readable latency store (not a DuckDB file, damaged or truncated, or from a newer "
         "DuckDB); move it away or pass another store path."
     )
+
+
+def _reason(err: duckdb.Error) -> str:
+    """What the system said of a failed write (``No space left on device``), from DuckDB's message: the text of the
+    errno it carries, else its first line's last clause."""
+    text = str(err)
+    errno = _ERRNO.search(text)
+    if errno:
+        return os.strerror(int(errno.group(1)))
+    return text.splitlines()[0].rpartition(": ")[2].strip() or type(err).__name__
 
 
 def _read_export(directory: Path) -> pa.Table:
