@@ -275,8 +275,9 @@ app([])
 
 
 def test_after_ctrl_c_the_command_line_ends_the_process_at_once() -> None:
-    """The interpreter's normal exit raced the threads Ray leaves winding down (exit -11 after about one Ctrl-C in
-    ten): once its message is out, an interrupted command ends the process with os._exit, running no exit handler."""
+    """The interpreter's normal exit raced the threads Ray leaves winding down (exit -11 now and then,
+    bench/ctrl_c.py): once its message is out, an interrupted command ends the process with os._exit, running no
+    exit handler."""
     ran = subprocess.run([sys.executable, "-c", CTRL_C_COMMAND], capture_output=True, text=True, timeout=60)
     assert ran.returncode == 130, ran.stderr
     assert ran.stdout == "stopping\n"  # flushed, and no exit handler ran

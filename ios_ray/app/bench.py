@@ -310,7 +310,9 @@ class Tolerance:
                 f"{self.floor:.0e}{self.note}")
 
 
-def model_tolerance(module: nn.Module, x: torch.Tensor, eager: torch.Tensor, floor: float, note: str = "") -> Tolerance:
+def model_tolerance(
+    module: nn.Module, x: torch.Tensor, eager: torch.Tensor, floor: float, note: str = "",
+) -> Tolerance:
     """The tolerance for a schedule of ``module`` on ``x``, whose eager output (a tensor) is ``eager``: eager is run
     again in float64, on a copy, to measure its own rounding error. ``note`` says what set the floor."""
     dtype = str(x.dtype).removeprefix("torch.")

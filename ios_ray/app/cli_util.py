@@ -30,8 +30,8 @@ INTERRUPTED = 130
 class CommandLine(typer.Typer):
     """The ``ios-ray`` app. Called as the process's command (the console script, ``python -m ios_ray``), it ends
     the process at once after a Ctrl-C, once the message is out: by then the search has stored what it measured and
-    shut Ray down, and the interpreter's normal exit raced the threads Ray leaves winding down (a segfault after
-    about one Ctrl-C in ten). Run in-process (``CliRunner``), it behaves as any Typer app."""
+    shut Ray down, and the interpreter's normal exit raced the threads Ray leaves winding down (a segfault now and
+    then, bench/ctrl_c.py). Run in-process (``CliRunner``), it behaves as any Typer app."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the command line; exit with :data:`INTERRUPTED` through ``os._exit`` after a Ctrl-C."""

@@ -4,10 +4,10 @@ Device rule: a ``cpu`` schedule runs on CPU tensors; on CUDA tensors every GPU l
 ``cuda:<i>``, a GPU name such as ``v100`` or ``h100``, and ``sim:<gpu>``, which is meant for that GPU), best
 first: the GPU's own name, then ``cuda``/``cuda:<i>``, then ``sim:`` of the GPU, then other GPU names, then
 other ``sim:`` GPUs; asked to (``any_device``), where no label fits, every schedule, as a correctness check of
-schedules made for another device (a ``sim:`` plan on the CPU, say). Dtype rule, among the schedules of the best device rank: those made for the input's dtype,
-else (none is) all of them: a schedule made for another dtype still computes the model, only tuned for other
-kernels. Batch rule, among those: the input's batch size if scheduled, else the smallest scheduled batch above
-it, else the largest.
+schedules made for another device (a ``sim:`` plan on the CPU, say). Dtype rule, among the schedules of the best
+device rank: those made for the input's dtype, else (none is) all of them: a schedule made for another dtype still
+computes the model, only tuned for other kernels. Batch rule, among those: the input's batch size if scheduled,
+else the smallest scheduled batch above it, else the largest.
 """
 
 from __future__ import annotations

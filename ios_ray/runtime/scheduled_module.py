@@ -9,8 +9,9 @@ imported graph, and in ``forward`` picks a schedule by the rules of
 :class:`~ios_ray.runtime.executor.ScheduleRunner`, built on first use per (schedule, device), and its output goes
 back into the structure the module returns (:class:`~ios_ray.frontend.OutputStructure`); where no schedule
 fits (another device, another per-sample shape) the original module runs eagerly, with a one-time warning per
-reason (with ``any_device=True``, a schedule made for another device runs instead, a ``sim:`` plan on the CPU say,
-with a one-time warning that says it is a correctness check: its speed here says nothing of that device) (an input of a dtype no schedule was made for runs a schedule made for another, with a one-time warning).
+reason; with ``any_device=True`` a schedule made for another device runs instead (a ``sim:`` plan on the CPU, say),
+with a one-time warning that this is a correctness check, its speed here saying nothing of that device. An input of
+a dtype no schedule was made for runs a schedule made for another, with a one-time warning.
 In training mode the original module always runs: schedules are for inference. Schedules given as a list must all
 fit the graph; from a folder (such as the ``--out`` folder of ``ios-ray search``, which may hold
 other models too) those made for other graphs are left out, and finding none is an error.
