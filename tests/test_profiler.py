@@ -222,6 +222,27 @@ def test_a_stage_error_in_an_actor_is_one_sentence(ray_local: None, small_graph:
             pool.measure({"sim:v100": jobs}, lambda rows: None)
 
 
+def test_a_lone_actor_killed_while_measuring_is_restarted_and_finishes_the_stages(
+    ray_local: None, small_graph: Graph
+) -> None:
+    """While Ray restarts an actor every call to it fails at once; those failures are no deaths of their own."""
+    rows: list[dict[str, Any]] = []
+    jobs = jobs_for(small_graph, (1, 8, 32))
+    with DevicePool.start(["sim:v100"], sim_actors=1, max_restarts=3) as pool:
+        actor = pool.actors("sim:v100")[0]
+        pid = ray.get(actor.pid.remote())
+
+        def kill_after_first(batch: list[dict[str, Any]]) -> None:
+            if not rows:
+                os.kill(pid, signal.SIGKILL)
+            rows.extend(batch)
+
+        report = pool.measure({"sim:v100": jobs}, kill_after_first, batch_size=2)
+        assert ray.get(actor.pid.remote()) != pid
+    assert report.complete and report.rerun >= 1
+    assert len(rows) == len({job.measurement for job in jobs})
+
+
 def test_a_device_whose_actors_all_die_is_reported(ray_local: None, small_graph: Graph) -> None:
     rows: list[dict[str, Any]] = []
     with DevicePool.start(["sim:v100"], sim_actors=1, max_restarts=0) as pool:

@@ -25,14 +25,13 @@ from ios_ray.devices import DEFAULT_SIM_ACTORS, DeviceSpec, parse_device
 from ios_ray.errors import UserError
 from ios_ray.profiler.actors import Hello, start_actor
 from ios_ray.profiler.cluster import check_offered, live_nodes, plan_all
-from ios_ray.profiler.dispatch import Dispatcher, MeasureReport, ProgressCallback, RowsCallback, task_error
+from ios_ray.profiler.dispatch import (RESTART_POLL_S, RESTART_TIMEOUT_S, Dispatcher, MeasureReport, ProgressCallback,
+                                      RowsCallback, task_error)
 from ios_ray.ir import Graph
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource
 
-#: Seconds to wait for a device's actors to start and fingerprint their device (or for one to restart).
+#: Seconds to wait for a device's actors to start and fingerprint their device.
 START_TIMEOUT_S = 60.0
-#: Seconds between tries of an actor that Ray is restarting.
-RESTART_POLL_S = 0.2
 
 
 class DevicePool:
@@ -112,9 +111,9 @@ class DevicePool:
         """Time whole schedules side by side on one actor of a label; the median latency of each in ms. An actor
         that dies meanwhile gets the job again once Ray has restarted it (up to ``max_restarts`` times), then the
         label's other actors do; UserError once every one has died for good (or stayed unavailable for
-        ``START_TIMEOUT_S``)."""
+        ``RESTART_TIMEOUT_S``)."""
         for actor in self._actors[label]:
-            deadline = time.monotonic() + START_TIMEOUT_S
+            deadline = time.monotonic() + RESTART_TIMEOUT_S
             while time.monotonic() < deadline:
                 try:
                     return ray.get(actor.time_schedules.remote(job))
