@@ -118,10 +118,10 @@ def test_pool_times_schedules_where_the_device_is_real(ray_local: None) -> None:
 @pytest.mark.parametrize("restarts", (1, 0))
 def test_an_actor_killed_during_the_end_to_end_check_is_given_the_check_again(ray_local: None, restarts: int) -> None:
     graph = import_model("squeezenet").graph
-    job = CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), 1, rounds=30)
+    job = CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), 1, rounds=2)
     with DevicePool.start(["cpu"], warmup=0, repeat=1, max_restarts=restarts) as pool:
         actor = pool.actors("cpu")[0]
-        pid, kill_after_s = ray.get(actor.pid.remote()), 0.3  # the check builds the model first: over a second
+        pid, kill_after_s = ray.get(actor.pid.remote()), 0.2  # the check imports the model first: longer than that
         killer = threading.Timer(kill_after_s, os.kill, (pid, signal.SIGKILL))
         started = time.monotonic()
         killer.start()
