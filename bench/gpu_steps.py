@@ -108,7 +108,7 @@ def calibrate(device: str, model: str, batches: list[int], sample: int) -> dict[
     result: dict[str, Any] = {"device": device, "model": model, "stages": len(plan.stages),
                               "lazy_stages": lazy_stages(space), "sample": len(chosen), "batches": {}}
     for batch in batches:
-        entry = _costs(backend, graph, chosen, ModelSource.of_spec(model), batch)
+        entry = _costs(backend, graph, chosen, ModelSource(model, graph.input_shape, spec=model), batch)
         if device == "cuda":
             entry["copies"] = _copies(graph, model, chosen[:COPIES_STAGES], batch)
         result["batches"][str(batch)] = entry

@@ -18,22 +18,16 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ios_ray.errors import UserError
-from ios_ray.ir import DEFAULT_MEMORY_FORMAT, Graph
-from ios_ray.stage import STRATEGIES, Stage
-
-#: The largest batch size a schedule (and a stored measurement) can be made for: the store keeps it in 32 bits.
-MAX_BATCH = 2**31 - 1
+from ios_ray.ir import Graph
+from ios_ray.stage import Stage
+from ios_ray.vocabulary import (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, DTYPE_NAMES, MAX_BATCH_SIZE, SOURCES,
+                                STRATEGIES)
 
 #: How torch names each memory format, for messages that tell what to convert a model with.
 MEMORY_FORMAT_TORCH_NAMES = {"contiguous": "contiguous_format", "channels_last": "channels_last"}
 
 SCHEDULE_FORMAT = "ios-ray-schedule"
 SCHEDULE_VERSION = 1
-#: The dtypes a schedule (and a stored measurement) can be made for, by their names in files.
-DTYPE_NAMES = ("float32", "float16", "bfloat16")
-DEFAULT_DTYPE = "float32"
-#: Where a schedule's latencies come from: a device, or the sim model.
-SOURCES = ("measured", "simulated")
 
 
 @dataclass(frozen=True)
@@ -172,7 +166,7 @@ def _mapping(value: Any) -> str | None:
 
 
 def _batch(value: Any) -> str | None:
-    return None if _is_int(value) and 0 < value <= MAX_BATCH else f"a whole number from 1 to {MAX_BATCH:,}"
+    return None if _is_int(value) and 0 < value <= MAX_BATCH_SIZE else f"a whole number from 1 to {MAX_BATCH_SIZE:,}"
 
 
 def _shape(value: Any) -> str | None:

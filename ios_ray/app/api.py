@@ -26,16 +26,16 @@ from typing import ContextManager, Iterator, Sequence
 import torch
 from torch import nn
 
-from ios_ray.app.job import (DEFAULT_MEASURE, SearchOutcome, SearchProgress, SearchRequest, run_search,
-                             schedule_path)
+from ios_ray.app.job import SearchOutcome, SearchProgress, SearchRequest, run_search, schedule_path
 from ios_ray.app.progress import RichSearchProgress, SilentProgress
-from ios_ray.devices import DEFAULT_SIM_ACTORS
 from ios_ray.dtypes import dtype_name, memory_format_name, module_dtype
 from ios_ray.errors import UserError
 from ios_ray.runtime import ScheduledModule
 from ios_ray.schedule import Schedule, save_schedule
 from ios_ray.scheduler import SearchParams
 from ios_ray.store import DEFAULT_STORE_PATH
+from ios_ray.vocabulary import (DEFAULT_CHECK_ROUNDS, DEFAULT_MEASURE, DEFAULT_R, DEFAULT_S, DEFAULT_SIM_ACTORS,
+                                STRATEGIES)
 
 
 @dataclass(frozen=True)
@@ -104,14 +104,14 @@ def search(
     out: str | Path | None = None,
     input_shape: Sequence[int] | None = None,
     name: str | None = None,
-    r: int | None = 3,
-    s: int | None = 8,
-    strategies: Sequence[str] = ("concurrent", "merge"),
+    r: int | None = DEFAULT_R,
+    s: int | None = DEFAULT_S,
+    strategies: Sequence[str] = STRATEGIES,
     address: str | None = None,
     sim_actors: int = DEFAULT_SIM_ACTORS,
     warmup: int | None = None,
     repeat: int | None = None,
-    check_rounds: int = 10,
+    check_rounds: int = DEFAULT_CHECK_ROUNDS,
     measure: str = DEFAULT_MEASURE,
     budget: int | None = None,
     dtype: str | torch.dtype | None = None,

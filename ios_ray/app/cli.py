@@ -13,9 +13,10 @@ from rich.table import Table
 
 from ios_ray.app.cli_util import (CommandLine, at_least_one, debug_option, make_console, parse_batches,
                                   parse_input_shape, parse_list, store_lookup, user_errors)
-from ios_ray.devices import DEFAULT_SIM_ACTORS
 from ios_ray.errors import UserError
 from ios_ray.store import DEFAULT_STORE_PATH
+from ios_ray.vocabulary import (DEFAULT_CHECK_ROUNDS, DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, DEFAULT_R, DEFAULT_S,
+                                DEFAULT_SIM_ACTORS, STRATEGIES, is_simulated)
 
 if TYPE_CHECKING:
     import torch
@@ -50,7 +51,7 @@ class StrategyChoice(str, Enum):
     @property
     def strategies(self) -> tuple[str, ...]:
         """The strategy names for SearchParams."""
-        return ("concurrent", "merge") if self is StrategyChoice.both else (self.value,)
+        return STRATEGIES if self is StrategyChoice.both else (self.value,)
 
 
 class MeasureChoice(str, Enum):
@@ -76,8 +77,8 @@ def models() -> None:
 @user_errors
 def inspect(
     model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
-    r: int = typer.Option(3, "-r", help="pruning: max units per group"),
-    s: int = typer.Option(8, "-s", help="pruning: max groups per stage"),
+    r: int = typer.Option(DEFAULT_R, "-r", help="pruning: max units per group"),
+    s: int = typer.Option(DEFAULT_S, "-s", help="pruning: max groups per stage"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
 ) -> None:
@@ -108,8 +109,8 @@ def search(
     batches: str = typer.Option("1", "--batches", "-b", help="comma-separated batch sizes, e.g. 1,32,128"),
     store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
     out: Path = typer.Option(DEFAULT_OUT, "--out", help="folder for OUT/<model>/<device>/bs<batch>.json"),
-    r: int = typer.Option(3, "-r", help="pruning: max units per group"),
-    s: int = typer.Option(8, "-s", help="pruning: max groups per stage"),
+    r: int = typer.Option(DEFAULT_R, "-r", help="pruning: max units per group"),
+    s: int = typer.Option(DEFAULT_S, "-s", help="pruning: max groups per stage"),
     strategy: StrategyChoice = typer.Option(StrategyChoice.both, "--strategy", help="stage strategies to consider"),
     address: Optional[str] = typer.Option(None, "--address", help="join a Ray cluster (auto or ray://...); "
                                           "default: start Ray locally in-process"),
@@ -119,16 +120,16 @@ def search(
                                          "gpu 3 replays of its CUDA graph)"),
     repeat: Optional[int] = typer.Option(None, "--repeat", help="timed runs per stage (default: cpu 10 calls; "
                                          "gpu 10 replays of a graph of 8 copies)"),
-    check_rounds: int = typer.Option(10, "--check-rounds", help="rounds of the end-to-end check that times the IOS "
+    check_rounds: int = typer.Option(DEFAULT_CHECK_ROUNDS, "--check-rounds", help="rounds of the end-to-end check that times the IOS "
                                      "and sequential schedules whole and keeps the faster (0: no check)"),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
     measure: MeasureChoice = typer.Option(MeasureChoice.lazy, "--measure", help="lazy: only the stages that can "
                                           "change the schedule, round by round; all: every candidate stage"),
     budget: Optional[int] = typer.Option(None, "--budget", help="lazy: at most this many stages per device and "
                                          "batch (stored ones included)"),
-    dtype: str = typer.Option("float32", "--dtype", help=DTYPE_HELP + " (stages are measured in it; schedules "
+    dtype: str = typer.Option(DEFAULT_DTYPE, "--dtype", help=DTYPE_HELP + " (stages are measured in it; schedules "
                               "other than float32 are written as bs<batch>-<dtype>.json)"),
-    memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP + " (stages are "
+    memory_format: str = typer.Option(DEFAULT_MEMORY_FORMAT, "--memory-format", help=MEMORY_FORMAT_HELP + " (stages are "
                                       "measured in it; channels_last schedules are bs<batch>[-<dtype>]-channels_last"
                                       ".json)"),
 ) -> None:
@@ -171,14 +172,12 @@ def show(
     svg: Optional[Path] = typer.Option(None, "--svg", help="also draw the stages and groups into this SVG file"),
 ) -> None:
     """Print a schedule's stages and groups, and optionally draw them as a picture."""
-    from ios_ray.dtypes import torch_dtype
     from ios_ray.frontend import import_model
     from ios_ray.schedule import check_schedule, read_schedule
     from ios_ray.app.show import schedule_svg, schedule_text
 
     plan = read_schedule(schedule)
-    graph = import_model(plan.model, input_shape=plan.input_shape, dtype=torch_dtype(plan.dtype),
-                         memory_format=plan.memory_format).graph
+    graph = import_model(plan.model, plan.input_shape, plan.dtype, plan.memory_format).graph
     check_schedule(plan, graph, where=str(schedule))
     print(schedule_text(plan, graph))
     if svg is not None:
@@ -199,8 +198,8 @@ def run(
     device: str = typer.Option("cpu", "--device", help="torch device to run on: cpu or cuda[:i]"),
     repeat: int = typer.Option(20, "--repeat", help="timed runs"),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
-    dtype: str = typer.Option("float32", "--dtype", help=DTYPE_HELP),
-    memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP),
+    dtype: str = typer.Option(DEFAULT_DTYPE, "--dtype", help=DTYPE_HELP),
+    memory_format: str = typer.Option(DEFAULT_MEMORY_FORMAT, "--memory-format", help=MEMORY_FORMAT_HELP),
     any_device: bool = typer.Option(False, "--any-device", help="where no schedule fits --device, run one made for "
                                     "another device (a sim: plan, say) to check that it computes the model: a "
                                     "correctness check, without latency"),
@@ -212,18 +211,16 @@ def run(
 
     from ios_ray.app.bench import TF32_TOLERANCE, model_tolerance, output_tolerance, relative_error
     from ios_ray.dtypes import in_memory_format, memory_format_name, to_memory_format, torch_dtype
-    from ios_ray.frontend import output_tensor
-    from ios_ray.models import resolve_model
+    from ios_ray.frontend import load_model, output_tensor
     from ios_ray.runtime import ScheduledModule, device_rank, measure_latency
 
     parse_batches(str(batch))
     at_least_one(repeat=repeat)
     target, precision, layout = _torch_device(device), torch_dtype(dtype), memory_format_name(memory_format)
-    spec = resolve_model(model, input_shape=parse_input_shape(input_shape))
-    torch.manual_seed(0)
-    module = to_memory_format(spec.build().eval().to(target, precision), layout)
-    scheduled = ScheduledModule(module, schedules, input_shape=spec.input_shape, any_device=any_device)
-    x = in_memory_format(torch.randn(batch, *spec.input_shape, device=target, dtype=precision), layout)
+    loaded = load_model(model, parse_input_shape(input_shape))
+    module = to_memory_format(loaded.module.eval().to(target, precision), layout)
+    scheduled = ScheduledModule(module, schedules, input_shape=loaded.input_shape, any_device=any_device)
+    x = in_memory_format(torch.randn(batch, *loaded.input_shape, device=target, dtype=precision), layout)
     with warnings.catch_warnings(record=True) as caught:  # said below in a line of its own, or in the error
         warnings.simplefilter("always")
         chosen = scheduled.schedule_for(x)
@@ -277,8 +274,8 @@ def bench(
                                                "or on a GPU reduce-overhead (default: each mode)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON (rows and notes) instead of tables"),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
-    dtype: str = typer.Option("float32", "--dtype", help=DTYPE_HELP + " (the schedules of that dtype are used)"),
-    memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP + " (the schedules "
+    dtype: str = typer.Option(DEFAULT_DTYPE, "--dtype", help=DTYPE_HELP + " (the schedules of that dtype are used)"),
+    memory_format: str = typer.Option(DEFAULT_MEMORY_FORMAT, "--memory-format", help=MEMORY_FORMAT_HELP + " (the schedules "
                                       "of that format are used)"),
 ) -> None:
     """Eager, the sequential, greedy and IOS schedules and torch.compile, measured side by side (on a GPU also
@@ -289,15 +286,14 @@ def bench(
 
     from ios_ray.app.bench import bench_model, compile_modes_for
     from ios_ray.dtypes import memory_format_name, to_memory_format, torch_dtype
-    from ios_ray.models import resolve_model
+    from ios_ray.frontend import load_model
 
     target, precision, layout = _bench_target(device), torch_dtype(dtype), memory_format_name(memory_format)
     modes = compile_modes_for(target.type, compile_mode) if compile_ else ()
-    spec = resolve_model(model, input_shape=parse_input_shape(input_shape))
-    torch.manual_seed(0)
-    module = to_memory_format(spec.build().eval().to(target, precision), layout)
+    loaded = load_model(model, parse_input_shape(input_shape))
+    module = to_memory_format(loaded.module.eval().to(target, precision), layout)
     report: dict[str, list] = {"rows": [], "notes": []}
-    for result in bench_model(module, spec.name, spec.input_shape, device, target, parse_batches(batches), schedules,
+    for result in bench_model(module, loaded.name, loaded.input_shape, device, target, parse_batches(batches), schedules,
                               store_lookup(store), rounds, modes):
         if not as_json:
             _print_bench_table(result)
@@ -335,7 +331,7 @@ def evaluate(
     """Cross-evaluate schedules (the paper's Table 3): the schedule made for X run on Y, for every X and Y."""
     at_least_one(rounds=rounds)
     from ios_ray.app.evaluation import cross_evaluate, local_measures, settings_of, winners_hold
-    from ios_ray.dtypes import settings_named, torch_dtype
+    from ios_ray.dtypes import settings_named
     from ios_ray.frontend import import_model
     from ios_ray.runtime import read_schedules
 
@@ -348,7 +344,7 @@ def evaluate(
         raise UserError(f"no schedules of model {model!r} under {schedules}.")
     lookup = store_lookup(store) or (lambda keys, fingerprint, batch, dtype: {})
     for name, shape, dtype, layout in models:
-        graph = import_model(name, input_shape=shape, dtype=torch_dtype(dtype), memory_format=layout).graph
+        graph = import_model(name, shape, dtype, layout).graph
         mine = [s for s in found if s.model == name and s.graph_fingerprint == graph.fingerprint and s.dtype == dtype]
         cells = cross_evaluate(mine, graph, lookup, local_measures(name, rounds, shape, dtype, layout))
         settings = settings_of(mine)
@@ -391,7 +387,7 @@ def _bench_target(label: str) -> "torch.device":
     """The torch device that runs the schedules of a device label: the CPU for ``cpu``, else a CUDA GPU."""
     import torch
 
-    if label.startswith("sim:"):
+    if is_simulated(label):
         raise UserError(f"{label!r} is simulated and bench measures on this machine; compare simulated schedules "
                         "by prediction with `ios-ray evaluate --schedules DIR`.")
     if label == "cpu" or label.startswith("cuda"):

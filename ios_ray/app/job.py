@@ -38,28 +38,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Protocol, Sequence
 
-import torch
 from torch import nn
 
 from ios_ray.app.ray_session import ray_session
 from ios_ray.app.rounds import RoundSize
-from ios_ray.devices import DEFAULT_SIM_ACTORS, parse_device
-from ios_ray.dtypes import (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, converted, dtype_name, example_input,
-                            memory_format_name, module_device, module_dtype, module_memory_format, settings_named)
+from ios_ray.devices import parse_device
+from ios_ray.dtypes import dtype_name, memory_format_name, module_device, module_dtype, module_memory_format, settings_named
 from ios_ray.errors import UserError
-from ios_ray.frontend import import_module
+from ios_ray.frontend import Model, import_model, load_model
 from ios_ray.ir import Graph
-from ios_ray.models import DEFAULT_INPUT_SHAPE, resolve_model
 from ios_ray.profiler import CheckJob, DeviceIdentity, DevicePool, MeasureJob, ModelSource
-from ios_ray.schedule import MAX_BATCH, EndToEnd, Schedule, save_schedule
+from ios_ray.schedule import EndToEnd, Schedule, save_schedule
 from ios_ray.scheduler import (LazyParams, LazyRound, LazySpace, Plan, PlannedStage, SearchParams, TableLatency,
                                inflated, next_round, optimize_graph, plan_graph, sequential, unit_parts)
 from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore, rows_to_table
+from ios_ray.vocabulary import (DEFAULT_CHECK_ROUNDS, DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, DEFAULT_MEASURE,
+                                DEFAULT_SIM_ACTORS, MEASURE_MODES, checked_batches, is_simulated)
 
-#: How a search measures: ``all`` planned stages, or ``lazy``: only those that can change the schedule.
-MEASURE_MODES = ("all", "lazy")
-DEFAULT_MEASURE = "lazy"
 #: On a measured device, lower bounds sit this fraction below what they come from (timing noise); 0 on ``sim:``.
 LAZY_MARGIN = 0.1
 
@@ -83,7 +79,7 @@ class SearchRequest:
     sim_actors: int = DEFAULT_SIM_ACTORS
     warmup: int | None = None
     repeat: int | None = None
-    check_rounds: int = 10
+    check_rounds: int = DEFAULT_CHECK_ROUNDS
     measure: str = DEFAULT_MEASURE
     budget: int | None = None
     dtype: str | None = None
@@ -122,23 +118,26 @@ class SearchOutcome:
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """The model of a request, built and imported on the driver: its name, module, input shape and graph."""
+    """The model of a request (:func:`~ios_ray.frontend.load_model`) and its graph, imported on the driver."""
 
-    name: str
-    module: nn.Module
-    input_shape: tuple[int, ...]
+    model: Model
     graph: Graph
-    spec: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The model's name."""
+        return self.model.name
 
     def source(self, shared: bool) -> ModelSource:
         """Where actors get the model: its spec, else (where ``shared``: actors on real devices need it) the object,
         put into Ray's object store (Ray must run) from the CPU, so that a node without a GPU can rebuild it."""
         import ray
 
-        if self.spec is not None or not shared:
-            return ModelSource(self.name, self.input_shape, spec=self.spec)
-        module = self.module if module_device(self.module).type == "cpu" else copy.deepcopy(self.module).cpu()
-        return ModelSource(self.name, self.input_shape, module_ref=ray.put(module))
+        name, shape, module = self.model.name, self.model.input_shape, self.model.module
+        if self.model.spec is not None or not shared:
+            return ModelSource(name, shape, spec=self.model.spec)
+        module = module if module_device(module).type == "cpu" else copy.deepcopy(module).cpu()
+        return ModelSource(name, shape, module_ref=ray.put(module))
 
 
 @dataclass(frozen=True)
@@ -202,7 +201,7 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
     """Run a whole search; returns one outcome per (device, batch), writing a schedule file for each if ``out``."""
     started = time.perf_counter()
     request = _checked(request)
-    model = load_model(request)
+    model = load_request_model(request)
     keys = StageKeys(model.graph)
     lazy = LazySpace.build(model.graph, request.params, keys) if request.measure == "lazy" else None
     plan = lazy.plan if lazy is not None else plan_graph(model.graph, request.params, keys)
@@ -233,23 +232,12 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
         return _schedule_all(search, identities, started, (pool, source), progress)
 
 
-def load_model(request: SearchRequest) -> LoadedModel:
-    """Build the request's model (a spec) or take it (an object), and import it in the request's dtype and memory
-    format (a converted copy where it holds others) with a seeded batch-1 input on its device."""
-    if isinstance(request.model, str):
-        spec = resolve_model(request.model, input_shape=request.input_shape)
-        shape = request.input_shape or spec.input_shape
-        torch.manual_seed(0)
-        module, name, source_spec = spec.build(), request.name or spec.name, request.model
-    elif isinstance(request.model, nn.Module):
-        module, source_spec = request.model, None
-        name = request.name or type(module).__name__
-        shape = request.input_shape or tuple(getattr(module, "input_shape", DEFAULT_INPUT_SHAPE))
-    else:
-        raise UserError(f"model must be an nn.Module or a model spec string, not a {type(request.model).__name__}.")
-    held = converted(module, request.dtype or DEFAULT_DTYPE, request.memory_format or DEFAULT_MEMORY_FORMAT)
-    graph = import_module(held, example_input(held, shape), name).graph
-    return LoadedModel(name, module, tuple(shape), graph, source_spec)
+def load_request_model(request: SearchRequest) -> LoadedModel:
+    """The request's model, built (a spec) or taken (an object), and imported in the request's dtype and memory
+    format."""
+    model = load_model(request.model, request.input_shape, request.name)
+    dtype, memory_format = request.dtype or DEFAULT_DTYPE, request.memory_format or DEFAULT_MEMORY_FORMAT
+    return LoadedModel(model, import_model(model, dtype=dtype, memory_format=memory_format).graph)
 
 
 def _schedule_all(
@@ -369,8 +357,7 @@ def _checked(request: SearchRequest) -> SearchRequest:
     devices = tuple(dict.fromkeys(parse_device(label).label for label in request.devices))
     if not devices:
         raise UserError("devices must name at least one device, e.g. cpu or sim:v100.")
-    if not request.batches or any(type(b) is not int or not 0 < b <= MAX_BATCH for b in request.batches):
-        raise UserError(f"batch sizes must be integers from 1 to {MAX_BATCH:,}, not {list(request.batches)}.")
+    batches = checked_batches(request.batches)
     for name, value, least in (("repeat", request.repeat, 1), ("warmup", request.warmup, 0),
                                ("check_rounds", request.check_rounds, 0), ("sim_actors", request.sim_actors, 1)):
         if value is not None and value < least:
@@ -384,7 +371,7 @@ def _checked(request: SearchRequest) -> SearchRequest:
     if request.out is not None and request.out.exists() and not request.out.is_dir():
         raise UserError(f"out={request.out} is a file; pass a folder for the schedules.")
     dtype = _dtype_of(request)
-    simulated = [label for label in devices if parse_device(label).simulated]
+    simulated = [label for label in devices if is_simulated(label)]
     memory_format = _memory_format_of(request)
     for setting, default in ((dtype, DEFAULT_DTYPE), (memory_format, DEFAULT_MEMORY_FORMAT)):
         if setting != default and simulated:
@@ -392,7 +379,7 @@ def _checked(request: SearchRequest) -> SearchRequest:
                             f"search {setting} on a real device (cuda, a GPU name, cpu) or {default} on sim: devices.")
     if request.address not in (None, "auto"):
         _check_reachable(request.address)
-    return dataclasses.replace(request, devices=devices, batches=tuple(dict.fromkeys(request.batches)), dtype=dtype,
+    return dataclasses.replace(request, devices=devices, batches=batches, dtype=dtype,
                                memory_format=memory_format)
 
 
