@@ -49,7 +49,7 @@ from ios_ray.profiler.jobs import MeasureJob, ModelSource
 from ios_ray.profiler.real import RealBackend, random_inputs
 from ios_ray.runtime import Program, ScheduleRunner, compile_stage, make_lanes, measure_latency
 from ios_ray.runtime.cuda_graph import CaptureError
-from ios_ray.runtime.graph_timing import graph_samples_ms
+from ios_ray.runtime.timing import graph_samples_ms
 from ios_ray.runtime.timing import samples_ms
 from ios_ray.schedule import Schedule, read_schedule
 from ios_ray.scheduler import LazySpace, PlannedStage, SearchParams, TableLatency, optimize_graph, plan_graph

@@ -6,7 +6,7 @@ Labels:
 * ``cuda`` / ``cuda:<i>``: any GPU / GPU ``i`` of the driver's node, measured for real.
 * a GPU name (``v100``, ``k80``, ``2080ti``, ``a100``, ``h100``, ``t4``, ``a10g``, ``l4``): one GPU of that model
   anywhere in the Ray cluster, measured for real.
-* ``sim:<gpu>`` for the GPUs of the analytical model (``ios_ray.profiler.sim``; their datasheets in
+* ``sim:<gpu>`` for the GPUs of the analytical model (``ios_ray.profiler.sim_model``; their datasheets in
   ``ios_ray.gpu_sheets``): simulated, never measured.
 
 A GPU label is requested through Ray by either of two resources; a node offers the label when it has either:

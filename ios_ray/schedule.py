@@ -337,6 +337,10 @@ def check_schedule(schedule: Schedule, graph: Graph, where: str = "the schedule"
     expected = [u.id for u in graph.units]
     if sorted(scheduled) != sorted(expected):
         raise UserError(f"{where} does not cover the units of {graph.name!r} exactly once.")
+    for stage in schedule.stages:
+        if stage.strategy == "merge" and any(len(group) != 1 for group in stage.groups):
+            raise UserError(f"{where} has a merge stage {[list(g) for g in stage.groups]} with more than one unit in "
+                            "a group; a merge stage runs one conv per group.")
     place = _unit_places(schedule)
     for unit in graph.units:
         stage, group, pos = place[unit.id]

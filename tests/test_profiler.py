@@ -18,7 +18,7 @@ from ios_ray.errors import UserError
 from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
 from ios_ray.profiler import CheckJob, DevicePool, MeasureJob, ModelSource
-from ios_ray.profiler.protocol import DEFAULT_PROTOCOL, Timing
+from ios_ray.profiler.timing import DEFAULT_PROTOCOL, Timing
 from ios_ray.profiler.real import RealBackend, random_inputs
 from ios_ray.profiler.timing import time_callable
 from ios_ray.schedule import BlockSchedule, Schedule

@@ -19,7 +19,7 @@ from ios_ray.profiler.jobs import MeasureJob
 from ios_ray.profiler.real import RealBackend, random_inputs
 from ios_ray.profiler.timing import time_stage
 from ios_ray.runtime import Program, compile_stage, make_lanes
-from ios_ray.runtime.graph_timing import graph_samples_ms
+from ios_ray.runtime.timing import graph_samples_ms
 from ios_ray.runtime.stages import InlineStage, MergeStage, ParallelStage
 from ios_ray.runtime.timing import samples_ms
 from ios_ray.stage import Stage, StageKeys

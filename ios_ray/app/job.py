@@ -345,7 +345,7 @@ def _simulated_identities(devices: Sequence[str]) -> dict[str, DeviceIdentity] |
     specs = [parse_device(label) for label in devices]
     if not all(spec.simulated for spec in specs):
         return None
-    from ios_ray.profiler.simulated import SimBackend
+    from ios_ray.profiler.sim_backend import SimBackend
 
     return {spec.label: SimBackend(spec).start() for spec in specs}
 

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal, Mapping
 
 from ios_ray.ir import Graph
-from ios_ray.profiler.protocol import Timing
+from ios_ray.profiler.timing import Timing
 from ios_ray.schedule import Schedule
 from ios_ray.stage import Stage
 from ios_ray.vocabulary import DEFAULT_DTYPE

@@ -95,7 +95,7 @@ class LazyRound:
 @dataclass(frozen=True)
 class LazySpace:
     """What does not change between rounds: numbered stages, their relations, the blocks as arrays (identical ones
-    once: ``copies`` counts them, ``block_of`` maps each of the graph's blocks to its arrays), and the plan of the
+    once: ``copies`` counts them, ``arrays_of`` maps each of the graph's blocks to its arrays), and the plan of the
     search (as :func:`~ios_ray.scheduler.plan.plan_graph` gives it, found by the same walk)."""
 
     graph: Graph
@@ -104,7 +104,7 @@ class LazySpace:
     relations: StageRelations
     blocks: tuple[BlockArrays, ...]
     copies: tuple[int, ...]
-    block_of: tuple[int, ...]
+    arrays_of: tuple[int, ...]
     seeds: np.ndarray
     plan: Plan
 
@@ -116,9 +116,9 @@ class LazySpace:
         found = [(a.counts, [index.planned[n] for n in np.unique(a.candidates[a.candidates >= 0])]) for a in arrays]
         plan = plan_found(graph, params, index.keys, found)
         relations = relate(index)
-        blocks, copies, block_of = _unique(arrays)
+        blocks, copies, arrays_of = _unique(arrays)
         seeds = np.concatenate([relations.one_group, relations.pairs])
-        return LazySpace(graph, params, tuple(index.planned), relations, blocks, copies, block_of, np.sort(seeds),
+        return LazySpace(graph, params, tuple(index.planned), relations, blocks, copies, arrays_of, np.sort(seeds),
                          plan)
 
     @functools.cached_property
@@ -149,11 +149,11 @@ class LazySpace:
     def optimize(self, table: Mapping[str, float]) -> GraphResult:
         """The DP's best schedule of every block over the stages ``table`` has (by key): what
         :func:`~ios_ray.scheduler.dp.optimize_graph` finds with every other stage at ``inf``, from the arrays
-        instead of walking the spaces again (on PNASNet-5 Large, under a second instead of half a minute)."""
+        instead of walking the spaces again."""
         latency = self.vector(table)
         latency[np.isnan(latency)] = math.inf
         return GraphResult(tuple(_best_schedule(BlockSpace(self.graph, block, self.params), self.blocks[unique],
-                                                latency) for block, unique in zip(self.graph.blocks, self.block_of)))
+                                                latency) for block, unique in zip(self.graph.blocks, self.arrays_of)))
 
 
 def next_round(space: LazySpace, table: Mapping[str, float], params: LazyParams = LazyParams()) -> LazyRound:
@@ -284,7 +284,7 @@ def _unique(arrays: list[BlockArrays]) -> tuple[tuple[BlockArrays, ...], tuple[i
     found: dict[str, int] = {}
     unique: list[BlockArrays] = []
     copies: list[int] = []
-    block_of: list[int] = []
+    arrays_of: list[int] = []
     for block in arrays:
         transitions = block.by_state
         parts = [a.tobytes() for a in (transitions.state, transitions.rest, transitions.ending, block.candidates)]
@@ -295,5 +295,5 @@ def _unique(arrays: list[BlockArrays]) -> tuple[tuple[BlockArrays, ...], tuple[i
             found[digest] = len(unique)
             unique.append(block)
             copies.append(1)
-        block_of.append(found[digest])
-    return tuple(unique), tuple(copies), tuple(block_of)
+        arrays_of.append(found[digest])
+    return tuple(unique), tuple(copies), tuple(arrays_of)
