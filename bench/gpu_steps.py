@@ -39,7 +39,6 @@ import torch
 from ios_ray.app.bench import baseline_schedule
 from ios_ray.app.cli_util import store_lookup
 from ios_ray.app.evaluation import predicted_ms
-from ios_ray.app.job import schedule_path
 from ios_ray.devices import parse_device
 from ios_ray.frontend import import_model, import_module
 from ios_ray.ir import Graph
@@ -51,7 +50,7 @@ from ios_ray.runtime import Program, ScheduleRunner, compile_stage, make_lanes, 
 from ios_ray.runtime.cuda_graph import CaptureError
 from ios_ray.runtime.timing import graph_samples_ms
 from ios_ray.runtime.timing import samples_ms
-from ios_ray.schedule import Schedule, read_schedule
+from ios_ray.schedule import Schedule, read_schedule, schedule_path
 from ios_ray.scheduler import LazySpace, PlannedStage, SearchParams, TableLatency, optimize_graph, plan_graph
 from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore

@@ -109,13 +109,6 @@ def to_memory_format(module: nn.Module, memory_format: str) -> nn.Module:
     return module._apply(lambda tensor: in_memory_format(tensor, memory_format))
 
 
-def settings_named(dtype: str, memory_format: str) -> tuple[str, ...]:
-    """The dtype and the memory format, in that order, where they are not the defaults (float32, contiguous): what
-    file names and titles add, e.g. ``("float16", "channels_last")``."""
-    defaults = (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT)
-    return tuple(setting for setting, default in zip((dtype, memory_format), defaults) if setting != default)
-
-
 def converted(module: nn.Module, dtype: str, memory_format: str = DEFAULT_MEMORY_FORMAT) -> nn.Module:
     """The module itself where its floating parameters are in ``dtype`` and ``memory_format`` already, else a copy
     converted to both."""

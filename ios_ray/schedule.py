@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -21,7 +22,7 @@ from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.stage import Stage
 from ios_ray.vocabulary import (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, DTYPE_NAMES, MAX_BATCH_SIZE, SOURCES,
-                                STRATEGIES)
+                                STRATEGIES, settings_named)
 
 #: How torch names each memory format, for messages that tell what to convert a model with.
 MEMORY_FORMAT_TORCH_NAMES = {"contiguous": "contiguous_format", "channels_last": "channels_last"}
@@ -291,6 +292,18 @@ def _end_to_end(data: Mapping[str, Any] | None) -> EndToEnd | None:
         return None
     predicted = [None if data.get(k) is None else float(data[k]) for k in ("dp_predicted_ms", "sequential_predicted_ms")]
     return EndToEnd(int(data["rounds"]), float(data["dp_ms"]), float(data["sequential_ms"]), *predicted)
+
+
+def schedule_path(
+    out: Path, model: str, device: str, batch: int, dtype: str = DEFAULT_DTYPE,
+    memory_format: str = DEFAULT_MEMORY_FORMAT,
+) -> Path:
+    """Where a schedule is written: ``OUT/<model>/<device>/bs<batch>.json``, with ``-<dtype>`` after the batch for a
+    dtype other than float32 and ``-channels_last`` for that memory format (``bs8-float16-channels_last.json``; odd
+    characters of a spec made safe)."""
+    safe_model = re.sub(r"[^A-Za-z0-9_.:-]", "_", model)
+    suffix = "".join(f"-{setting}" for setting in settings_named(dtype, memory_format))
+    return Path(out) / safe_model / device / f"bs{batch}{suffix}.json"
 
 
 def save_schedule(schedule: Schedule, path: Path) -> None:

@@ -56,3 +56,10 @@ def checked_batches(batches: Iterable[object]) -> tuple[int, ...]:
     if not found or any(type(b) is not int or not 0 < b <= MAX_BATCH_SIZE for b in found):  # type: ignore[operator]
         raise UserError(f"batch sizes must be integers from 1 to {MAX_BATCH_SIZE:,}, not {list(found)}.")
     return tuple(dict.fromkeys(found))  # type: ignore[arg-type]
+
+
+def settings_named(dtype: str, memory_format: str) -> tuple[str, ...]:
+    """The dtype and the memory format, in that order, where they are not the defaults (float32, contiguous): what
+    file names and titles add, e.g. ``("float16", "channels_last")``."""
+    defaults = (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT)
+    return tuple(setting for setting, default in zip((dtype, memory_format), defaults) if setting != default)

@@ -18,7 +18,7 @@ import pytest
 from ray.cluster_utils import Cluster
 
 from ios_ray.app.evaluation import cross_evaluate, winners_hold
-from ios_ray.app.job import SearchOutcome, SearchRequest, run_search, schedule_path
+from ios_ray.app.job import SearchOutcome, SearchRequest, run_search
 from ios_ray.devices import parse_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_model
@@ -26,7 +26,7 @@ from ios_ray.ir import Graph
 from ios_ray.profiler import DevicePool, MeasureJob, ModelSource
 from ios_ray.profiler.cluster import Node, check_offered, offered_labels, plan, plan_all
 from ios_ray.runtime import read_schedules
-from ios_ray.schedule import read_schedule
+from ios_ray.schedule import read_schedule, schedule_path
 from ios_ray.scheduler import Plan
 from ios_ray.stage import Stage, StageKeys
 from ios_ray.store import LatencyStore

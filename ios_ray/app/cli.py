@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from enum import Enum
+from inspect import signature as signature_of
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.table import Table
 
 from ios_ray.app.cli_util import (CommandLine, at_least_one, debug_option, make_console, parse_batches,
                                   parse_input_shape, parse_list, store_lookup, user_errors)
+from ios_ray.app.options import DEFAULT_OUT, cli_parameters, from_cli
 from ios_ray.errors import UserError
 from ios_ray.store import DEFAULT_STORE_PATH
-from ios_ray.vocabulary import (DEFAULT_CHECK_ROUNDS, DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, DEFAULT_R, DEFAULT_S,
-                                DEFAULT_SIM_ACTORS, STRATEGIES, is_simulated)
+from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, DEFAULT_R, DEFAULT_S, is_simulated
 
 if TYPE_CHECKING:
     import torch
@@ -38,27 +38,6 @@ INPUT_SHAPE_HELP = "per-sample input shape CxHxW, e.g. 3x299x299 (default: the m
 DTYPE_HELP = "float32, float16 or bfloat16: the precision the model runs in"
 MEMORY_FORMAT_HELP = "contiguous (NCHW) or channels_last (NHWC): the layout of the model's 4-D weights and activations"
 STORE_HELP = "latency store file (DuckDB)"
-DEFAULT_OUT = Path("schedules")
-
-
-class StrategyChoice(str, Enum):
-    """Which stage strategies the search may use."""
-
-    both = "both"
-    concurrent = "concurrent"
-    merge = "merge"
-
-    @property
-    def strategies(self) -> tuple[str, ...]:
-        """The strategy names for SearchParams."""
-        return STRATEGIES if self is StrategyChoice.both else (self.value,)
-
-
-class MeasureChoice(str, Enum):
-    """Which stages the search measures."""
-
-    lazy = "lazy"
-    all = "all"
 
 
 @app.command()
@@ -100,50 +79,21 @@ def inspect(
     console.print(report["opaque"]["summary"])
 
 
-@app.command()
-@user_errors
 def search(
     model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
     devices: str = typer.Option("cpu", "--devices", "-d",
                                 help="comma-separated device labels, e.g. v100,k80 or sim:v100"),
     batches: str = typer.Option("1", "--batches", "-b", help="comma-separated batch sizes, e.g. 1,32,128"),
-    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
-    out: Path = typer.Option(DEFAULT_OUT, "--out", help="folder for OUT/<model>/<device>/bs<batch>.json"),
-    r: int = typer.Option(DEFAULT_R, "-r", help="pruning: max units per group"),
-    s: int = typer.Option(DEFAULT_S, "-s", help="pruning: max groups per stage"),
-    strategy: StrategyChoice = typer.Option(StrategyChoice.both, "--strategy", help="stage strategies to consider"),
-    address: Optional[str] = typer.Option(None, "--address", help="join a Ray cluster (auto or ray://...); "
-                                          "default: start Ray locally in-process"),
-    sim_actors: int = typer.Option(DEFAULT_SIM_ACTORS, "--sim-actors",
-                                   help="actors per sim: device where no node offers its GPU"),
-    warmup: Optional[int] = typer.Option(None, "--warmup", help="untimed runs per stage (default: cpu 3 calls; "
-                                         "gpu 3 replays of its CUDA graph)"),
-    repeat: Optional[int] = typer.Option(None, "--repeat", help="timed runs per stage (default: cpu 10 calls; "
-                                         "gpu 10 replays of a graph of 8 copies)"),
-    check_rounds: int = typer.Option(DEFAULT_CHECK_ROUNDS, "--check-rounds", help="rounds of the end-to-end check that times the IOS "
-                                     "and sequential schedules whole and keeps the faster (0: no check)"),
-    input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
-    measure: MeasureChoice = typer.Option(MeasureChoice.lazy, "--measure", help="lazy: only the stages that can "
-                                          "change the schedule, round by round; all: every candidate stage"),
-    budget: Optional[int] = typer.Option(None, "--budget", help="lazy: at most this many stages per device and "
-                                         "batch (stored ones included)"),
-    dtype: str = typer.Option(DEFAULT_DTYPE, "--dtype", help=DTYPE_HELP + " (stages are measured in it; schedules "
-                              "other than float32 are written as bs<batch>-<dtype>.json)"),
-    memory_format: str = typer.Option(DEFAULT_MEMORY_FORMAT, "--memory-format", help=MEMORY_FORMAT_HELP + " (stages are "
-                                      "measured in it; channels_last schedules are bs<batch>[-<dtype>]-channels_last"
-                                      ".json)"),
+    **options: Any,
 ) -> None:
     """Find the fastest schedule of a model for every device and batch size, measuring only what is new."""
     from ios_ray.app.api import search as run
     from ios_ray.app.progress import RichSearchProgress
-    from ios_ray.dtypes import settings_named
+    from ios_ray.vocabulary import settings_named
 
     with RichSearchProgress(console) as progress:
-        result = run(model, parse_list(devices, "--devices"), parse_batches(batches), store=store, out=out,
-                     input_shape=parse_input_shape(input_shape), r=r, s=s, strategies=strategy.strategies,
-                     address=address, sim_actors=sim_actors, warmup=warmup, repeat=repeat, check_rounds=check_rounds,
-                     measure=measure.value, budget=budget, dtype=dtype, memory_format=memory_format,
-                     progress=progress)
+        result = run(model, parse_list(devices, "--devices"), parse_batches(batches), progress=progress,
+                     **from_cli(options))
     settings = settings_named(result.schedules[0].dtype, result.schedules[0].memory_format)
     in_dtype = f" in {' '.join(settings)}" if settings else ""
     table = Table("device", "batch", "IOS ms", "seq ms", "speedup", "measured / planned", "cached", "wall s", "source",
@@ -156,13 +106,18 @@ def search(
                       "-" if check is None else f"{check.dp_ms:.3f} / {check.sequential_ms:.3f}",
                       "IOS" if check is None or check.kept == "dp" else "sequential")
     console.print(table)
-    console.print(f"schedules written under {out}/")
+    console.print(f"schedules written under {options['out']}/")
     again = sum(o.schedule.params.get("measure", {}).get("remeasured", 0) for o in result)
     if again:
         console.print(f"measured again: {again} stored stage(s) of a unit alone, far slower than a stage containing "
                       "it (an outlier from a burst of load)")
     if any(o.end_to_end is not None and o.end_to_end.kept == "sequential" for o in result):
         console.print("kept sequential: the IOS schedule ran slower end to end than the sequential one there")
+
+
+search.__signature__ = signature_of(search).replace(parameters=[  # type: ignore[attr-defined]
+    *list(signature_of(search).parameters.values())[:3], *cli_parameters()])
+app.command()(user_errors(search))
 
 
 @app.command()
@@ -331,7 +286,7 @@ def evaluate(
     """Cross-evaluate schedules (the paper's Table 3): the schedule made for X run on Y, for every X and Y."""
     at_least_one(rounds=rounds)
     from ios_ray.app.evaluation import cross_evaluate, local_measures, settings_of, winners_hold
-    from ios_ray.dtypes import settings_named
+    from ios_ray.vocabulary import settings_named
     from ios_ray.frontend import import_model
     from ios_ray.runtime import read_schedules
 
