@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     import torch
 
     from ios_ray.app.bench import BenchResult
+    from ios_ray.runtime import ScheduledModule
+    from ios_ray.schedule import Schedule
 
 app = CommandLine(
     help="ios-ray: find and deploy the fastest inter-operator schedule of a CNN per device and batch size.",
@@ -160,14 +162,12 @@ def run(
                                     "correctness check, without latency"),
 ) -> None:
     """Run a model with its schedules (ScheduledModule), check the output against eager, print the latency."""
-    import warnings
-
     import torch
 
-    from ios_ray.app.bench import TF32_TOLERANCE, model_tolerance, output_tolerance, relative_error
+    from ios_ray.app.bench import relative_error
     from ios_ray.dtypes import in_memory_format, memory_format_name, to_memory_format, torch_dtype
     from ios_ray.frontend import load_model, output_tensor
-    from ios_ray.runtime import ScheduledModule, device_rank, measure_latency
+    from ios_ray.runtime import ScheduledModule, device_rank
 
     parse_batches(str(batch))
     at_least_one(repeat=repeat)
@@ -176,14 +176,7 @@ def run(
     module = to_memory_format(loaded.module.eval().to(target, precision), layout)
     scheduled = ScheduledModule(module, schedules, input_shape=loaded.input_shape, any_device=any_device)
     x = in_memory_format(torch.randn(batch, *loaded.input_shape, device=target, dtype=precision), layout)
-    with warnings.catch_warnings(record=True) as caught:  # said below in a line of its own, or in the error
-        warnings.simplefilter("always")
-        chosen = scheduled.schedule_for(x)
-    if chosen is None:
-        hint = "" if any_device else (", or pass --any-device to check that a schedule made for another device "
-                                      "computes the model")
-        raise UserError(f"no schedule under {schedules} fits device {device!r}; run `ios-ray search` for it "
-                        f"first{hint}.")
+    chosen, caught = _schedule_for(scheduled, x, f"no schedule under {schedules} fits device {device!r}", any_device)
     with torch.inference_mode():
         expected = output_tensor(module(x))
         error = relative_error(output_tensor(scheduled(x)), expected)
@@ -196,23 +189,57 @@ def run(
     else:
         for note in caught:
             console.print(f"note: {note.message}")
-        median, p10, p90 = measure_latency(scheduled, x, warmup=3, repeat=repeat, device=target)
-        eager, _, _ = measure_latency(module, x, warmup=3, repeat=repeat, device=target)
         predicted = chosen.predicted_latency or float("nan")
         console.print(f"schedule: {settings}, predicted {predicted:.3f} ms {chosen.source} at batch {chosen.batch})")
         if chosen.end_to_end is not None:
             console.print(f"search's end-to-end check: {chosen.end_to_end.summary()}")
-    floor = output_tolerance(target, precision)
-    tf32 = precision == torch.float32 and floor == TF32_TOLERANCE
+    limit = _print_error(module, x, expected, error)
+    if not checked_only:
+        _print_latency(scheduled, module, x, repeat)
+    if error > limit:
+        raise typer.Exit(1)
+
+
+def _print_latency(scheduled: "ScheduledModule", module: "torch.nn.Module", x: "torch.Tensor", repeat: int) -> None:
+    """Time the scheduled module and eager on ``x`` and print both."""
+    from ios_ray.runtime import measure_latency
+
+    median, p10, p90 = measure_latency(scheduled, x, warmup=3, repeat=repeat, device=x.device)
+    eager, _, _ = measure_latency(module, x, warmup=3, repeat=repeat, device=x.device)
+    console.print(f"latency at batch {x.shape[0]}: {median:.3f} ms (p10 {p10:.3f}, p90 {p90:.3f}); eager {eager:.3f} "
+                  "ms")
+
+
+def _schedule_for(scheduled: "ScheduledModule", x: "torch.Tensor", missing: str, any_device: bool
+                  ) -> tuple["Schedule", list]:
+    """The schedule a ScheduledModule runs for ``x``, and the warnings choosing it gave; UserError (``missing``, and
+    how to go on) where none fits."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:  # said in a line of its own, or in the error
+        warnings.simplefilter("always")
+        chosen = scheduled.schedule_for(x)
+    if chosen is None:
+        hint = "" if any_device else (", or pass --any-device to check that a schedule made for another device "
+                                      "computes the model")
+        raise UserError(f"{missing}; run `ios-ray search` for it first{hint}.")
+    return chosen, list(caught)
+
+
+def _print_error(module: "torch.nn.Module", x: "torch.Tensor", expected: "torch.Tensor", error: float) -> float:
+    """Print the scheduled output's error against eager with its tolerance (:func:`~ios_ray.app.bench.model_tolerance`)
+    and return the tolerance."""
+    import torch
+
+    from ios_ray.app.bench import TF32_TOLERANCE, model_tolerance, output_tolerance
+
+    floor = output_tolerance(x.device, x.dtype)
+    tf32 = x.dtype == torch.float32 and floor == TF32_TOLERANCE
     tolerance = model_tolerance(module, x, expected, floor, " with TF32 on" if tf32 else "")
     verdict = "ok" if error <= tolerance.limit else "MISMATCH"
     console.print(f"output vs eager: max relative error {error:.2e} ({verdict}, tolerance {tolerance.limit:.1e}: "
                   f"{tolerance.rule()})")
-    if not checked_only:
-        console.print(f"latency at batch {batch}: {median:.3f} ms (p10 {p10:.3f}, p90 {p90:.3f}); eager {eager:.3f} "
-                      "ms")
-    if error > tolerance.limit:
-        raise typer.Exit(1)
+    return tolerance.limit
 
 
 @app.command()
