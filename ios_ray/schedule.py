@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from ios_ray.errors import UserError
 from ios_ray.ir import DEFAULT_MEMORY_FORMAT, Graph
+from ios_ray.paired import FASTER, SLOWER, WITHIN_NOISE, RatioInterval
 from ios_ray.stage import Stage
 
 #: The largest batch size a schedule (and a stored measurement) can be made for: the store keeps it in 32 bits.
@@ -46,30 +47,50 @@ class BlockSchedule:
 
 @dataclass(frozen=True)
 class EndToEnd:
-    """The search's end-to-end check: the DP's schedule and the sequential one timed whole, side by side, on the
-    device, beside their predictions (sums of stage latencies); the file keeps the faster (the DP's on a tie)."""
+    """The search's end-to-end check: the DP's schedule and the sequential one timed whole in paired rounds on the
+    device (:mod:`ios_ray.paired`), their median times beside their predictions (sums of stage latencies), and the
+    ratio DP / sequential with its interval. The file keeps the DP's schedule only where that interval lies wholly
+    below 1. ``ratio`` is None in files written before checks were paired; theirs kept the lower median."""
 
     rounds: int
     dp_ms: float
     sequential_ms: float
     dp_predicted_ms: float | None = None
     sequential_predicted_ms: float | None = None
+    ratio: RatioInterval | None = None
 
     @property
     def kept(self) -> str:
         """``"dp"`` or ``"sequential"``."""
-        return "sequential" if self.sequential_ms < self.dp_ms else "dp"
+        if self.ratio is None:
+            return "sequential" if self.sequential_ms < self.dp_ms else "dp"
+        return "dp" if self.ratio.verdict == FASTER else "sequential"
+
+    @property
+    def decision(self) -> str:
+        """The decision in words: ``kept sequential: within noise, 0.98-1.03``."""
+        kept = "kept IOS" if self.kept == "dp" else "kept sequential"
+        if self.ratio is None:
+            return f"{kept} (lower median, unpaired check)"
+        why = {FASTER: "faster beyond noise", SLOWER: "IOS slower beyond noise", WITHIN_NOISE: "within noise"}
+        return f"{kept}: {why[self.ratio.verdict]}, {self.ratio.span}"
 
     def summary(self) -> str:
-        """One line: both end-to-end times and which schedule was kept."""
-        kept = "the DP schedule" if self.kept == "dp" else "sequential"
-        return f"DP schedule {self.dp_ms:.3f} ms, sequential {self.sequential_ms:.3f} ms; kept {kept}"
+        """One line: both end-to-end times, the ratio with its interval and rounds, and the decision."""
+        times = f"DP schedule {self.dp_ms:.3f} ms, sequential {self.sequential_ms:.3f} ms"
+        if self.ratio is None:
+            return f"{times}; {self.decision}"
+        return (f"{times}; DP / sequential {self.ratio.median:.3f} ({self.ratio.confidence:.0%} interval "
+                f"{self.ratio.span}, {self.rounds} rounds); {self.decision}")
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON form."""
-        return {"rounds": self.rounds, "dp_ms": self.dp_ms, "sequential_ms": self.sequential_ms,
-                "dp_predicted_ms": self.dp_predicted_ms, "sequential_predicted_ms": self.sequential_predicted_ms,
-                "kept": self.kept}
+        found = {"rounds": self.rounds, "dp_ms": self.dp_ms, "sequential_ms": self.sequential_ms,
+                 "dp_predicted_ms": self.dp_predicted_ms, "sequential_predicted_ms": self.sequential_predicted_ms}
+        if self.ratio is not None:
+            found |= {"ratio": self.ratio.median, "ratio_low": self.ratio.low, "ratio_high": self.ratio.high,
+                      "confidence": self.ratio.confidence}
+        return found | {"kept": self.kept, "decision": self.decision}
 
 
 @dataclass(frozen=True)
@@ -173,11 +194,16 @@ def schedule_from_json(data: Mapping[str, Any]) -> Schedule:
 
 
 def _end_to_end(data: Mapping[str, Any] | None) -> EndToEnd | None:
-    """The end-to-end check of a schedule file, where it has one."""
+    """The end-to-end check of a schedule file, where it has one (its ratio where the check was paired)."""
     if data is None:
         return None
     predicted = [None if data.get(k) is None else float(data[k]) for k in ("dp_predicted_ms", "sequential_predicted_ms")]
-    return EndToEnd(int(data["rounds"]), float(data["dp_ms"]), float(data["sequential_ms"]), *predicted)
+    rounds = int(data["rounds"])
+    ratio = None
+    if data.get("ratio") is not None:
+        low, high = (None if data.get(k) is None else float(data[k]) for k in ("ratio_low", "ratio_high"))
+        ratio = RatioInterval(float(data["ratio"]), low, high, float(data["confidence"]), rounds)
+    return EndToEnd(rounds, float(data["dp_ms"]), float(data["sequential_ms"]), *predicted, ratio)
 
 
 def save_schedule(schedule: Schedule, path: Path) -> None:

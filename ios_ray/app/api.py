@@ -32,6 +32,7 @@ from ios_ray.app.progress import RichSearchProgress, SilentProgress
 from ios_ray.devices import DEFAULT_SIM_ACTORS
 from ios_ray.dtypes import dtype_name, memory_format_name, module_dtype
 from ios_ray.errors import UserError
+from ios_ray.paired import DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_SECONDS
 from ios_ray.runtime import ScheduledModule
 from ios_ray.schedule import Schedule, save_schedule
 from ios_ray.scheduler import SearchParams
@@ -83,10 +84,11 @@ class SearchResult:
         lines = [f"SearchResult({self.model!r}, input {'x'.join(map(str, self.input_shape))}, {dtypes}):"]
         for o in self.outcomes:
             check = o.end_to_end
-            checked = "" if check is None else f"; end to end {check.dp_ms:.3f} / {check.sequential_ms:.3f} ms"
-            kept = "IOS" if check is None or check.kept == "dp" else "sequential"
+            checked = "; kept IOS" if check is None else (
+                f"; end to end {check.dp_ms:.3f} / {check.sequential_ms:.3f} ms in {check.rounds} rounds; "
+                f"{check.decision}")
             lines.append(f"  {o.device} batch {o.batch}: IOS {o.predicted_ms:.3f} ms, sequential "
-                         f"{o.sequential_ms:.3f} ms predicted ({o.source}){checked}; kept {kept}")
+                         f"{o.sequential_ms:.3f} ms predicted ({o.source}){checked}")
         return "\n".join(lines)
 
 
@@ -106,7 +108,9 @@ def search(
     sim_actors: int = DEFAULT_SIM_ACTORS,
     warmup: int | None = None,
     repeat: int | None = None,
-    check_rounds: int = 10,
+    check_rounds: int = DEFAULT_CHECK_ROUNDS,
+    check_confidence: float = DEFAULT_CHECK_CONFIDENCE,
+    check_seconds: float | None = DEFAULT_CHECK_SECONDS,
     measure: str = DEFAULT_MEASURE,
     budget: int | None = None,
     dtype: str | torch.dtype | None = None,
@@ -120,8 +124,11 @@ def search(
     are labels such as ``cpu``, ``cuda``, ``v100`` or ``sim:v100``. Measurements go to the DuckDB file ``store``
     and are reused by every later search; ``out``, if given, also receives the schedule files. Without ``address``
     Ray starts locally in this process; ``"auto"`` or ``"ray://host:port"`` joins a cluster. ``r`` and ``s`` bound
-    the units per group and the groups per stage. ``check_rounds`` rounds of the end-to-end check time the DP's
-    schedule against the sequential one on each measured device and keep the faster (0: no check). ``measure``:
+    the units per group and the groups per stage. On each measured device the end-to-end check times the DP's
+    schedule against the sequential one in paired rounds and keeps the DP's only where the ``check_confidence``
+    interval of the ratio DP / sequential lies wholly below 1; it runs at most ``check_rounds`` rounds (0: no check),
+    stopping at a planned look once the interval decides or where the next look would end past ``check_seconds``
+    (None: no time cap). ``measure``:
     ``"lazy"`` measures only the stages that can change the schedule, round by round (see
     :mod:`ios_ray.scheduler.lazy`), ``"all"`` every candidate stage; ``budget`` caps the stages per device and batch
     a lazy search uses. ``dtype`` (``float32``, ``float16`` or ``bfloat16``) is what every stage is measured and
@@ -137,7 +144,8 @@ def search(
         input_shape=tuple(input_shape) if input_shape is not None else None,
         params=SearchParams(r=r, s=s, strategies=tuple(strategies)),  # type: ignore[arg-type]
         address=address, sim_actors=sim_actors, warmup=warmup, repeat=repeat, check_rounds=check_rounds,
-        measure=measure, budget=budget, dtype=dtype_name(dtype) if dtype is not None else None,
+        check_confidence=check_confidence, check_seconds=check_seconds, measure=measure, budget=budget,
+        dtype=dtype_name(dtype) if dtype is not None else None,
         memory_format=memory_format_name(memory_format) if memory_format is not None else None,
     )
     with _progress(progress) as shown:

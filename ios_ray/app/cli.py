@@ -15,12 +15,14 @@ from ios_ray.app.cli_util import (at_least_one, debug_option, make_console, pars
                                   parse_list, store_lookup, user_errors)
 from ios_ray.devices import DEFAULT_SIM_ACTORS
 from ios_ray.errors import UserError
+from ios_ray.paired import DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_SECONDS
 from ios_ray.store import DEFAULT_STORE_PATH
 
 if TYPE_CHECKING:
     import torch
 
     from ios_ray.app.bench import BenchResult
+    from ios_ray.schedule import EndToEnd
 
 app = typer.Typer(
     help="ios-ray: find and deploy the fastest inter-operator schedule of a CNN per device and batch size.",
@@ -118,8 +120,13 @@ def search(
                                          "gpu 3 replays of its CUDA graph)"),
     repeat: Optional[int] = typer.Option(None, "--repeat", help="timed runs per stage (default: cpu 10 calls; "
                                          "gpu 10 replays of a graph of 8 copies)"),
-    check_rounds: int = typer.Option(10, "--check-rounds", help="rounds of the end-to-end check that times the IOS "
-                                     "and sequential schedules whole and keeps the faster (0: no check)"),
+    check_rounds: int = typer.Option(DEFAULT_CHECK_ROUNDS, "--check-rounds", help="most rounds of the end-to-end "
+                                     "check, which times the IOS and sequential schedules whole in paired rounds and "
+                                     "keeps IOS only where it is faster beyond noise (0: no check)"),
+    check_confidence: float = typer.Option(DEFAULT_CHECK_CONFIDENCE, "--check-confidence", help="confidence of the "
+                                           "check's interval of IOS / sequential"),
+    check_seconds: float = typer.Option(DEFAULT_CHECK_SECONDS, "--check-seconds", help="the check goes on to its "
+                                        "next look only where it would reach it within this many seconds"),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
     measure: MeasureChoice = typer.Option(MeasureChoice.lazy, "--measure", help="lazy: only the stages that can "
                                           "change the schedule, round by round; all: every candidate stage"),
@@ -140,19 +147,20 @@ def search(
         result = run(model, parse_list(devices, "--devices"), parse_batches(batches), store=store, out=out,
                      input_shape=parse_input_shape(input_shape), r=r, s=s, strategies=strategy.strategies,
                      address=address, sim_actors=sim_actors, warmup=warmup, repeat=repeat, check_rounds=check_rounds,
-                     measure=measure.value, budget=budget, dtype=dtype, memory_format=memory_format,
+                     check_confidence=check_confidence, check_seconds=check_seconds, measure=measure.value,
+                     budget=budget, dtype=dtype, memory_format=memory_format,
                      progress=progress)
     settings = settings_named(result.schedules[0].dtype, result.schedules[0].memory_format)
     in_dtype = f" in {' '.join(settings)}" if settings else ""
     table = Table("device", "batch", "IOS ms", "seq ms", "speedup", "measured / planned", "cached", "wall s", "source",
-                  "end to end IOS / seq ms", "kept",
+                  "end to end IOS / seq", "kept",
                   title=f"ios-ray search: {model}{in_dtype} (predicted: sums of stages)")
     for o in result:
         check = o.end_to_end
         table.add_row(o.device, str(o.batch), f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x",
                       f"{o.measured} / {o.planned}", str(o.cached), f"{o.wall_s:.1f}", o.source,
-                      "-" if check is None else f"{check.dp_ms:.3f} / {check.sequential_ms:.3f}",
-                      "IOS" if check is None or check.kept == "dp" else "sequential")
+                      "-" if check is None else _end_to_end_cell(check),
+                      "IOS" if check is None else check.decision.removeprefix("kept "))
     console.print(table)
     console.print(f"schedules written under {out}/")
     again = sum(o.schedule.params.get("measure", {}).get("remeasured", 0) for o in result)
@@ -160,7 +168,14 @@ def search(
         console.print(f"measured again: {again} stored stage(s) of a unit alone, far slower than a stage containing "
                       "it (an outlier from a burst of load)")
     if any(o.end_to_end is not None and o.end_to_end.kept == "sequential" for o in result):
-        console.print("kept sequential: the IOS schedule ran slower end to end than the sequential one there")
+        console.print("kept sequential: the IOS schedule was not faster end to end beyond noise there (the interval "
+                      "of IOS / sequential did not lie wholly below 1)")
+
+
+def _end_to_end_cell(check: "EndToEnd") -> str:
+    """Both median times of the end-to-end check, the median ratio and the rounds it took."""
+    ratio = "" if check.ratio is None else f", ratio {check.ratio.median:.3f}"
+    return f"{check.dp_ms:.3f} / {check.sequential_ms:.3f} ms{ratio}, {check.rounds} rounds"
 
 
 @app.command()
@@ -282,7 +297,8 @@ def bench(
             continue
         check = result.schedule.end_to_end
         context = {"model": result.model, "device": result.device, "schedule_batch": result.schedule.batch,
-                   "search_kept": check.kept if check is not None else None, "baseline": result.baseline}
+                   "search_kept": check.kept if check is not None else None,
+                   "search_decision": check.decision if check is not None else None, "baseline": result.baseline}
         report["rows"] += [{**context, **dataclasses.asdict(row)} for row in result.rows]
         report["notes"] += list(result.notes)
     if as_json:
@@ -290,16 +306,25 @@ def bench(
 
 
 def _print_bench_table(result: "BenchResult") -> None:
-    table = Table("variant", "median ms", "p10 ms", "p90 ms", "vs eager", f"vs {result.baseline}", "predicted ms",
-                  "max rel err", title=result.title)
+    confidence = f"{result.rows[0].confidence:.0%} interval"
+    table = Table("variant", "median ms", "p10 ms", "p90 ms", f"vs eager ({confidence})",
+                  f"vs {result.baseline} ({confidence})", "predicted ms", "max rel err", title=result.title)
     for row in result.rows:
         predicted = f"{row.predicted_ms:.3f}" if row.predicted_ms is not None else "-"
-        versus = f"{row.speedup_vs_sequential:.2f}x" if row.speedup_vs_sequential is not None else "-"
+        versus = _speedup_cell(row.speedup_vs_sequential, row.vs_sequential_low, row.vs_sequential_high)
         table.add_row(row.name, f"{row.median_ms:.3f}", f"{row.p10_ms:.3f}", f"{row.p90_ms:.3f}",
-                      f"{row.speedup:.2f}x", versus, predicted, f"{row.error:.1e}")
+                      _speedup_cell(row.speedup, row.speedup_low, row.speedup_high), versus, predicted,
+                      f"{row.error:.1e}")
     console.print(table)
     for note in result.notes:
         console.print(note)
+
+
+def _speedup_cell(speedup: float | None, low: float | None, high: float | None) -> str:
+    """A speedup with its interval: ``1.04x (1.01-1.06)``; ``-`` where there is none."""
+    if speedup is None:
+        return "-"
+    return f"{speedup:.2f}x ({low:.2f}-{high:.2f})" if low is not None and high is not None else f"{speedup:.2f}x (-)"
 
 
 @app.command()

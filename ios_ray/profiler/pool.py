@@ -6,7 +6,7 @@ In phases, so that the driver can skip what the store already holds and check th
     fingerprints = pool.fingerprints()                   # {label: fingerprint}, to look up in the store
     pool.prepare(model, graph, "float32")                # every actor builds the model (fails early if it cannot)
     report = pool.measure({label: missing_jobs}, on_rows, on_progress)
-    medians = pool.time_schedules(label, CheckJob(model, graph, (dp, sequential), batch, rounds))
+    timing = pool.time_schedules(label, CheckJob(model, graph, (dp, sequential), batch))   # .ratio.verdict
     pool.shutdown()
 """
 
@@ -26,6 +26,7 @@ from ios_ray.profiler.actors import Hello, start_actor
 from ios_ray.profiler.cluster import check_offered, live_nodes, plan_all
 from ios_ray.profiler.dispatch import Dispatcher, MeasureReport, ProgressCallback, RowsCallback, task_error
 from ios_ray.ir import Graph
+from ios_ray.paired import PairedTiming
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource
 
 #: Seconds to wait for a device's actors to start and fingerprint their device.
@@ -105,8 +106,9 @@ class DevicePool:
             self.shutdown()
         return report
 
-    def time_schedules(self, label: str, job: CheckJob) -> list[float]:
-        """Time whole schedules side by side on one actor of a label; the median latency of each in ms."""
+    def time_schedules(self, label: str, job: CheckJob) -> PairedTiming:
+        """Time two whole schedules in paired rounds on one actor of a label, until the interval of their ratio
+        decides (or the job's cap)."""
         try:
             return ray.get(self._actors[label][0].time_schedules.remote(job))
         except RayTaskError as error:
