@@ -49,7 +49,7 @@ from ios_ray.app.job import SearchRequest, run_search
 from ios_ray.app.progress import SilentProgress
 from ios_ray.frontend import import_model
 from ios_ray.paired import (DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_SECONDS,
-                            REPORT_CONFIDENCE, SLOWER, WITHIN_NOISE, LookPlan, PairedTiming, median_interval,
+                            REPORT_CONFIDENCE, SLOWER, WITHIN_NOISE, LookPlan, PairedTiming, median_interval, percent,
                             ratios_of)
 from ios_ray.profiler import CheckJob, ModelSource
 from ios_ray.profiler.real import RealBackend
@@ -121,7 +121,7 @@ def aa_checks(console: Console) -> tuple[Table, bool]:
             console.print(f"  (a) chain search {index + 1}: {outcome.end_to_end.decision} "
                           f"({outcome.end_to_end.rounds} rounds, load {load()})")
     table = Table(title=f"(a) A/A: {CHECKS} checks in a row at the defaults ({DEFAULT_CHECK_ROUNDS} rounds at most, "
-                        f"{DEFAULT_CHECK_CONFIDENCE:.0%} interval), batch 1")
+                        f"{percent(DEFAULT_CHECK_CONFIDENCE)} interval), batch 1")
     for column in ("what", "within noise", "wins", "median ratios (min-max)", "interval widths (median)",
                    "rounds", "target"):
         table.add_column(column, justify="left" if column == "what" else "right")
@@ -157,8 +157,8 @@ def slower_checks(console: Console) -> tuple[Table, bool]:
     plan = LookPlan.planned(DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_CONFIDENCE)
     table = Table(title=f"(b) SqueezeNet batch 1, sequential against itself + a sleep of {SLOWER_BY:.0%} of "
                         f"{base_ms:.2f} ms ({pause_s * 1e3:.2f} ms): {SLOW_RUNS} checks at the defaults")
-    for column in ("run", "slower one", "ratio slower / plain", f"{DEFAULT_CHECK_CONFIDENCE:.0%} interval",
-                   "rounds", "s", "verdict", "load"):
+    for column in ("run", "slower one", "ratio slower / plain",
+                   f"{percent(DEFAULT_CHECK_CONFIDENCE)} interval", "rounds", "s", "verdict", "load"):
         table.add_column(column, justify="right")
     found = 0
     for run in range(SLOW_RUNS):
@@ -208,7 +208,7 @@ def cost(work: Path, pairs: int, console: Console) -> tuple[Table, bool]:
     """(c): the unpaired check and the paired one timed alternately on each model's DP and sequential schedule."""
     table = Table(title=f"(c) cost of one check, batch 1: the unpaired check (10 rounds) and the paired one at its "
                         f"defaults, {pairs} pairs timed alternately; new / old with its "
-                        f"{REPORT_CONFIDENCE:.0%} interval")
+                        f"{percent(REPORT_CONFIDENCE)} interval")
     for column in ("model", "old s: median (p10-p90)", "new s: median (p10-p90)", "new rounds", "new verdicts",
                    "new / old", "interval", "target"):
         table.add_column(column, justify="left" if column == "model" else "right")

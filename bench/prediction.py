@@ -37,7 +37,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ios_ray.paired import REPORT_CONFIDENCE, RatioInterval, median_interval, ratios_of
+from ios_ray.paired import REPORT_CONFIDENCE, RatioInterval, median_interval, percent, ratios_of
 from ios_ray.schedule import EndToEnd, read_schedule
 
 PREDICTION_TOLERANCE = 0.15
@@ -138,7 +138,7 @@ def verdicts(settings: list[Setting]) -> list[tuple[str, str, str, bool]]:
                         band, abs(ratio - 1) <= PREDICTION_TOLERANCE))
         paired = paired_ratio(group, "IOS", "sequential")
         out.append((f"{name}, bench time: IOS / sequential (per-round ratios of every process, "
-                    f"{paired.confidence:.0%} interval)", f"{paired.median:.3f} ({paired.span})",
+                    f"{percent(paired.confidence)} interval)", f"{paired.median:.3f} ({paired.span})",
                     f"<= {1 + NOISE:.2f}", paired.clears(most=1 + NOISE)))
     return out
 

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ios_ray.frontend import import_model
-from ios_ray.paired import REPORT_CONFIDENCE, median_interval, ratios_of
+from ios_ray.paired import REPORT_CONFIDENCE, median_interval, percent, ratios_of
 from ios_ray.profiler import DevicePool, MeasureJob, ModelSource
 from ios_ray.scheduler.plan import plan_graph
 from ios_ray.scheduler.space import SearchParams
@@ -70,8 +70,8 @@ def main() -> int:
         ray.shutdown()
     table = Table(title=f"Profiler scaling: {len(jobs)} {MODEL} stages on {DEVICE}, batch {BATCH}, {args.rounds} "
                         "rounds")
-    for column in ("actors", "stages/s (median)", "speedup vs 1", f"{REPORT_CONFIDENCE:.0%} interval", "target",
-                   "result"):
+    for column in ("actors", "stages/s (median)", "speedup vs 1", f"{percent(REPORT_CONFIDENCE)} interval",
+                   "target", "result"):
         table.add_column(column, justify="right")
     passed = True
     for n, found in rates.items():

@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ios_ray.ir import Graph
-from ios_ray.paired import REPORT_CONFIDENCE, median_interval, ratios_of
+from ios_ray.paired import REPORT_CONFIDENCE, median_interval, percent, ratios_of
 from ios_ray.scheduler import Plan
 from ios_ray.app.job import SearchRequest, run_search
 from ios_ray.store import LatencyStore
@@ -194,7 +194,7 @@ def repeat_table(args: argparse.Namespace, first: CliRun, reruns: list[CliRun]) 
     table.add_row("store rows before -> after", f"{first.rows_before:,} -> {first.rows_after:,}",
                   f"{reruns[0].rows_before:,} -> {reruns[-1].rows_after:,}", "reruns unchanged",
                   "PASS" if unchanged else "FAIL")
-    table.add_row(f"speed ratio first / rerun ({REPORT_CONFIDENCE:.0%} interval)", "",
+    table.add_row(f"speed ratio first / rerun ({percent(REPORT_CONFIDENCE)} interval)", "",
                   f"{speedup.median:.1f}x ({speedup.span})", f">= {REPEAT_TARGET:.0f}x", "PASS" if speed_ok else "FAIL")
     return table, nothing and unchanged and speed_ok
 
@@ -206,7 +206,7 @@ def scaling_table(args: argparse.Namespace, runs: list[ScalingRun]) -> tuple[Tab
     table = Table(title=f"(b) measuring phase by sim actors: {args.scaling_model} on {args.scaling_device}, "
                         f"batch {args.scaling_batch}, fresh store each, {args.rounds} rounds")
     for column in ("sim actors", "stages", "measuring s (median)", "stages/s", "speedup vs 1",
-                   f"{REPORT_CONFIDENCE:.0%} interval", "target", "result"):
+                   f"{percent(REPORT_CONFIDENCE)} interval", "target", "result"):
         table.add_column(column, justify="right")
     passed = True
     for actors, found in by_actors.items():

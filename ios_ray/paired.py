@@ -105,6 +105,11 @@ class PairedTiming:
         return len(self.first_ms)
 
 
+def percent(confidence: float) -> str:
+    """A confidence in words: ``99.9%``, ``95%``."""
+    return f"{confidence * 100:.4g}%"
+
+
 def ratios_of(first_ms: Sequence[float], second_ms: Sequence[float]) -> list[float]:
     """Per round, the first time over the second (the two paired by round)."""
     if len(first_ms) != len(second_ms) or not first_ms:

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from ios_ray.errors import UserError
 from ios_ray.ir import DEFAULT_MEMORY_FORMAT, Graph
-from ios_ray.paired import FASTER, SLOWER, WITHIN_NOISE, RatioInterval
+from ios_ray.paired import FASTER, SLOWER, WITHIN_NOISE, RatioInterval, percent
 from ios_ray.stage import Stage
 
 #: The largest batch size a schedule (and a stored measurement) can be made for: the store keeps it in 32 bits.
@@ -67,20 +67,25 @@ class EndToEnd:
         return "dp" if self.ratio.verdict == FASTER else "sequential"
 
     @property
+    def reason(self) -> str:
+        """Why the kept schedule was kept: ``faster beyond noise``, ``within noise``, ``IOS slower beyond noise``."""
+        if self.ratio is None:
+            return "lower median, unpaired check"
+        return {FASTER: "faster beyond noise", SLOWER: "IOS slower beyond noise",
+                WITHIN_NOISE: "within noise"}[self.ratio.verdict]
+
+    @property
     def decision(self) -> str:
         """The decision in words: ``kept sequential: within noise, 0.98-1.03``."""
         kept = "kept IOS" if self.kept == "dp" else "kept sequential"
-        if self.ratio is None:
-            return f"{kept} (lower median, unpaired check)"
-        why = {FASTER: "faster beyond noise", SLOWER: "IOS slower beyond noise", WITHIN_NOISE: "within noise"}
-        return f"{kept}: {why[self.ratio.verdict]}, {self.ratio.span}"
+        return f"{kept}: {self.reason}" + ("" if self.ratio is None else f", {self.ratio.span}")
 
     def summary(self) -> str:
         """One line: both end-to-end times, the ratio with its interval and rounds, and the decision."""
         times = f"DP schedule {self.dp_ms:.3f} ms, sequential {self.sequential_ms:.3f} ms"
         if self.ratio is None:
-            return f"{times}; {self.decision}"
-        return (f"{times}; DP / sequential {self.ratio.median:.3f} ({self.ratio.confidence:.0%} interval "
+            return f"{times} ({self.rounds} rounds); {self.decision}"
+        return (f"{times}; DP / sequential {self.ratio.median:.3f} ({percent(self.ratio.confidence)} interval "
                 f"{self.ratio.span}, {self.rounds} rounds); {self.decision}")
 
     def to_json(self) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from ios_ray.frontend import import_module
 from ios_ray.runtime import read_schedules
 from ios_ray.schedule import read_schedule
 from ios_ray.store import LatencyStore
-from ios_ray.paired import DEFAULT_CHECK_CONFIDENCE, least_rounds
+from ios_ray.paired import DEFAULT_CHECK_CONFIDENCE, least_rounds, percent
 from tests.api_model import INPUT_SHAPE, DtypeCast, TwoBranch
 from tests.helpers import ios_ray_here
 from tests.test_search_cli import search_table
@@ -115,7 +115,7 @@ def test_a_model_object_whose_code_is_missing_on_a_node_fails_in_one_sentence(
     ({"check_rounds": -1}, "check_rounds must be at least 0, not -1"),
     ({"check_rounds": least_rounds() - 1},
      rf"check_rounds must be 0 \(no check\) or at least {least_rounds()}: fewer rounds give no "
-     rf"{DEFAULT_CHECK_CONFIDENCE:.0%} interval"),
+     rf"{percent(DEFAULT_CHECK_CONFIDENCE)} interval"),
     ({"check_rounds": 40, "check_confidence": 1.0}, r"check_confidence must be at least 0.5 and below 1 \(e.g. 0.99\)"),
     ({"check_seconds": 0}, r"check_seconds must be above 0 \(or None: no time cap\), not 0"),
     ({"input_shape": (3, 0, 8)}, "input_shape must be positive sizes"),

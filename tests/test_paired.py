@@ -9,7 +9,7 @@ import math
 import pytest
 
 from ios_ray.paired import (FASTER, SLOWER, WITHIN_NOISE, LookPlan, RatioInterval, least_rounds, median_interval,
-                            rank, ratios_of)
+                            percent, rank, ratios_of)
 
 
 def brute_miss(looks: tuple[int, ...], ranks: tuple[int, ...]) -> float:
@@ -82,6 +82,7 @@ def test_a_target_is_cleared_only_by_the_whole_interval_and_speedups_invert_time
 
 def test_ratios_pair_by_round_and_a_plan_looks_only_where_planned() -> None:
     assert ratios_of([2.0, 3.0], [4.0, 3.0]) == [0.5, 1.0]
+    assert (percent(0.999), percent(0.95)) == ("99.9%", "95%")
     with pytest.raises(ValueError):
         ratios_of([1.0], [1.0, 2.0])
     plan = LookPlan.planned(18, 0.99)

@@ -83,7 +83,7 @@ def test_a_schedule_file_from_before_paired_checks_still_loads_and_keeps_what_it
         path.write_text(json.dumps(data))
         check = read_schedule(path).end_to_end
         assert check is not None and check.ratio is None and check.kept == kept and check.rounds == 10
-        assert check.decision == f"kept {'IOS' if kept == 'dp' else 'sequential'} (lower median, unpaired check)"
+        assert check.decision == f"kept {'IOS' if kept == 'dp' else 'sequential'}: lower median, unpaired check"
 
 
 def test_mismatches_are_rejected(tmp_path: Path, squeezenet_schedule: Schedule) -> None:

@@ -312,7 +312,9 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path, ray_local: 
     assert check is not None and check.ratio is not None and check.dp_ms > 0 and check.sequential_ms > 0
     assert check.rounds in LookPlan.planned(DEFAULT_CHECK_ROUNDS).looks and check.ratio.rounds == check.rounds
     assert (check.kept == "dp") == (check.ratio.high is not None and check.ratio.high < 1)
-    assert row.kept == check.decision.removeprefix("kept ")
+    assert row.kept == f"{'IOS' if check.kept == 'dp' else 'sequential'}: {check.reason}"
+    assert f"cpu batch 1: IOS / sequential {check.ratio.median:.3f} in {check.rounds} rounds" in searched.stdout
+    assert check.decision in searched.stdout
     assert check.sequential_predicted_ms is not None and check.dp_predicted_ms is not None
     assert check.dp_predicted_ms <= check.sequential_predicted_ms * (1 + 1e-9)  # the DP never predicts worse
     if check.kept == "sequential":
@@ -370,7 +372,7 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path, ray_local: 
     shown = ios_ray_here("show", str(schedule), "--svg", str(picture), cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "block 0" in shown.stdout
-    assert f"end-to-end check (10 rounds): DP schedule {check.dp_ms:.3f} ms" in shown.stdout
+    assert f"end-to-end check: {check.summary()}" in shown.stdout
     root = ElementTree.parse(picture).getroot()
     assert root.tag == "{http://www.w3.org/2000/svg}svg"
     assert root.findall(".//{http://www.w3.org/2000/svg}rect")

@@ -15,7 +15,7 @@ from ios_ray.app.cli_util import (at_least_one, debug_option, make_console, pars
                                   parse_list, store_lookup, user_errors)
 from ios_ray.devices import DEFAULT_SIM_ACTORS
 from ios_ray.errors import UserError
-from ios_ray.paired import DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_SECONDS
+from ios_ray.paired import DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_SECONDS, percent
 from ios_ray.store import DEFAULT_STORE_PATH
 
 if TYPE_CHECKING:
@@ -153,15 +153,18 @@ def search(
     settings = settings_named(result.schedules[0].dtype, result.schedules[0].memory_format)
     in_dtype = f" in {' '.join(settings)}" if settings else ""
     table = Table("device", "batch", "IOS ms", "seq ms", "speedup", "measured / planned", "cached", "wall s", "source",
-                  "end to end IOS / seq", "kept",
+                  "end to end IOS / seq ms", "kept",
                   title=f"ios-ray search: {model}{in_dtype} (predicted: sums of stages)")
     for o in result:
         check = o.end_to_end
         table.add_row(o.device, str(o.batch), f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x",
                       f"{o.measured} / {o.planned}", str(o.cached), f"{o.wall_s:.1f}", o.source,
-                      "-" if check is None else _end_to_end_cell(check),
-                      "IOS" if check is None else check.decision.removeprefix("kept "))
+                      "-" if check is None else f"{check.dp_ms:.3f} / {check.sequential_ms:.3f}",
+                      "IOS" if check is None else f"{'IOS' if check.kept == 'dp' else 'sequential'}: {check.reason}")
     console.print(table)
+    for o in result:
+        if o.end_to_end is not None:
+            console.print(f"{o.device} batch {o.batch}: {_checked(o.end_to_end)}")
     console.print(f"schedules written under {out}/")
     again = sum(o.schedule.params.get("measure", {}).get("remeasured", 0) for o in result)
     if again:
@@ -172,10 +175,12 @@ def search(
                       "of IOS / sequential did not lie wholly below 1)")
 
 
-def _end_to_end_cell(check: "EndToEnd") -> str:
-    """Both median times of the end-to-end check, the median ratio and the rounds it took."""
-    ratio = "" if check.ratio is None else f", ratio {check.ratio.median:.3f}"
-    return f"{check.dp_ms:.3f} / {check.sequential_ms:.3f} ms{ratio}, {check.rounds} rounds"
+def _checked(check: "EndToEnd") -> str:
+    """The end-to-end check in one line: the median ratio, its interval, the rounds, and the decision."""
+    if check.ratio is None:
+        return check.decision
+    return (f"IOS / sequential {check.ratio.median:.3f} in {check.rounds} rounds "
+            f"({percent(check.ratio.confidence)} interval {check.ratio.span}); {check.decision}")
 
 
 @app.command()
@@ -306,7 +311,7 @@ def bench(
 
 
 def _print_bench_table(result: "BenchResult") -> None:
-    confidence = f"{result.rows[0].confidence:.0%} interval"
+    confidence = f"{percent(result.rows[0].confidence)} interval"
     table = Table("variant", "median ms", "p10 ms", "p90 ms", f"vs eager ({confidence})",
                   f"vs {result.baseline} ({confidence})", "predicted ms", "max rel err", title=result.title)
     for row in result.rows:

@@ -54,7 +54,7 @@ from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
 from ios_ray.models import DEFAULT_INPUT_SHAPE, resolve_model
 from ios_ray.paired import (DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_SECONDS,
-                             least_rounds)
+                             least_rounds, percent)
 from ios_ray.profiler import CheckJob, DeviceIdentity, DevicePool, MeasureJob, ModelSource
 from ios_ray.schedule import MAX_BATCH, EndToEnd, Schedule, save_schedule
 from ios_ray.scheduler import (LazyParams, LazyRound, LazySpace, Plan, PlannedStage, SearchParams, TableLatency,
@@ -421,7 +421,8 @@ def _check_the_check(request: SearchRequest) -> None:
     least = least_rounds(request.check_confidence)
     if 0 < request.check_rounds < least:
         raise UserError(f"check_rounds must be 0 (no check) or at least {least}: fewer rounds give no "
-                        f"{request.check_confidence:.0%} interval that could decide, not {request.check_rounds}.")
+                        f"{percent(request.check_confidence)} interval that could decide, not "
+                        f"{request.check_rounds}.")
     if request.check_seconds is not None and not request.check_seconds > 0:
         raise UserError(f"check_seconds must be above 0 (or None: no time cap), not {request.check_seconds}.")
 
