@@ -115,11 +115,11 @@ def table_sums(output: str) -> tuple[int, int]:
     """The sums of the 'measured' and 'cached' columns of the table ``ios-ray search`` prints."""
     header = next(line for line in output.splitlines() if "┃" in line and "measured" in line)
     names = [cell.strip() for cell in header.split("┃")]
-    measured, cached = names.index("measured"), names.index("cached")
+    measured, cached = names.index("measured / planned"), names.index("cached")
     rows = [[cell.strip() for cell in line.split("│")] for line in output.splitlines() if line.count("│") >= 3]
     if not rows:
         raise RuntimeError("no table rows in the output of ios-ray search")
-    return sum(int(r[measured]) for r in rows), sum(int(r[cached]) for r in rows)
+    return sum(int(r[measured].split("/")[0]) for r in rows), sum(int(r[cached]) for r in rows)
 
 
 def cli_search(command: list[str], store: Path) -> CliRun:
@@ -163,7 +163,7 @@ def scaling_cost(args: argparse.Namespace) -> list[ScalingRun]:
             with tempfile.TemporaryDirectory() as tmp:
                 request = SearchRequest(model=args.scaling_model, devices=(args.scaling_device,),
                                         batches=(args.scaling_batch,), store=Path(tmp) / "latency.duckdb",
-                                        out=Path(tmp) / "schedules", sim_actors=actors)
+                                        out=Path(tmp) / "schedules", sim_actors=actors, measure="all")
                 clock = MeasuringClock()
                 outcomes = run_search(request, clock)
             measured = sum(o.measured for o in outcomes)

@@ -12,7 +12,7 @@ wrongly. The statistics (ratios, intervals, the looks and their ranks) are :mod:
 
 ::
 
-    timing = paired_timing(dp_forward, sequential_forward, "cpu", LookPlan.planned(18, 0.99))
+    timing = paired_timing(dp_forward, sequential_forward, "cpu", LookPlan.planned(28, 0.999))
     timing.ratio.verdict            # "faster", "slower" or "within noise"; timing.ratio.span: "0.97-1.01"
 """
 
