@@ -26,7 +26,7 @@ from ios_ray.frontend import import_module
 from ios_ray.runtime import read_schedules
 from ios_ray.schedule import read_schedule
 from ios_ray.store import LatencyStore
-from ios_ray.paired import DEFAULT_CHECK_CONFIDENCE, least_rounds, percent
+from ios_ray.paired import DEFAULT_CHECK_CONFIDENCE, LookPlan, least_rounds, percent
 from tests.api_model import INPUT_SHAPE, DtypeCast, TwoBranch
 from tests.helpers import ios_ray_here
 from tests.test_search_cli import search_table
@@ -146,6 +146,9 @@ def test_a_half_model_object_is_measured_stored_and_deployed_in_its_own_dtype(ra
     [outcome] = result
     assert outcome.schedule.dtype == "bfloat16" and outcome.measured > 0 and outcome.end_to_end is not None
     assert "input 3x16x16, bfloat16" in repr(result)
+    check = outcome.end_to_end
+    assert check.ratio is not None and check.rounds >= LookPlan.planned(least_rounds()).looks[0]
+    assert f"ratio {check.ratio.median:.3f} in {check.rounds} rounds; {check.decision}" in repr(result)
     assert set(LatencyStore(store, create=False).query(device="cpu")["dtype"].to_pylist()) == {"bfloat16"}
     [path] = result.save(tmp_path / "out")
     assert path.name == "bs2-bfloat16.json" and read_schedule(path).dtype == "bfloat16"
