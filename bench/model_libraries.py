@@ -5,6 +5,7 @@
     python bench/model_libraries.py --backbones                # backbones returning several maps (bench/backbones.py)
     python bench/model_libraries.py --timm resnet50 tf_efficientnet_b0 ...
     python bench/model_libraries.py --timm-families            # one or two timm models of each family below
+    python bench/model_libraries.py --smp --ultralytics        # segmentation decoders and YOLO detectors
 
 For each model (random weights, random batch-norm statistics, all in float64): import it at batch 1 with its own
 input shape, then run the sequential schedule, the greedy one (concurrent groups) and the DP's (merged convs
@@ -70,6 +71,12 @@ TIMM_FAMILIES = (
     "lambda_resnet26t cs3darknet_s efficientvit_b0 fastvit_t8 mobileone_s0 repghostnet_050 inception_next_tiny "
     "edgenext_xx_small mobilevit_xxs poolformer_s12 sequencer2d_s vgg11 hgnet_tiny hgnetv2_b0 rdnet_tiny starnet_s1"
 ).split()
+#: segmentation-models-pytorch architectures, each over a ResNet and an EfficientNet encoder (those installed).
+SMP_ARCHITECTURES = ("Unet", "UnetPlusPlus", "FPN", "PSPNet", "DeepLabV3", "DeepLabV3Plus", "Linknet", "MAnet", "PAN",
+                     "UPerNet")
+SMP_ENCODERS = ("resnet34", "efficientnet-b0")
+#: Ultralytics detectors, built from their yaml configs with the detection head.
+ULTRALYTICS_MODELS = ("yolov8n", "yolov8s", "yolo11n")
 CHECK_BATCH = 2
 TOLERANCE = 1e-9
 
@@ -210,6 +217,14 @@ def specs(args: argparse.Namespace) -> Iterator[str]:
                     torchvision.models.list_models(module=torchvision.models.segmentation))
     if args.backbones:
         yield from BACKBONES
+    if args.smp:
+        import segmentation_models_pytorch as smp
+
+        known = {name.lower() for name in getattr(smp, "MODEL_ARCHITECTURES_MAPPING", {})}
+        yield from (f"smp:{arch}/{encoder}" for arch in SMP_ARCHITECTURES if arch.lower() in known
+                    for encoder in SMP_ENCODERS)
+    if args.ultralytics:
+        yield from (f"ultralytics:{name}" for name in ULTRALYTICS_MODELS)
     names = list(args.timm or ()) + (TIMM_FAMILIES if args.timm_families else [])
     if names:
         import timm
@@ -226,15 +241,17 @@ def print_table(rows: list[dict[str, Any]], console: Console, dtype: torch.dtype
     half = dtype != torch.float64
     error_column = "max rel. error vs float64 (eager's)" if half else "max rel. error"
     table = Table(title=f"real library models through ios-ray (CPU, {name} check at batch 2)")
-    for column in ("model", "units", "opaque", "opaque FLOPs", "most opaque ops", "stages", error_column, "s"):
+    for column in ("model", "units", "opaque", "opaque FLOPs", "most opaque ops", "stages", error_column, "import s",
+                   "s"):
         table.add_column(column, justify="left" if column in ("model", "most opaque ops") else "right")
     for row in rows:
         if "failed" in row and "units" not in row:
-            table.add_row(row["model"], "", "", "", f"[red]{row['failed']}[/red]", "", "", str(row["seconds"]))
+            table.add_row(row["model"], "", "", "", f"[red]{row['failed']}[/red]", "", "", "", str(row["seconds"]))
             continue
         table.add_row(row["model"], str(row.get("units", "")), str(row.get("opaque", "")),
                       f"{row['opaque_flops']:.1%}" if "opaque_flops" in row else "", row.get("opaque_ops", ""),
-                      str(row.get("stages", "")), _error_text(row, dtype), str(row["seconds"]))
+                      str(row.get("stages", "")), _error_text(row, dtype), str(row.get("import_s", "")),
+                      str(row["seconds"]))
     console.print(table)
     counts = {kind: [r["model"] for r in rows if verdict(r, dtype) == kind]
               for kind in ("equal", "overflow", "slow", "differs", "failed")}
@@ -273,6 +290,8 @@ def main() -> int:
     parser.add_argument("--backbones", action="store_true", help="backbones that return several feature maps")
     parser.add_argument("--timm", nargs="*", metavar="NAME", help="these timm models")
     parser.add_argument("--timm-families", action="store_true", help="one or two timm models per family")
+    parser.add_argument("--smp", action="store_true", help="segmentation-models-pytorch decoders, two encoders each")
+    parser.add_argument("--ultralytics", action="store_true", help="Ultralytics YOLO detectors from their configs")
     parser.add_argument("--timeout", type=int, default=120, help="seconds per model (default 120)")
     parser.add_argument("--out", type=Path, help="also write one JSON line per model here")
     parser.add_argument("--no-torchvision-shim", action="store_true", help="do not define torchvision's schemas")
@@ -282,8 +301,10 @@ def main() -> int:
                         help="channels_last: the model held NHWC, as a search of such a model runs it")
     args = parser.parse_args()
     dtype = torch.float64 if args.dtype == "float64" else torch_dtype(args.dtype)
-    if not (args.torchvision or args.segmentation or args.backbones or args.timm or args.timm_families):
-        parser.error("name what to check: --torchvision, --segmentation, --backbones, --timm NAME..., --timm-families")
+    if not (args.torchvision or args.segmentation or args.backbones or args.timm or args.timm_families or args.smp
+            or args.ultralytics):
+        parser.error("name what to check: --torchvision, --segmentation, --backbones, --timm NAME..., --timm-families, "
+                     "--smp, --ultralytics")
     if not args.no_torchvision_shim:
         _define_torchvision_schemas()
     console, rows = Console(width=170), []

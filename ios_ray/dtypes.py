@@ -25,10 +25,10 @@ from torch import nn
 
 from ios_ray.errors import UserError
 from ios_ray.ir import DEFAULT_MEMORY_FORMAT
+from ios_ray.schedule import DEFAULT_DTYPE, DTYPE_NAMES
 
 #: The dtypes a schedule can be made for, by their names in schedule files and the store.
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-DEFAULT_DTYPE = "float32"
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 #: Other spellings users type for them.
 _ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
 #: The memory formats a schedule can be made for, by their names in schedule files and graphs.

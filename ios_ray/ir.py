@@ -4,10 +4,11 @@ A :class:`Graph` is what the frontend produces from an ``nn.Module`` and what se
 It holds no tensors and no torch objects, round-trips through JSON and has a stable content fingerprint.
 
 * A :class:`Unit` is one schedulable operator: a conv with its folded batch-norm and activation (and a prologue
-  batch-norm and activation only it reads), a separable conv, a pool, an add, a linear, a flatten, a concat where
-  one must exist, a channel ``shuffle`` or ``slice``, the ``scale`` of a squeeze-excitation gate, an
-  ``elementwise`` chain on a tensor others read too, or an ``opaque`` unit that calls the original code of an op
-  the importer does not know. Any unit may end in an epilogue of elementwise steps (``attrs['epilogue']``).
+  batch-norm and activation only it reads), a separable conv, a ``conv_transpose``, a ``conv3d``, a pool, an
+  ``upsample``, a ``pad`` (or crop), an add, a linear, a flatten, a concat where one must exist, a channel
+  ``shuffle`` or ``slice``, the ``scale`` of a squeeze-excitation gate, an ``elementwise`` chain on a tensor others
+  read too, or an ``opaque`` unit that calls the original code of an op the importer does not know. Any unit may end
+  in an epilogue of steps that keep its shape (``attrs['epilogue']``: activations, norms, arithmetic).
 * A :class:`Value` is one input argument of a unit: the channel concatenation (dim 1) of *parts*, each part the
   elementwise sum of unit outputs. Concatenations and sums that feed a single consumer are folded into that
   consumer's input this way instead of becoming units of their own.
@@ -34,10 +35,6 @@ DEFAULT_MEMORY_FORMAT = "contiguous"
 
 #: The name under which units refer to the graph's input tensor.
 GRAPH_INPUT = "@input"
-
-UNIT_KINDS = ("conv", "sepconv", "pool", "add", "concat", "linear", "flatten", "shuffle", "slice", "scale",
-              "elementwise", "opaque")
-
 
 @dataclass(frozen=True)
 class Value:

@@ -1,13 +1,16 @@
-"""Models of torchvision and timm by name (``torchvision:resnet50``, ``timm:efficientnet_b0``), for model specs.
+"""Models of outside libraries by name, for model specs: ``torchvision:resnet50``, ``timm:efficientnet_b0``,
+``smp:FPN`` or ``smp:FPN/efficientnet-b0`` (segmentation-models-pytorch: an architecture over an encoder, resnet34
+unless named), ``ultralytics:yolov8n`` (an Ultralytics YOLO built from its own ``yolov8n.yaml``).
 
 A library is imported only when a spec names it. The model is built in eval mode with random weights (nothing is
 downloaded: torchvision's ``weights=None``, with ``weights_backbone=None`` where a model takes a backbone; timm's
-``pretrained=False``), and the per-sample input shape comes from the library's own configuration where it has one:
-for torchvision, the ``image_size`` a model built without weights fixes (its vision transformers), else the crop
-size of its default weights (``get_model_weights(name).DEFAULT.transforms().crop_size``; for segmentation models,
-which crop nothing, the ``resize_size``); the ``input_size`` of timm's pretrained config
-(``timm.get_pretrained_cfg(name)``, or a model's ``pretrained_cfg``/``default_cfg``). A missing library or an
-unknown name is one sentence.
+``pretrained=False``; smp's ``encoder_weights=None``; Ultralytics builds from its config, offline), and the
+per-sample input shape comes from the library's own configuration where it has one: for torchvision, the
+``image_size`` a model built without weights fixes (its vision transformers), else the crop size of its default
+weights (``get_model_weights(name).DEFAULT.transforms().crop_size``; for segmentation models, which crop nothing,
+the ``resize_size``); the ``input_size`` of timm's pretrained config (``timm.get_pretrained_cfg(name)``, or a
+model's ``pretrained_cfg``/``default_cfg``); Ultralytics' default image size (640, classifiers 224); smp has none,
+so 3x512x512 (its sizes must divide by 32). A missing library or an unknown name is one sentence.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import os
 from types import ModuleType
 from typing import Any, Callable
 
@@ -24,15 +28,15 @@ from torch import nn
 from ios_ray.errors import UserError, first_line
 
 #: The spec prefixes this module resolves.
-LIBRARIES = ("torchvision", "timm")
+LIBRARIES = ("torchvision", "timm", "smp", "ultralytics")
+#: The input of an smp model, which names none: a common segmentation size, divisible by its output stride.
+SMP_INPUT_SHAPE = (3, 512, 512)
 
 
 def library_model(library: str, name: str) -> tuple[Callable[[], nn.Module], tuple[int, ...] | None]:
-    """The factory of model ``name`` of ``library`` (``torchvision`` or ``timm``) and the per-sample input shape its
+    """The factory of model ``name`` of ``library`` (one of :data:`LIBRARIES`) and the per-sample input shape its
     configuration gives (None where it gives none)."""
-    if library == "torchvision":
-        return _torchvision(name)
-    return _timm(name)
+    return {"torchvision": _torchvision, "timm": _timm, "smp": _smp, "ultralytics": _ultralytics}[library](name)
 
 
 def _torchvision(name: str) -> tuple[Callable[[], nn.Module], tuple[int, ...] | None]:
@@ -108,13 +112,57 @@ def _timm_shape(timm: ModuleType, name: str) -> tuple[int, ...] | None:
     return tuple(int(n) for n in size) if size else None
 
 
-def _import(module: str, library: str) -> ModuleType:
-    """Import a library's module; a missing or broken library is one sentence."""
+def _smp(name: str) -> tuple[Callable[[], nn.Module], tuple[int, ...] | None]:
+    """A segmentation-models-pytorch architecture (``FPN``, ``Unet``...) over an encoder (``/efficientnet-b0``;
+    resnet34 where none is named)."""
+    smp = _import("segmentation_models_pytorch", "smp", "segmentation-models-pytorch")
+    arch, _, encoder = name.partition("/")
+    architectures = {key.lower(): key for key in getattr(smp, "MODEL_ARCHITECTURES_MAPPING", {})}
+    if arch.lower() not in architectures:
+        raise UserError(f"smp has no architecture {arch!r}{_close(arch.lower(), list(architectures))}; it has "
+                        f"{', '.join(sorted(architectures))}.")
+    encoder = encoder or "resnet34"
+    encoders = list(smp.encoders.get_encoder_names())
+    if encoder not in encoders:
+        raise UserError(f"smp has no encoder {encoder!r}{_close(encoder, encoders)}; "
+                        "smp.encoders.get_encoder_names() lists them.")
+
+    def build() -> nn.Module:
+        return smp.create_model(arch.lower(), encoder_name=encoder, encoder_weights=None).eval()
+    return build, SMP_INPUT_SHAPE
+
+
+def _ultralytics(name: str) -> tuple[Callable[[], nn.Module], tuple[int, ...] | None]:
+    """An Ultralytics model of the task its config names (detection, segmentation, pose, oriented boxes,
+    classification), from ``NAME.yaml`` in Ultralytics' own configs."""
+    os.environ.setdefault("YOLO_OFFLINE", "1")  # never a download or an update check
+    os.environ.setdefault("YOLO_VERBOSE", "False")
+    tasks = _import("ultralytics.nn.tasks", "ultralytics")
+    config = name if name.endswith((".yaml", ".yml")) else f"{name}.yaml"
+    try:
+        tasks.yaml_model_load(config)
+    except FileNotFoundError:
+        raise UserError(f"ultralytics has no model config {config!r}; name one of its yaml configs, such as "
+                        "yolov8n, yolo11n or yolo11n-seg.") from None
+    task = tasks.guess_model_task(config)
+    models = {"detect": "DetectionModel", "segment": "SegmentationModel", "pose": "PoseModel", "obb": "OBBModel",
+              "classify": "ClassificationModel"}
+    if task not in models:
+        raise UserError(f"ultralytics:{name} is a {task} model; ios-ray builds {', '.join(models)} models.")
+    model_class = getattr(tasks, models[task])
+
+    def build() -> nn.Module:
+        return model_class(config, verbose=False).eval()
+    return build, (3, 224, 224) if task == "classify" else (3, 640, 640)
+
+
+def _import(module: str, library: str, package: str | None = None) -> ModuleType:
+    """Import a library's module; a missing or broken library is one sentence (``package``: its name for pip)."""
     try:
         return importlib.import_module(module)
     except ImportError:
         raise UserError(f"model specs {library}:NAME need {library}, which is not installed here; install it "
-                        f"(pip install {library}) or give package.module:factory.") from None
+                        f"(pip install {package or library}) or give package.module:factory.") from None
     except Exception as exc:  # noqa: BLE001 - a library that fails to load (say, against another torch)
         raise UserError(f"{library} is installed but cannot be imported ({type(exc).__name__}: {first_line(exc)}); "
                         f"install a {library} that matches this torch.") from exc

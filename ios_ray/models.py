@@ -1,15 +1,15 @@
-"""Resolving a model spec: a zoo name, ``torchvision:NAME``, ``timm:NAME`` (:mod:`ios_ray.libraries`), or
-``package.module:factory`` for any fx-traceable nn.Module."""
+"""Resolving a model spec: a zoo name, ``torchvision:NAME``, ``timm:NAME``, ``smp:ARCH[/ENCODER]``,
+``ultralytics:NAME`` (:mod:`ios_ray.libraries`), or ``package.module:factory`` for any nn.Module."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import torch
 from torch import nn
 
 from ios_ray.errors import UserError, first_line
@@ -28,30 +28,41 @@ class ModelSpec:
 
 
 def resolve_model(spec: str, input_shape: Sequence[int] | None = None) -> ModelSpec:
-    """A zoo model by name, ``torchvision:NAME``, ``timm:NAME`` (the library's input size), or
-    ``package.module:factory`` (the factory's ``input_shape`` attribute, else 3x224x224); ``input_shape``, if given,
-    is the per-sample input shape instead."""
-    model = _resolve(spec)
-    if input_shape is None:
-        return model
-    if not input_shape or any(not isinstance(n, int) or n < 1 for n in input_shape):
-        raise UserError(f"input_shape must be positive sizes such as (3, 224, 224), not {tuple(input_shape)}.")
-    return dataclasses.replace(model, input_shape=tuple(input_shape))
+    """A zoo model by name, a library's model (``timm:NAME``... at the library's input size), or
+    ``package.module:factory`` (the ``input_shape`` attribute of the factory, else of the module it returns, as for a
+    model object, else 3x224x224); ``input_shape``, if given, is the per-sample input shape instead."""
+    name, build, own = _resolve(spec)
+    if input_shape is not None:
+        return ModelSpec(name, build, _checked_shape(input_shape, "input_shape"))
+    if own is not None:
+        return ModelSpec(name, build, own)
+    with torch.random.fork_rng(devices=[]):  # built to read its attribute: the caller's random state stays as it was
+        shape = getattr(build(), "input_shape", DEFAULT_INPUT_SHAPE)
+    return ModelSpec(name, build, _checked_shape(shape, f"the input_shape of the module {spec!r} builds"))
 
 
-def _resolve(spec: str) -> ModelSpec:
+def _checked_shape(shape: object, what: str) -> tuple[int, ...]:
+    """A per-sample input shape as a tuple; UserError naming ``what`` where it is not positive sizes."""
+    sizes = tuple(shape) if isinstance(shape, (tuple, list, torch.Size)) else ()
+    if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
+        raise UserError(f"{what} must be positive sizes such as (3, 224, 224), not {shape!r}.")
+    return sizes
+
+
+def _resolve(spec: str) -> tuple[str, Callable[[], nn.Module], tuple[int, ...] | None]:
+    """A spec's name, builder and input shape (None: a factory that does not say; the module it builds may)."""
     from ios_ray.zoo import ZOO
 
     if spec in ZOO:
         entry = ZOO[spec]
-        return ModelSpec(entry.name, entry.build, tuple(entry.input_shape))
+        return entry.name, entry.build, tuple(entry.input_shape)
     if ":" not in spec:
         raise UserError(f"unknown model {spec!r}; choose one of {', '.join(sorted(ZOO))}, or give torchvision:NAME, "
-                        "timm:NAME or package.module:factory.")
+                        "timm:NAME, smp:ARCH, ultralytics:NAME or package.module:factory.")
     library, _, name = spec.partition(":")
     if library in LIBRARIES:
         build, shape = library_model(library, name)
-        return ModelSpec(spec, _checked(build, spec), shape or DEFAULT_INPUT_SHAPE)
+        return spec, _checked(build, spec), shape or DEFAULT_INPUT_SHAPE
     module_name, factory_name = library, name
     _importable_from_here()
     try:
@@ -63,8 +74,9 @@ def _resolve(spec: str) -> ModelSpec:
             from exc
     if not callable(factory):
         raise UserError(f"{spec!r} is not a callable factory of an nn.Module.")
-    shape = tuple(getattr(factory, "input_shape", DEFAULT_INPUT_SHAPE))
-    return ModelSpec(spec, _checked(factory, spec), shape)
+    shape = getattr(factory, "input_shape", None)
+    return spec, _checked(factory, spec), None if shape is None else \
+        _checked_shape(shape, f"the input_shape of the factory {spec!r}")
 
 
 def _importable_from_here() -> None:

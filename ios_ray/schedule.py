@@ -3,21 +3,24 @@
 A schedule is versioned JSON. It carries the graph fingerprint it was made for and the graph's per-sample input
 shape, the device label and fingerprint, batch size, dtype and memory format, the search parameters, and per block
 its stages (strategy and groups of unit ids) with their predicted latencies, and for a measured device the end-to-end
-check that chose it (:class:`EndToEnd`). :func:`load_schedule` checks a file against a graph and rejects a
+check that chose it (:class:`EndToEnd`). :func:`read_schedule` checks every field of a file (hand-edited ones
+too) before anything reads it: :func:`schedule_defects` names each field of the wrong type or out of range, and the
+file is refused in one sentence listing them. :func:`load_schedule` also checks a file against a graph and rejects a
 mismatch with one clear sentence.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from ios_ray.errors import UserError
 from ios_ray.ir import DEFAULT_MEMORY_FORMAT, Graph
 from ios_ray.paired import FASTER, SLOWER, WITHIN_NOISE, RatioInterval, percent
-from ios_ray.stage import Stage
+from ios_ray.stage import STRATEGIES, Stage
 
 #: The largest batch size a schedule (and a stored measurement) can be made for: the store keeps it in 32 bits.
 MAX_BATCH = 2**31 - 1
@@ -27,6 +30,11 @@ MEMORY_FORMAT_TORCH_NAMES = {"contiguous": "contiguous_format", "channels_last":
 
 SCHEDULE_FORMAT = "ios-ray-schedule"
 SCHEDULE_VERSION = 1
+#: The dtypes a schedule (and a stored measurement) can be made for, by their names in files.
+DTYPE_NAMES = ("float32", "float16", "bfloat16")
+DEFAULT_DTYPE = "float32"
+#: Where a schedule's latencies come from: a device, or the sim model.
+SOURCES = ("measured", "simulated")
 
 
 @dataclass(frozen=True)
@@ -107,7 +115,7 @@ class Schedule:
     device: str
     batch: int
     blocks: tuple[BlockSchedule, ...]
-    dtype: str = "float32"
+    dtype: str = DEFAULT_DTYPE
     device_fingerprint: str = ""
     device_info: Mapping[str, Any] = field(default_factory=dict)
     params: Mapping[str, Any] = field(default_factory=dict)
@@ -164,37 +172,177 @@ class Schedule:
         }
 
 
-def schedule_from_json(data: Mapping[str, Any]) -> Schedule:
-    """Parse the JSON form; raises ValueError on anything malformed."""
-    if data.get("format") != SCHEDULE_FORMAT:
-        raise ValueError("not an ios-ray schedule")
+#: A field's check: None where the value is fine, else what it should be.
+Check = Callable[[Any], "str | None"]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _ms(value: Any) -> str | None:
+    fine = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    return None if fine else "a number of milliseconds"
+
+
+def _ratio_or_null(value: Any) -> str | None:
+    fine = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                             and value > 0)
+    return None if fine else "a positive number or null"
+
+
+def _confidence(value: Any) -> str | None:
+    fine = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.5 <= value < 1
+    return None if fine else "a number from 0.5 to below 1"
+
+
+def _ms_or_null(value: Any) -> str | None:
+    return None if value is None or _ms(value) is None else "a number of milliseconds or null"
+
+
+def _text(value: Any) -> str | None:
+    return None if isinstance(value, str) else "a string"
+
+
+def _mapping(value: Any) -> str | None:
+    return None if isinstance(value, dict) else "an object"
+
+
+def _batch(value: Any) -> str | None:
+    return None if _is_int(value) and 0 < value <= MAX_BATCH else f"a whole number from 1 to {MAX_BATCH:,}"
+
+
+def _shape(value: Any) -> str | None:
+    fine = value is None or (isinstance(value, list) and value and all(_is_int(n) and n > 0 for n in value))
+    return None if fine else "a list of positive whole numbers or null"
+
+
+def _one_of(names: Sequence[str]) -> Check:
+    return lambda value: None if isinstance(value, str) and value in names else f"one of {', '.join(names)}"
+
+
+def _groups(value: Any) -> str | None:
+    fine = isinstance(value, list) and value and all(
+        isinstance(g, list) and g and all(isinstance(u, str) for u in g) for g in value)
+    return None if fine else "a non-empty list of non-empty lists of unit ids"
+
+
+#: The fields of a schedule file, of its end-to-end check, its blocks and their stages: (check, required).
+_FIELDS: dict[str, tuple[Check, bool]] = {
+    "model": (_text, True), "graph_fingerprint": (_text, True), "input_shape": (_shape, False),
+    "device": (_text, True), "device_fingerprint": (_text, False), "device_info": (_mapping, False),
+    "batch": (_batch, True), "dtype": (_one_of(DTYPE_NAMES), False),
+    "memory_format": (_one_of(tuple(MEMORY_FORMAT_TORCH_NAMES)), False), "source": (_one_of(SOURCES), False),
+    "params": (_mapping, False), "predicted_latency_ms": (_ms_or_null, False),
+}
+_END_TO_END_FIELDS: dict[str, tuple[Check, bool]] = {
+    "rounds": (lambda v: None if _is_int(v) and v > 0 else "a whole number above 0", True),
+    "dp_ms": (_ms, True), "sequential_ms": (_ms, True), "dp_predicted_ms": (_ms_or_null, False),
+    "sequential_predicted_ms": (_ms_or_null, False), "kept": (_one_of(("dp", "sequential")), False),
+    "ratio": (_ratio_or_null, False), "ratio_low": (_ratio_or_null, False), "ratio_high": (_ratio_or_null, False),
+    "confidence": (_confidence, False), "decision": (_text, False),
+}
+_BLOCK_FIELDS: dict[str, tuple[Check, bool]] = {
+    "block": (lambda v: None if _is_int(v) and v >= 0 else "a whole number from 0", True),
+    "latency_ms": (_ms_or_null, False),
+    "stages": (lambda v: None if isinstance(v, list) else "a list", True),
+}
+_STAGE_FIELDS: dict[str, tuple[Check, bool]] = {
+    "strategy": (_one_of(STRATEGIES), True), "groups": (_groups, True), "latency_ms": (_ms_or_null, False),
+}
+
+
+def schedule_defects(data: Any) -> list[str]:
+    """Every field of a schedule's JSON form that is missing, of the wrong type or out of range, one phrase each
+    (``batch is '1', not a whole number from 1 to ...``); empty where the form is sound."""
+    if not isinstance(data, dict) or data.get("format") != SCHEDULE_FORMAT:
+        shown = _shown(data.get("format")) if isinstance(data, dict) else "missing"
+        return [f"format is {shown}, not \"{SCHEDULE_FORMAT}\": it is not an ios-ray schedule"]
     if data.get("version") != SCHEDULE_VERSION:
-        raise ValueError(f"schedule format version {data.get('version')} (this ios-ray reads {SCHEDULE_VERSION})")
+        return [f"it is of schedule format version {data.get('version')}, and this ios-ray reads {SCHEDULE_VERSION}"]
+    defects = _field_defects(data, _FIELDS, "")
+    check = data.get("end_to_end")
+    if check is not None:
+        defects += ["end_to_end is not an object or null"] if not isinstance(check, dict) else \
+            _field_defects(check, _END_TO_END_FIELDS, "end_to_end.") + _interval_defects(check)
+    blocks = data.get("blocks")
+    if not isinstance(blocks, list):
+        return defects + [f"blocks is {_shown(blocks)}, not a list"]
+    for b, block in enumerate(blocks):
+        if not isinstance(block, dict):
+            defects.append(f"blocks[{b}] is {_shown(block)}, not an object")
+            continue
+        defects += _field_defects(block, _BLOCK_FIELDS, f"blocks[{b}].")
+        for i, stage in enumerate(block.get("stages") if isinstance(block.get("stages"), list) else ()):
+            where = f"blocks[{b}].stages[{i}]"
+            defects += _field_defects(stage, _STAGE_FIELDS, f"{where}.") if isinstance(stage, dict) else \
+                [f"{where} is {_shown(stage)}, not an object"]
+    return defects
+
+
+def _interval_defects(check: Mapping[str, Any]) -> list[str]:
+    """The defects of a paired check's ratio and interval taken together (each field alone is checked apart)."""
+    ratio, low, high = (check.get(k) for k in ("ratio", "ratio_low", "ratio_high"))
+    if any(_ratio_or_null(v) is not None for v in (ratio, low, high)):
+        return []
+    if ratio is None:
+        return [] if low is None and high is None else ["end_to_end.ratio_low and ratio_high are set without a ratio"]
+    if "confidence" not in check:
+        return ["end_to_end.confidence is missing (a check with a ratio has one)"]
+    if (low is None) != (high is None):
+        return ["end_to_end.ratio_low and ratio_high are not both numbers or both null"]
+    if low is not None and not low <= ratio <= high:
+        return [f"end_to_end's interval {_shown(low)}-{_shown(high)} does not hold its ratio {_shown(ratio)}"]
+    return []
+
+
+def _field_defects(data: Mapping[str, Any], fields: Mapping[str, tuple[Check, bool]], where: str) -> list[str]:
+    """The defects of one JSON object's fields, each named by its path."""
+    defects = []
+    for name, (check, required) in fields.items():
+        if name not in data:
+            if required:
+                defects.append(f"{where}{name} is missing")
+            continue
+        wanted = check(data[name])
+        if wanted is not None:
+            defects.append(f"{where}{name} is {_shown(data[name])}, not {wanted}")
+    return defects
+
+
+def _shown(value: Any) -> str:
+    """A JSON value as a message shows it (cut short where long)."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def schedule_from_json(data: Mapping[str, Any]) -> Schedule:
+    """Parse the JSON form; raises ValueError listing the defects (:func:`schedule_defects`) of a malformed one."""
+    defects = schedule_defects(data)
+    if defects:
+        raise ValueError("; ".join(defects))
     blocks = tuple(
         BlockSchedule(
-            block=int(b["block"]),
+            block=b["block"],
             stages=tuple(Stage.from_json(s) for s in b["stages"]),
-            latencies=tuple(s.get("latency_ms") for s in b["stages"]),
+            latencies=tuple(None if s.get("latency_ms") is None else float(s["latency_ms"]) for s in b["stages"]),
         )
         for b in data["blocks"]
     )
-    batch = int(data["batch"])
-    if batch <= 0:
-        raise ValueError(f"batch size {batch} is not positive")
     return Schedule(
-        model=str(data["model"]),
-        graph_fingerprint=str(data["graph_fingerprint"]),
-        device=str(data["device"]),
-        batch=batch,
+        model=data["model"],
+        graph_fingerprint=data["graph_fingerprint"],
+        device=data["device"],
+        batch=data["batch"],
         blocks=blocks,
-        dtype=str(data.get("dtype", "float32")),
-        device_fingerprint=str(data.get("device_fingerprint", "")),
+        dtype=data.get("dtype", DEFAULT_DTYPE),
+        device_fingerprint=data.get("device_fingerprint", ""),
         device_info=dict(data.get("device_info", {})),
         params=dict(data.get("params", {})),
-        source=str(data.get("source", "measured")),
+        source=data.get("source", "measured"),
         end_to_end=_end_to_end(data.get("end_to_end")),
-        input_shape=tuple(int(n) for n in data["input_shape"]) if data.get("input_shape") is not None else None,
-        memory_format=str(data.get("memory_format", DEFAULT_MEMORY_FORMAT)),
+        input_shape=tuple(data["input_shape"]) if data.get("input_shape") is not None else None,
+        memory_format=data.get("memory_format", DEFAULT_MEMORY_FORMAT),
     )
 
 
@@ -223,13 +371,19 @@ def save_schedule(schedule: Schedule, path: Path) -> None:
 
 
 def read_schedule(path: Path) -> Schedule:
-    """Read a schedule file; a missing, corrupt or foreign file raises UserError."""
+    """Read a schedule file; a missing, unreadable, foreign or malformed one (any field of the wrong type or out of
+    range) raises UserError naming every defect."""
     try:
-        return schedule_from_json(json.loads(Path(path).read_text()))
+        data = json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise UserError(f"no schedule file at {path}.") from None
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise UserError(f"{path} is not a valid ios-ray schedule ({exc}).") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path} is not a valid ios-ray schedule (not readable JSON: {exc}).") from None
+    defects = schedule_defects(data)
+    if defects:
+        raise UserError(f"{path} is not a valid ios-ray schedule ({'; '.join(defects)}); correct the file or write it "
+                        "again with ios-ray search.")
+    return schedule_from_json(data)
 
 
 def check_schedule(schedule: Schedule, graph: Graph, where: str = "the schedule") -> None:

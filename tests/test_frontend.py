@@ -117,7 +117,9 @@ def test_unknown_ops_become_opaque_units_that_compute() -> None:
 
 
 def test_a_forward_torch_fx_cannot_trace_is_one_sentence_naming_the_module() -> None:
-    with pytest.raises(UserError, match=r"torch.fx cannot trace the forward of BranchingForward \(symbolically traced"):
+    with pytest.raises(UserError, match=r"cannot capture the forward of BranchingForward: at tests/user_models.py:54 "
+                                        r"in forward \(`return x if x.sum\(\) > 0 else -x`\) it branches on a "
+                                        r"tensor's values"):
         import_model("tests.user_models:branching_forward")
 
 
@@ -160,7 +162,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("model, message", [
-    ("tests.user_models:branching_forward", "torch.fx cannot trace the forward of BranchingForward"),
+    ("tests.user_models:branching_forward", "cannot capture the forward of BranchingForward: at tests/"),
     ("no_such_model", "unknown model 'no_such_model'"),
 ])
 def test_cli_bad_model_is_one_sentence(model: str, message: str) -> None:

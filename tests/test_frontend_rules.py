@@ -1,7 +1,8 @@
 """The frontend's rules one at a time, on small modules: each rewrite pass, each pattern, epilogues and prologues.
 
-Every import is also run unit by unit (``Program.run``) against the module itself at batch 1 and 4, so a rule that
-groups nodes wrongly fails on values, not only on counts.
+Every test runs twice, once on the graph torch.export captures and once on a torch.fx trace (the fallback where
+export fails): every rule holds on both. Every import is also run unit by unit (``Program.run``) against the module
+itself at batch 1 and 4, so a rule that groups nodes wrongly fails on values, not only on counts.
 """
 
 from __future__ import annotations
@@ -11,18 +12,26 @@ from typing import Callable
 
 import pytest
 import torch
+import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
 
-from ios_ray.frontend import Imported, import_module, opaque_report
+from ios_ray.frontend import Imported, capture_forward, import_module, opaque_report
 from ios_ray.frontend.activations import activation_fn
 from ios_ray.frontend.rewrites import drop_eval_identities, functionalize
-from ios_ray.frontend.trace import trace
 from ios_ray.runtime import Program
 from tests.helpers import randomise_batchnorm, relative_error
 from tests.idiom_models import DropPath, StochasticDepth, channel_shuffle
 
 SHAPE = (8, 6, 6)
+CAPTURE = {"method": "export"}
+
+
+@pytest.fixture(autouse=True, params=("export", "fx"))
+def capture(request: pytest.FixtureRequest) -> str:
+    """How every import of the test captures the forward: torch.export, or the torch.fx fallback."""
+    CAPTURE["method"] = request.param
+    return request.param
 
 
 class Lambda(nn.Module):
@@ -54,13 +63,18 @@ def imported(module: nn.Module, shape: tuple[int, ...] = SHAPE) -> Imported:
     """Import ``module`` and check that unit-by-unit execution equals it at batch 1 and 4."""
     torch.manual_seed(0)
     module = randomise_batchnorm(module)
-    result = import_module(module, torch.randn(1, *shape))
+    result = import_module(module, torch.randn(1, *shape), capture=CAPTURE["method"])
     program = Program.from_imported(result)
     for batch in (1, 4):
         x = torch.randn(batch, *shape)
         with torch.no_grad():
             assert relative_error(program.run(x), module(x.clone())) <= 1e-5
     return result
+
+
+def captured(module: nn.Module, shape: tuple[int, ...] = SHAPE) -> fx.GraphModule:
+    """The module's forward as the rewrite passes receive it, from the capture the test runs with."""
+    return capture_forward(module.eval(), torch.randn(1, *shape), "module", CAPTURE["method"])[0]
 
 
 def kinds(result: Imported) -> Counter:
@@ -78,7 +92,7 @@ def test_functionalize_makes_in_place_ops_out_of_place_and_keeps_eager_values() 
         return F.relu(x, inplace=True) + y * 2 + z
     module = Lambda(fn)
     module.relu = nn.ReLU(inplace=True)
-    gm = functionalize(trace(module))
+    gm = functionalize(captured(module))
     assert not any(n.kwargs.get("inplace") or str(n.target).endswith("_") for n in gm.graph.nodes)
     assert module.relu.inplace, "the user's module is never changed"
     imported(module)
@@ -93,18 +107,18 @@ def test_eval_identities_vanish() -> None:
     module = Lambda(fn)
     module.drop, module.alpha, module.ident = nn.Dropout2d(0.5), nn.AlphaDropout(0.2), nn.Identity()
     module.depth, module.path = StochasticDepth(0.3), DropPath(0.3)
-    gm = drop_eval_identities(trace(module.eval()))
+    gm = drop_eval_identities(captured(module))
     left = {str(n.target) for n in gm.graph.nodes}
     assert not any(word in name for name in left for word in ("drop", "alpha", "ident", "depth", "path",
                                                               "contiguous")), left
 
 
 def test_training_dropout_is_not_an_identity() -> None:
-    gm = drop_eval_identities(trace(Lambda(lambda m, x: F.dropout(m.c(x), 0.5))))
-    assert any(n.target is F.dropout for n in gm.graph.nodes)
+    gm = drop_eval_identities(captured(Lambda(lambda m, x: F.dropout(m.c(x), 0.5))))
+    assert any(n.target in (F.dropout, torch.ops.aten.dropout.default) for n in gm.graph.nodes)
 
 
-def test_sizes_fold_into_literals_but_the_batch_size_stays() -> None:
+def test_sizes_fold_into_literals_but_the_batch_size_stays(capture: str) -> None:
     def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
         b, c, h, w = x.size()
         y = m.c(x).reshape(b, 2, c // 2, h * w).sum(2)     # opaque: reads the batch size
@@ -112,7 +126,9 @@ def test_sizes_fold_into_literals_but_the_batch_size_stays() -> None:
     result = imported(Lambda(fn))
     assert kinds(result) == Counter({"conv": 1, "opaque": 1, "flatten": 1}), "no unit is a size computation"
     reshape = next(u for u in result.graph.units if u.kind == "opaque")
-    assert reshape.attrs["args"] == "(('x', getitem(size(tensor(8, 6, 6)), 0), 2, 4, 36), {})"
+    # export reads the batch size as x.size(0), a trace as it is written: item 0 of x.size()
+    batch = "size(tensor(8, 6, 6), 0)" if capture == "export" else "getitem(size(tensor(8, 6, 6)), 0)"
+    assert reshape.attrs["args"] == f"(('x', {batch}, 2, 4, 36), {{}})"
 
 
 # ------------------------------------------------------------------------------------------------- activations
@@ -286,3 +302,115 @@ def test_describe_args_leave_names_out_of_stage_keys() -> None:
     module.w = nn.Parameter(torch.ones(8))
     unit = next(u for u in imported(module).graph.units if u.kind == "opaque")
     assert "const(8,)" in unit.attrs["then"][0] and ".w" not in unit.attrs["then"][0]
+
+
+# ------------------------------------------------------------------------------------------- shared weights
+
+
+def test_a_module_called_twice_is_two_units_sharing_its_weights() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.c(F.relu(m.c(x)))                             # PolyNet-style: one module, two places
+        return torch.cat([y, m.c(x)], 1)
+    module = Lambda(fn)
+    result = imported(module)
+    convs = [u for u in result.graph.units if u.kind == "conv"]
+    assert [u.id for u in convs] == ["c", "c@1", "c@2"]
+    assert all(result.module.get_submodule(u.refs["conv"]) is module.c for u in convs)  # shared, not copied
+
+
+# ------------------------------------------------------------------------- decoders: upsampling, pads, norms
+
+
+def test_upsampling_is_an_upsample_unit_in_every_spelling() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.up(m.c(x))                                                   # nn.Upsample, nearest
+        z = F.interpolate(m.d(x), size=(12, 12), mode="bilinear", align_corners=False)
+        return y + z
+    module = Lambda(fn)
+    module.up = nn.Upsample(scale_factor=2)
+    result = imported(module)
+    ups = {u.id: u.attrs for u in result.graph.units if u.kind == "upsample"}
+    assert sorted(a["mode"] for a in ups.values()) == ["bilinear", "nearest"] and kinds(result)["opaque"] == 0
+
+
+def test_pads_and_crops_are_pad_units_and_a_pad_then_crop_is_one() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        shifted = m.pad(m.c(x))[:, :, 1:, 1:]                              # NASNet: pad, then crop: a shift
+        padded = F.pad(m.d(x), (1, 1, 2, 2), value=0.5)[:, :, 2:-2, 1:-1]  # a crop read by nothing else: one unit
+        return shifted + padded + F.pad(x, (0, 0, 0, 0)) + x[:, :, :, :]
+    module = Lambda(fn)
+    module.pad = nn.ZeroPad2d((0, 1, 0, 1))
+    result = imported(module)
+    pads = sorted(u.attrs["pads"] for u in result.graph.units if u.kind == "pad")
+    assert pads == [(-1, 1, -1, 1), (0, 0, 0, 0), (0, 0, 0, 0)] and kinds(result)["opaque"] == 0
+
+
+def test_prelu_and_group_and_instance_norms_after_a_conv_are_its_epilogue() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        a = m.prelu(m.norm(m.c(x)))
+        b = F.prelu(F.group_norm(m.d(x), 2, m.gamma, m.beta), m.slope)
+        return a + m.inorm(m.e(x)) + b
+    module = Lambda(fn)
+    module.norm, module.prelu, module.inorm = nn.GroupNorm(2, 8), nn.PReLU(8), nn.InstanceNorm2d(8, affine=True)
+    module.e = nn.Conv2d(8, 8, 1)
+    module.gamma, module.beta, module.slope = (nn.Parameter(torch.rand(8) + 0.5) for _ in range(3))
+    result = imported(module)
+    epilogues = {u.id: u.attrs.get("epilogue") for u in result.graph.units if u.kind == "conv"}
+    steps = ("group_norm(x, 2, const(8,), const(8,), 1e-05)", "prelu(x, const(8,))")
+    assert epilogues["c"] == epilogues["d"] == steps, epilogues  # a layer reads as its functional form
+    assert epilogues["e"][0].startswith("instance_norm") and kinds(result)["opaque"] == 0
+
+
+def test_a_transposed_conv_is_a_unit_with_its_batch_norm_and_activation_as_epilogue() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(m.bn(m.up(m.c(x))))
+    module = Lambda(fn)
+    module.up = nn.ConvTranspose2d(8, 8, 2, stride=2)
+    result = imported(module)
+    [up] = [u for u in result.graph.units if u.kind == "conv_transpose"]
+    assert up.attrs["stride"] == (2, 2) and up.attrs["epilogue"] == ("batch_norm", "relu") and up.shape == (8, 12, 12)
+    assert up.flops == 2 * 8 * 6 * 6 * 8 * 4 and kinds(result)["opaque"] == 0
+
+
+class Volume(nn.Module):
+    """A small 3-d net: conv, batch-norm, ReLU, pools, a second conv and a transposed conv, as 3-d U-Nets are built."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Sequential(nn.Conv3d(2, 4, 3, padding=1), nn.BatchNorm3d(4), nn.ReLU())
+        self.b = nn.Conv3d(4, 4, 1)
+        self.pool, self.avg = nn.MaxPool3d(2), nn.AvgPool3d(2)
+        self.up = nn.ConvTranspose3d(4, 2, 2, stride=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.a(x)
+        return self.up(self.b(self.pool(y)) + self.avg(y))
+
+
+def test_3d_convs_and_pools_are_units_and_a_3d_net_computes_what_it_computes() -> None:
+    result = imported(randomise_batchnorm(Volume()), (2, 4, 6, 6))
+    convs = [u for u in result.graph.units if u.kind == "conv3d"]
+    assert [u.attrs["epilogue"] if "epilogue" in u.attrs else () for u in convs] == [("batch_norm", "relu"), ()]
+    assert convs[0].flops == 2 * 4 * 4 * 6 * 6 * 2 * 27
+    pools = {u.attrs["mode"]: u.attrs["kernel_size"] for u in result.graph.units if u.kind == "pool"}
+    assert pools == {"max": (2, 2, 2), "avg": (2, 2, 2)} and kinds(result)["conv_transpose"] == 1
+    assert kinds(result)["opaque"] == 0
+
+
+def test_only_writes_through_a_view_make_the_capture_functionalize(capture: str) -> None:
+    from ios_ray.frontend.capture import _writes_through_aliases, export
+
+    if capture == "fx":
+        pytest.skip("torch.fx cannot trace item assignment; only torch.export captures it")
+
+    def written(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.c(x)
+        y[:, :2] = 0.0  # a write into a view of y: other readers must see it
+        return y + m.d(x)
+
+    def dropped(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(m.c(x).flatten(1), 0.2, False, True)  # in place, on a view, but writes nothing
+    example = torch.randn(1, *SHAPE)
+    assert _writes_through_aliases(export(Lambda(written).eval(), example))
+    assert not _writes_through_aliases(export(Lambda(dropped).eval(), example))
+    imported(Lambda(written))  # and the import computes what the module computes

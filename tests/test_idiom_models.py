@@ -80,8 +80,7 @@ class Case:
 
 
 #: The op kinds that stay opaque, by model: only what no rule knows.
-OPAQUE_OPS = {"convnext": {"permute", "LayerNorm", "layer_norm"}, "tf_same": {"pad"},
-              "attention": {"reshape", "permute"}, "segmentation": {"interpolate"}}
+OPAQUE_OPS = {"convnext": {"permute", "LayerNorm", "layer_norm"}, "attention": {"reshape", "permute"}}
 
 
 @pytest.mark.parametrize("name", list(SMALL))
@@ -119,11 +118,11 @@ def test_tf_same_layers_are_conv_or_pool_units_padding_themselves_where_they_can
     graph = import_module(tf_same_style(), torch.randn(1, 3, 33, 30)).graph
     kinds = Counter(u.kind for u in graph.units)
     # stem, depthwise and pointwise convs; both pools and the head's mean; one pad, where "SAME" pads unevenly
-    assert (kinds["conv"], kinds["pool"], kinds["opaque"]) == (3, 3, 1), kinds
+    assert (kinds["conv"], kinds["pool"], kinds["pad"], kinds["opaque"]) == (3, 3, 1, 0), kinds
     # 33x30 -> 17x15 (stem: W pads 0 left and 1 right, H 1 and 1: F.pad takes (left, right, top, bottom)), then the
     # cell's 17x15 -> 9x8 pads evenly (k=5: 2 on every side; k=3: 1), so each layer pads itself (1x1: nothing)
-    [pad] = [u for u in graph.units if u.kind == "opaque"]
-    assert pad.attrs["args"] == "(('x', (0, 1, 1, 1)), {'value': 0.0})"
+    [pad] = [u for u in graph.units if u.kind == "pad"]
+    assert pad.attrs == {"pads": (0, 1, 1, 1), "value": 0.0}
     padding = {u.id.split("_")[0]: u.attrs["padding"] for u in graph.units if "padding" in u.attrs}
     assert padding == {"stem": (0, 0), "depthwise": (2, 2), "max": (1, 1), "avg": (1, 1), "pointwise": (0, 0)}
 
@@ -136,24 +135,34 @@ def test_convs_on_weights_computed_from_parameters_are_conv_units_with_their_bat
     assert "bn" in functional.refs and functional.attrs["act"] == "relu"
 
 
-def test_tensors_with_the_batch_folded_into_another_dimension_stay_inside_the_unit_that_reads_them() -> None:
-    graph = import_module(attention_style(), torch.randn(1, 3, 32, 32)).graph
+@pytest.mark.parametrize("capture", ["export", "fx"])
+def test_tensors_with_the_batch_folded_into_another_dimension_stay_inside_the_unit_that_reads_them(
+        capture: str) -> None:
+    graph = import_module(attention_style(), torch.randn(1, 3, 32, 32), capture=capture).graph
     opaque = [u for u in graph.units if u.kind == "opaque"]
     # the attention from the (B * heads, ...) reshapes to the reshape back to (B, C, H, W) is one unit
     attention = next(u for u in opaque if any("softmax" in step for step in u.attrs.get("after", ())))
     assert sum("matmul" in step for step in attention.attrs["after"]) == 2
-    # the batch read back from dimension 1 of a (H * W, B, C) tensor is a size of the batch, not a literal
-    back = next(u for u in opaque if "permute" in u.refs.get("sized", {}))
-    assert back.refs["sized"] == {"permute": ((256, 1, 16), (False, True, False))}
+    if capture == "fx":  # a trace reads the batch back from dimension 1 of a (H * W, B, C) tensor: a size of the
+        back = next(u for u in opaque if "permute" in u.refs.get("sized", {}))  # batch, not a literal (export's
+        assert back.refs["sized"] == {"permute": ((256, 1, 16), (False, True, False))}  # shapes read the input's)
     # every unit's output holds the batch in dimension 0: channels first (16, 48 for q, k and v, 10 classes), never a
     # per-head layout such as (256, 4)
     assert all(u.shape[0] in (16, 48, 10) for u in graph.units), [(u.id, u.shape) for u in graph.units]
 
 
-def test_a_second_run_at_another_batch_size_happens_only_where_an_op_may_move_the_batch() -> None:
-    convs = import_module(SMALL["timm"](), torch.randn(1, 3, 32, 32)).module
+def test_a_traced_model_runs_again_at_another_batch_size_only_where_an_op_may_move_the_batch() -> None:
+    convs = import_module(SMALL["timm"](), torch.randn(1, 3, 32, 32), capture="fx").module
     assert not any("batch_dims" in node.meta for node in convs.graph.nodes)
-    attention = import_module(attention_style(), torch.randn(1, 3, 32, 32)).module
+    attention = import_module(attention_style(), torch.randn(1, 3, 32, 32), capture="fx").module
+    assert any(node.meta.get("batch_dims") == (False, True, False) for node in attention.graph.nodes)
+
+
+def test_a_captured_model_never_runs_on_real_tensors_and_its_batch_layout_comes_from_its_symbolic_shapes() -> None:
+    model, inputs = attention_style(), []
+    model.register_forward_pre_hook(lambda module, args: inputs.append(type(args[0])))
+    attention = import_module(model, torch.randn(1, 3, 32, 32), capture="export").module
+    assert inputs and all(kind is not torch.Tensor for kind in inputs)  # fake tensors only: shapes, no values
     assert any(node.meta.get("batch_dims") == (False, True, False) for node in attention.graph.nodes)
 
 

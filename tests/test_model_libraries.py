@@ -27,7 +27,7 @@ from ios_ray.models import resolve_model
 from ios_ray.runtime import Program
 from ios_ray.scheduler import SearchParams, plan_graph
 from ios_ray.paired import least_rounds
-from tests.helpers import relative_error
+from tests.helpers import ios_ray_here, relative_error
 from tests.test_idiom_models import assert_clean
 
 FAKES = Path(__file__).parent / "fakes"
@@ -197,3 +197,14 @@ def test_cli_searches_and_runs_a_torchvision_model_end_to_end(tmp_path: Path) ->
     run = ios_ray_cli("run", "--model", spec, "--schedules", str(tmp_path / "schedules"), "--repeat", "3")
     assert run.returncode == 0, run.stderr
     assert "output vs eager: max relative error" in run.stdout and "(ok, tolerance" in run.stdout
+
+
+def test_a_factory_spec_takes_the_input_shape_of_the_module_it_returns(tmp_path: Path) -> None:
+    torch.manual_seed(3)
+    state = torch.get_rng_state()
+    assert resolve_model("tests.user_models:fixed_size").input_shape == (3, 20, 20)
+    assert torch.equal(torch.get_rng_state(), state)  # building the module to read it left the random state alone
+    assert resolve_model("tests.user_models:wide").input_shape == (3, 16, 16)  # the factory's own still comes first
+    assert import_model("tests.user_models:fixed_size").graph.input_shape == (3, 20, 20)
+    shown = ios_ray_here("inspect", "--model", "tests.user_models:fixed_size", cwd=tmp_path)
+    assert shown.returncode == 0 and "units" in shown.stdout, shown.stderr

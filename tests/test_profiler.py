@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -116,6 +117,29 @@ def test_pool_times_schedules_where_the_device_is_real(ray_local: None) -> None:
             pool.time_schedules("sim:v100", job)
 
 
+@pytest.mark.parametrize("restarts", (1, 0))
+def test_an_actor_killed_during_the_end_to_end_check_is_given_the_check_again(ray_local: None, restarts: int) -> None:
+    graph = import_model("squeezenet").graph
+    job = CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), 1, rounds=2)
+    with DevicePool.start(["cpu"], warmup=0, repeat=1, max_restarts=restarts) as pool:
+        actor = pool.actors("cpu")[0]
+        pid, kill_after_s = ray.get(actor.pid.remote()), 0.2  # the check imports the model first: longer than that
+        killer = threading.Timer(kill_after_s, os.kill, (pid, signal.SIGKILL))
+        started = time.monotonic()
+        killer.start()
+        if restarts:
+            timing = pool.time_schedules("cpu", job)
+            assert time.monotonic() - started > kill_after_s  # the kill came while the check ran
+            assert timing.rounds == 2 and all(ms > 0 for ms in (*timing.first_ms, *timing.second_ms))
+            assert ray.get(actor.pid.remote()) != pid  # restarted, and the check given to it again
+            return
+        with pytest.raises(UserError) as error:
+            pool.time_schedules("cpu", job)
+    assert str(error.value) == (
+        "every actor of 'cpu' died while timing the schedules of squeezenet end to end at batch 1 (killed or crashed, "
+        "out of memory perhaps, each after up to 0 restarts); the measured stages were kept, so run the search again.")
+
+
 def test_pool_measures_every_job_once(ray_local: None, small_graph: Graph) -> None:
     jobs = jobs_for(small_graph)
     rows: list[dict[str, Any]] = []
@@ -198,6 +222,27 @@ def test_a_stage_error_in_an_actor_is_one_sentence(ray_local: None, small_graph:
     with DevicePool.start(["sim:v100"], sim_actors=1) as pool:
         with pytest.raises(UserError, match="float32 only"):
             pool.measure({"sim:v100": jobs}, lambda rows: None)
+
+
+def test_a_lone_actor_killed_while_measuring_is_restarted_and_finishes_the_stages(
+    ray_local: None, small_graph: Graph
+) -> None:
+    """While Ray restarts an actor every call to it fails at once; those failures are no deaths of their own."""
+    rows: list[dict[str, Any]] = []
+    jobs = jobs_for(small_graph, (1, 8, 32))
+    with DevicePool.start(["sim:v100"], sim_actors=1, max_restarts=3) as pool:
+        actor = pool.actors("sim:v100")[0]
+        pid = ray.get(actor.pid.remote())
+
+        def kill_after_first(batch: list[dict[str, Any]]) -> None:
+            if not rows:
+                os.kill(pid, signal.SIGKILL)
+            rows.extend(batch)
+
+        report = pool.measure({"sim:v100": jobs}, kill_after_first, batch_size=2)
+        assert ray.get(actor.pid.remote()) != pid
+    assert report.complete and report.rerun >= 1
+    assert len(rows) == len({job.measurement for job in jobs})
 
 
 def test_a_device_whose_actors_all_die_is_reported(ray_local: None, small_graph: Graph) -> None:

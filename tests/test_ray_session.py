@@ -3,7 +3,9 @@ as it is. A fake ``ray`` module records what the session asks of Ray."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import textwrap
 from types import SimpleNamespace
 
 import pytest
@@ -102,3 +104,47 @@ def test_a_failed_search_leaves_the_callers_own_ray_up(fake_ray: FakeRay) -> Non
         with ray_session(None):
             raise UserError("a stage failed")
     assert fake_ray.calls == ["init auto"] and fake_ray.is_initialized()
+
+
+#: Ray's start forks processes (with a preexec_fn, so Python's fork handlers run); Ctrl-C arrives meanwhile and
+#: Python raises it inside a fork handler, which prints "Exception ignored" and drops it.
+CTRL_C_WHILE_RAY_STARTS = textwrap.dedent(
+    """
+    import os, signal, subprocess, sys
+    from types import SimpleNamespace
+
+    forking = []
+
+    def ctrl_c_now():
+        if forking:
+            os.kill(os.getpid(), signal.SIGINT)
+            len(forking)  # a call: Python raises the pending KeyboardInterrupt here, inside the fork handler
+
+    os.register_at_fork(after_in_parent=ctrl_c_now)
+
+    class Ray:
+        gcs = None
+        def is_initialized(self): return self.gcs is not None
+        def init(self, address, **_):
+            forking.append(1)
+            subprocess.run(["true"], preexec_fn=lambda: None)
+            forking.clear()
+            self.gcs = "local:1"
+        def shutdown(self): print("shutdown"); self.gcs = None
+        def get_runtime_context(self): return SimpleNamespace(gcs_address=self.gcs)
+
+    sys.modules["ray"] = Ray()
+    from ios_ray.app.ray_session import ray_session
+    try:
+        with ray_session(None):
+            print("searched on")
+    except KeyboardInterrupt:
+        print("interrupted")
+    """
+)
+
+
+def test_a_ctrl_c_while_ray_starts_stops_the_search_instead_of_vanishing() -> None:
+    ran = subprocess.run([sys.executable, "-c", CTRL_C_WHILE_RAY_STARTS], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["shutdown", "interrupted"] and "Exception ignored" not in ran.stderr, ran.stderr

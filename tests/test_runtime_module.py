@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import pickle
 import warnings
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
 from ios_ray.runtime import ScheduledModule, device_rank, pick_batch, read_schedules, select_schedule
 from ios_ray.schedule import Schedule, save_schedule
+from tests.helpers import randomise_batchnorm
 from tests.idiom_models import StdConvStyle
 from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
 from ios_ray.zoo import ZOO
@@ -192,3 +195,93 @@ def test_save_and_load_round_trip(graph: Graph, tmp_path: Path) -> None:
         ScheduledModule.load(tmp_path / "saved", Tiny())
     with pytest.raises(UserError, match="is not a saved ScheduledModule"):
         ScheduledModule.load(tmp_path, Tiny())
+
+
+def relative_gap(scheduled: ScheduledModule, model: torch.nn.Module, x: torch.Tensor) -> float:
+    """How far the scheduled output is from eager with the model's weights as they are now."""
+    with torch.no_grad():
+        got, want = scheduled(x), model(x)
+    return ((got - want).abs().max() / want.abs().max()).item()
+
+
+def test_weights_changed_in_place_or_loaded_into_the_wrapped_module_are_followed(graph: Graph) -> None:
+    model = tiny()
+    scheduled = ScheduledModule(model, schedules_for(graph, "cpu", (1,)), input_shape=SHAPE)
+    x = torch.randn(1, *SHAPE)
+    assert relative_gap(scheduled, model, x) < 1e-5
+    with torch.no_grad():
+        model.b1.weight.mul_(0.5)
+        model.head[2].bias.add_(1.0)
+    assert relative_gap(scheduled, model, x) < 1e-5
+    model.load_state_dict(randomise_batchnorm(Tiny(), seed=3).state_dict())
+    assert relative_gap(scheduled, model, x) < 1e-5
+    stats = {k: v * 2 for k, v in model.stem[1].state_dict().items() if "running" in k}
+    model.stem[1].load_state_dict(stats, strict=False)  # buffers only: no parameter's counter moves
+    assert relative_gap(scheduled, model, x) < 1e-5
+
+
+def test_the_wrapper_loads_the_wrapped_modules_own_state_dict(graph: Graph) -> None:
+    model = tiny()
+    scheduled = ScheduledModule(model, schedules_for(graph, "cpu", (1,)), input_shape=SHAPE)
+    x = torch.randn(1, *SHAPE)
+    other = randomise_batchnorm(Tiny(), seed=4)
+    scheduled.load_state_dict(other.state_dict())
+    torch.testing.assert_close(scheduled(x), eager(other, x), rtol=1e-5, atol=1e-6)
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        scheduled.load_state_dict({**other.state_dict(), "stray": torch.zeros(1)})
+
+
+def test_statistics_updated_in_training_and_replaced_tensors_are_followed(graph: Graph) -> None:
+    model = tiny()
+    scheduled = ScheduledModule(model, schedules_for(graph, "cpu", (1,)), input_shape=SHAPE)
+    x = torch.randn(1, *SHAPE)
+    model.train()
+    model(torch.randn(8, *SHAPE) * 3 + 1)  # batch-norm statistics move
+    model.eval()
+    assert relative_gap(scheduled, model, x) < 1e-5
+    model.b1.weight = torch.nn.Parameter(torch.randn_like(model.b1.weight))
+    assert relative_gap(scheduled, model, x) < 1e-5
+    model.stem[1].running_var = torch.rand(8) + 0.5
+    assert relative_gap(scheduled, model, x) < 1e-5
+    model.double()
+    with pytest.warns(UserWarning, match="no schedule for float64 inputs"):
+        assert relative_gap(scheduled, model, x.double()) < 1e-12
+
+
+def test_without_following_the_weights_a_reset_picks_them_up(graph: Graph) -> None:
+    model = tiny()
+    scheduled = ScheduledModule(model, schedules_for(graph, "cpu", (1,)), input_shape=SHAPE, follow_weights=False)
+    x = torch.randn(1, *SHAPE)
+    before = scheduled(x)
+    with torch.no_grad():
+        model.b1.weight.mul_(0.5)
+    torch.testing.assert_close(scheduled(x), before, rtol=0, atol=0)  # the server's promise: weights never change
+    scheduled.reset()
+    assert relative_gap(scheduled, model, x) < 1e-5
+
+
+def test_a_watched_model_still_pickles_and_its_copies_leave_the_watch_alone(graph: Graph) -> None:
+    model = tiny()
+    scheduled = ScheduledModule(model, schedules_for(graph, "cpu", (1,)), input_shape=SHAPE)
+    x = torch.randn(1, *SHAPE)
+    scheduled(x)
+    twin = pickle.loads(pickle.dumps(model))
+    twin.train()
+    twin(torch.randn(4, *SHAPE))  # a copy's statistics move: the watched model's do not
+    copy.deepcopy(model).train()(torch.randn(4, *SHAPE))
+    assert not scheduled._watch.changed()
+    assert relative_gap(scheduled, model, x) < 1e-5
+
+
+def test_a_schedule_for_another_device_runs_only_when_asked_as_a_correctness_check(graph: Graph) -> None:
+    planned = schedules_for(graph, "sim:v100", (1, 4))
+    x = torch.randn(2, *SHAPE)
+    eager_only = ScheduledModule(tiny(), planned, input_shape=SHAPE)
+    with pytest.warns(UserWarning, match="any_device=True runs one anyway"):
+        assert eager_only.schedule_for(x) is None
+    checked = ScheduledModule(tiny(), planned, input_shape=SHAPE, any_device=True)
+    with pytest.warns(UserWarning, match="schedule made for sim:v100 on cpu, as a correctness check"):
+        assert checked.schedule_for(x).batch == 4
+    torch.testing.assert_close(checked(x), eager(checked.module, x), rtol=1e-5, atol=1e-6)
+    mixed = ScheduledModule(tiny(), planned + schedules_for(graph, "cpu", (8,)), input_shape=SHAPE, any_device=True)
+    assert mixed.schedule_for(x).device == "cpu"  # a schedule for this device comes first

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from ios_ray.schedule import (BlockSchedule, EndToEnd, Schedule, check_schedule,
 from ios_ray.scheduler import SearchParams, SyntheticCost, optimize_graph, sequential
 from ios_ray.app.job import keep_faster
 from ios_ray.stage import Stage
+from tests.helpers import ios_ray_here
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +133,86 @@ def test_cli_rejects_corrupt_or_foreign_schedules(tmp_path: Path, squeezenet_sch
     assert result.returncode == 1
     assert message in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+#: A paired check's ``end_to_end`` as a search writes it.
+PAIRED = {"rounds": 19, "dp_ms": 3.9, "sequential_ms": 4.0, "ratio": 0.97, "ratio_low": 0.95, "ratio_high": 0.99,
+          "confidence": 0.999, "kept": "dp", "decision": "kept IOS: faster beyond noise, 0.95-0.99"}
+
+#: Hand edits of a schedule file, by the field they spoil (path in the JSON, new value) and what the sentence says.
+HAND_EDITS = {
+    "latency a word": (("blocks", 0, "stages", 0, "latency_ms"), "fast",
+                       'blocks[0].stages[0].latency_ms is "fast", not a number of milliseconds or null'),
+    "unknown dtype": (("dtype",), "float8", 'dtype is "float8", not one of float32, float16, bfloat16'),
+    "batch a string": (("batch",), "1", 'batch is "1", not a whole number from 1 to'),
+    "batch zero": (("batch",), 0, "batch is 0, not a whole number"),
+    "batch a fraction": (("batch",), 1.5, "batch is 1.5, not a whole number"),
+    "unknown memory format": (("memory_format",), "nhwc", 'memory_format is "nhwc", not one of contiguous'),
+    "input shape of words": (("input_shape",), ["3", 224, 224], "input_shape is [\"3\", 224, 224], not a list"),
+    "negative latency": (("blocks", 1, "stages", 0, "latency_ms"), -2, "latency_ms is -2, not a number"),
+    "unknown strategy": (("blocks", 0, "stages", 0, "strategy"), "fused", 'strategy is "fused", not one of'),
+    "groups of numbers": (("blocks", 0, "stages", 0, "groups"), [[1, 2]], "groups is [[1, 2]], not a non-empty"),
+    "block not a number": (("blocks", 0, "block"), "zero", 'blocks[0].block is "zero", not a whole number'),
+    "model missing": (("model",), None, "model is null, not a string"),
+    "check not timed": (("end_to_end",), {"rounds": 3, "dp_ms": "x", "sequential_ms": 1.0},
+                        'end_to_end.dp_ms is "x", not a number of milliseconds'),
+    "ratio a word": (("end_to_end",), {**PAIRED, "ratio": "fast"},
+                     'end_to_end.ratio is "fast", not a positive number or null'),
+    "confidence a percentage": (("end_to_end",), {**PAIRED, "confidence": 99.9},
+                                "end_to_end.confidence is 99.9, not a number from 0.5 to below 1"),
+    "ratio without confidence": (("end_to_end",), {k: v for k, v in PAIRED.items() if k != "confidence"},
+                                 "end_to_end.confidence is missing"),
+    "interval beside its ratio": (("end_to_end",), {**PAIRED, "ratio_low": 1.02, "ratio_high": 1.1},
+                                  "end_to_end's interval 1.02-1.1 does not hold its ratio 0.97"),
+    "half an interval": (("end_to_end",), {**PAIRED, "ratio_high": None},
+                         "end_to_end.ratio_low and ratio_high are not both numbers or both null"),
+    "decision a number": (("end_to_end",), {**PAIRED, "decision": 1}, "end_to_end.decision is 1, not a string"),
+}
+
+
+@pytest.fixture(scope="module")
+def cpu_schedule() -> Schedule:
+    graph = import_model("squeezenet").graph
+    blocks = tuple(sequential(graph, b, SyntheticCost(graph)) for b in graph.blocks)
+    return Schedule("squeezenet", graph.fingerprint, "cpu", 1, blocks, input_shape=graph.input_shape)
+
+
+@pytest.mark.parametrize("case", list(HAND_EDITS))
+def test_a_hand_edited_field_is_refused_in_one_sentence_naming_it(tmp_path: Path, cpu_schedule: Schedule,
+                                                                   case: str) -> None:
+    steps, value, said = HAND_EDITS[case]
+    path = tmp_path / "bs1.json"
+    save_schedule(cpu_schedule, path)
+    data = json.loads(path.read_text())
+    place = data
+    for step in steps[:-1]:
+        place = place[step]
+    place[steps[-1]] = value
+    path.write_text(json.dumps(data))
+    with pytest.raises(UserError, match=re.escape(said)) as refused:
+        read_schedule(path)
+    defects = str(refused.value).partition(" (")[2].rpartition("); ")[0]
+    assert "; " not in defects and "\n" not in str(refused.value)  # one defect, named once
+
+
+def test_every_defect_is_named_and_run_and_scheduled_module_refuse_the_file_untouched(
+    tmp_path: Path, cpu_schedule: Schedule
+) -> None:
+    from ios_ray.runtime import ScheduledModule
+    from ios_ray.zoo import ZOO
+
+    path = tmp_path / "schedules" / "bs1.json"
+    save_schedule(cpu_schedule, path)
+    data = json.loads(path.read_text())
+    data["blocks"][0]["stages"][0]["latency_ms"], data["dtype"], data["batch"] = "fast", "float8", "1"
+    path.write_text(json.dumps(data))
+    before = path.read_bytes()
+    every = r'batch is "1".*; dtype is "float8".*; blocks\[0\].stages\[0\].latency_ms is "fast"'
+    with pytest.raises(UserError, match=every):
+        read_schedule(path)
+    with pytest.raises(UserError, match=r"bs1.json is not a valid ios-ray schedule"):
+        ScheduledModule(ZOO["squeezenet"].build(), tmp_path / "schedules")
+    ran = ios_ray_here("run", "--model", "squeezenet", "--schedules", str(path), "--repeat", "1", cwd=tmp_path)
+    assert ran.returncode == 1 and ran.stdout == "", ran.stdout
+    assert ran.stderr.startswith(f"error: {path} is not a valid ios-ray schedule (") and ran.stderr.count("\n") == 1
+    assert path.read_bytes() == before

@@ -33,11 +33,13 @@ def store_path(tmp_path: Path) -> Path:
     return tmp_path / "ios_store" / "latency.duckdb"
 
 
-def start_writer(path: Path, prefix: str, batches: int, batch_rows: int, pause: float = 0.0) -> subprocess.Popen[str]:
-    """Start a writer process that prints `committed <n>` after each batch."""
-    arguments = [str(path), prefix, str(batches), str(batch_rows), "--pause", str(pause)]
+def start_writer(
+    path: Path, prefix: str, batches: int, batch_rows: int, pause: float = 0.0, *options: str
+) -> subprocess.Popen[str]:
+    """Start a writer process that prints `committed <n>` after each batch (``options``: its other flags)."""
+    arguments = [str(path), prefix, str(batches), str(batch_rows), "--pause", str(pause), *options]
     command = [sys.executable, "-m", "tests.store_writer", *arguments]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def finish(process: subprocess.Popen[str]) -> None:
@@ -312,3 +314,109 @@ def test_query_json_has_every_column(store_path: Path) -> None:
     result = CliRunner().invoke(store_app, ["query", "--device", "cpu", "--format", "json", "--store", str(store_path)])
     (row,) = json.loads(result.stdout)
     assert row["stage_key"] == "a" and row["source"] == "measured" and json.loads(row["stage"])["units"] == ["a"]
+
+
+def test_writers_through_a_symlink_and_the_real_path_share_one_lock(tmp_path: Path) -> None:
+    real = tmp_path / "real.duckdb"
+    link = tmp_path / "link.duckdb"
+    link.symlink_to(real)
+    open_store(real)
+    writers = [start_writer(path, prefix, 30, 200) for path, prefix in ((real, "a"), (link, "b"), (link, "c"))]
+    for writer in writers:
+        finish(writer)
+    assert stored_keys(open_store(link)) == fake_keys("a", 6000) + fake_keys("b", 6000) + fake_keys("c", 6000)
+
+
+@pytest.mark.slow
+def test_kill_9_during_concurrent_writes_through_two_spellings_loses_no_committed_row(tmp_path: Path) -> None:
+    """20 rounds: two writers on one store, one through a symlink, each killed with SIGKILL at a random moment."""
+    real = tmp_path / "real.duckdb"
+    link = tmp_path / "link.duckdb"
+    link.symlink_to(real)
+    chance, batches, batch_rows, rounds = random.Random(36), 100, 50, 20
+    spellings = {"a": real, "b": link}
+
+    def start_round(number: int) -> dict[str, subprocess.Popen[str]]:
+        return {name: start_writer(path, f"r{number:02d}{name}", batches, batch_rows, 0.0, "--wait")
+                for name, path in spellings.items()}
+
+    expected: list[str] = []
+    ahead = [start_round(number) for number in range(2)]  # later rounds' writers start while one runs: imports are slow
+    for number in range(rounds):
+        writers = ahead.pop(0)
+        if number + 2 < rounds:
+            ahead.append(start_round(number + 2))
+        for writer in writers.values():
+            assert writer.stdout.readline() == "ready\n"
+        for writer in writers.values():
+            writer.stdin.write("go\n")
+            writer.stdin.flush()
+        for _, writer in sorted(writers.items(), key=lambda item: chance.random()):
+            time.sleep(chance.uniform(0.0, 0.4))
+            writer.send_signal(signal.SIGKILL)
+        stored = set(stored_keys(open_store(link, create=False))) if real.exists() else set()  # readable
+        for name, writer in writers.items():
+            out, err = writer.communicate(timeout=60)
+            assert writer.returncode == -signal.SIGKILL, err  # killed by us, not stopped by an error
+            committed = out.count("committed")
+            keys = fake_keys(f"r{number:02d}{name}", batches * batch_rows)
+            have = [key for key in keys if key in stored]
+            assert have == keys[: len(have)], "rows of a writer are stored batch by batch, in order"
+            assert committed * batch_rows <= len(have) <= (committed + 1) * batch_rows  # at most the batch in flight
+            expected += have
+    assert len(expected) >= rounds * batch_rows  # the kills came while batches were being written
+    assert stored_keys(open_store(real, create=False)) == sorted(expected)
+
+
+@pytest.mark.parametrize("kept", (0.05, 0.2, 0.35))
+def test_a_truncated_store_gives_one_sentence_and_stays_byte_identical(store_path: Path, tmp_path: Path,
+                                                                        kept: float) -> None:
+    store = open_store(store_path)
+    for number in range(5):
+        store.put(fake_rows(fake_keys(f"k{number}", 2000)))
+    size = store.file_bytes
+    good = open_store(tmp_path / "good.duckdb")
+    good.put(fake_rows(["other"]))
+    good.export(tmp_path / "export")
+    with store_path.open("r+b") as file:
+        file.truncate(int(size * kept))
+    before = sha256(store_path)
+    with pytest.raises(UserError, match="not a readable latency store .*damaged or truncated"):
+        open_store(store_path).put(fake_rows(["new"]))
+    runner = CliRunner()
+    for args in (["stats"], ["query", "--device", "cpu"], ["import", str(tmp_path / "export")]):
+        result = runner.invoke(store_app, [*args, "--store", str(store_path)])
+        assert result.exit_code == 1, result.output
+        assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1
+        assert "not a readable latency store" in result.stderr and "Traceback" not in result.stderr
+    assert sha256(store_path) == before
+
+
+def test_a_full_disk_stops_the_write_in_one_sentence_and_keeps_every_committed_row(store_path: Path) -> None:
+    # RLIMIT_FSIZE makes writes past the size fail as a full disk does (EFBIG instead of ENOSPC)
+    writer = start_writer(store_path, "k", 100, 500, 0.0, "--max-file-bytes", "1500000")
+    out, err = writer.communicate(timeout=120)
+    assert writer.returncode == 1 and err.count("\n") == 1, err
+    assert err.startswith(f"error: cannot write the latency store {store_path} (File too large); free space")
+    committed = out.count("committed")
+    assert 0 < committed < 100
+    store = open_store(store_path)
+    assert stored_keys(store) == fake_keys("k", committed * 500)
+    store.put(fake_rows(["after"]))
+    assert len(stored_keys(store)) == committed * 500 + 1
+
+
+def test_an_export_onto_a_full_disk_says_so_of_the_export_in_one_sentence(store_path: Path, tmp_path: Path) -> None:
+    open_store(store_path).put(fake_rows(fake_keys("k", 5000)))
+    before = sha256(store_path)
+    script = ("import resource, signal, sys\n"
+              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (20000, resource.RLIM_INFINITY))\n"
+              "from ios_ray.app.cli import app\n"
+              "app(sys.argv[1:])\n")
+    out = tmp_path / "export"
+    ran = subprocess.run([sys.executable, "-c", script, "store", "export", str(out), "--store", str(store_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 1 and ran.stdout == "" and ran.stderr.count("\n") == 1, ran.stderr
+    assert ran.stderr.startswith(f"error: cannot write the export into {out} (File too large); free space")
+    assert sha256(store_path) == before

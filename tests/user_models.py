@@ -38,7 +38,7 @@ class UnknownOps(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = torch.sigmoid(self.a(x)) * self.scale
-        b = F.pad(self.b(x), (1, 1, 1, 1))[:, :, 1:-1, 1:-1]
+        b = torch.cumsum(self.b(x), 1)
         return torch.cat([a, b.tanh()], 1).mean(dim=(2, 3))
 
 
@@ -99,3 +99,52 @@ def wide() -> nn.Module:
 
 
 wide.input_shape = (3, 16, 16)  # type: ignore[attr-defined]
+
+
+class FixedSize(nn.Module):
+    """A module that says its own input size, and whose head only fits that size (a flatten into a linear)."""
+
+    input_shape = (3, 20, 20)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.head = nn.Linear(4 * 10 * 10, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.flatten(torch.relu(self.conv(x)), 1))
+
+
+def fixed_size() -> nn.Module:
+    """Factory without an ``input_shape`` of its own: the module it returns has one."""
+    return FixedSize()
+
+
+class Cancelling(nn.Module):
+    """Two nearly equal branches (conv and batch-norm, the second's weights 0.1% off), subtracted: their difference
+    keeps few of float32's digits, so eager float32 strays from float64 by about 2e-4, and so does a schedule (its
+    batch-norms folded into the convs) from eager."""
+
+    input_shape = (3, 16, 16)
+
+    def __init__(self) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(36)
+        self.a = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)).eval()
+        self.b = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)).eval()
+        with torch.no_grad():
+            self.a[0].weight.copy_(torch.randn(self.a[0].weight.shape, generator=generator))
+            noise = torch.randn(self.a[0].weight.shape, generator=generator)
+            self.b[0].weight.copy_(self.a[0].weight * (1 + 1e-3 * noise))
+            for branch in (self.a, self.b):
+                branch[0].bias.fill_(0.5)
+                branch[1].running_mean.fill_(-30.0)
+                branch[1].running_var.fill_(0.01)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x) - self.b(x)
+
+
+def cancelling() -> nn.Module:
+    """The :class:`Cancelling` model."""
+    return Cancelling()

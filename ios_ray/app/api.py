@@ -66,9 +66,14 @@ class SearchResult:
     def __len__(self) -> int:
         return len(self.outcomes)
 
-    def deploy(self, model: nn.Module, cuda_graph: bool | None = None) -> ScheduledModule:
-        """``model`` wrapped to run, per input, the schedule of this search that fits its device, dtype and batch."""
-        return ScheduledModule(model, list(self.schedules), input_shape=self.input_shape, cuda_graph=cuda_graph)
+    def deploy(
+        self, model: nn.Module, cuda_graph: bool | None = None, follow_weights: bool = True, any_device: bool = False,
+    ) -> ScheduledModule:
+        """``model`` wrapped to run, per input, the schedule of this search that fits its device, dtype and batch
+        (:class:`~ios_ray.runtime.ScheduledModule`'s options: ``any_device=True`` runs a ``sim:`` schedule on the
+        CPU, to check that it computes the model)."""
+        return ScheduledModule(model, list(self.schedules), input_shape=self.input_shape, cuda_graph=cuda_graph,
+                               follow_weights=follow_weights, any_device=any_device)
 
     def save(self, out: str | Path) -> list[Path]:
         """Write every schedule as ``out/<model>/<device>/bs<batch>.json`` (``bs<batch>-<dtype>.json`` for a dtype

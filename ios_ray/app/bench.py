@@ -17,6 +17,7 @@ its samples, so that any two rows give a paired speedup.
 
 from __future__ import annotations
 
+import copy
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -281,10 +282,56 @@ HALF_TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 3e-2}
 
 def output_tolerance(device: torch.device, dtype: torch.dtype = torch.float32) -> float:
     """How far a schedule's output in ``dtype`` may stray from eager's on ``device`` with torch's current TF32
-    settings."""
+    settings, whatever the model (the floor of :func:`model_tolerance`)."""
     if dtype in HALF_TOLERANCE:
         return HALF_TOLERANCE[dtype]
     if device.type != "cuda":
         return FLOAT32_TOLERANCE
     tf32 = torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32
     return TF32_TOLERANCE if tf32 else GPU_FLOAT32_TOLERANCE
+
+
+#: How many times the model's own rounding error (eager in its dtype against eager in float64) a schedule's output
+#: may stray from eager: a schedule folds batch-norms, merges convolutions and orders sums otherwise than eager, so
+#: it rounds about as much again, while a wrong schedule (a unit missed or run on the wrong input) is off by far more.
+OWN_ERROR_MULTIPLE = 10
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a schedule's output may stray from eager: the larger of ``floor`` (:func:`output_tolerance`) and
+    :data:`OWN_ERROR_MULTIPLE` times ``own``, eager's own error against float64 (None where the model could not run
+    in float64: ``why_not``)."""
+
+    floor: float
+    own: float | None
+    dtype: str
+    note: str = ""
+    why_not: str = ""
+
+    @property
+    def limit(self) -> float:
+        """The largest relative error that passes."""
+        return self.floor if self.own is None else max(self.floor, OWN_ERROR_MULTIPLE * self.own)
+
+    def rule(self) -> str:
+        """The rule that set the limit, in words (what ``ios-ray run`` prints after the limit)."""
+        if self.own is None:
+            return (f"{self.floor:.0e}{self.note}; eager could not run in float64 to measure its own error: "
+                    f"{self.why_not}")
+        return (f"{OWN_ERROR_MULTIPLE}x eager {self.dtype}'s own error against float64 ({self.own:.1e}), at least "
+                f"{self.floor:.0e}{self.note}")
+
+
+def model_tolerance(
+    module: nn.Module, x: torch.Tensor, eager: torch.Tensor, floor: float, note: str = "",
+) -> Tolerance:
+    """The tolerance for a schedule of ``module`` on ``x``, whose eager output (a tensor) is ``eager``: eager is run
+    again in float64, on a copy, to measure its own rounding error. ``note`` says what set the floor."""
+    dtype = str(x.dtype).removeprefix("torch.")
+    try:
+        with torch.inference_mode():
+            exact = output_tensor(copy.deepcopy(module).double()(x.double()))
+    except (RuntimeError, TypeError) as exc:  # an op without float64, or a model that casts to its own dtype
+        return Tolerance(floor, None, dtype, note, first_line(exc))
+    return Tolerance(floor, relative_error(eager, exact), dtype, note)

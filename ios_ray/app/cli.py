@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Optional
 import typer
 from rich.table import Table
 
-from ios_ray.app.cli_util import (at_least_one, debug_option, make_console, parse_batches, parse_input_shape,
-                                  parse_list, store_lookup, user_errors)
+from ios_ray.app.cli_util import (CommandLine, at_least_one, debug_option, make_console, parse_batches,
+                                  parse_input_shape, parse_list, store_lookup, user_errors)
 from ios_ray.devices import DEFAULT_SIM_ACTORS
 from ios_ray.errors import UserError
 from ios_ray.paired import DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_SECONDS, percent
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ios_ray.app.bench import BenchResult
     from ios_ray.schedule import EndToEnd
 
-app = typer.Typer(
+app = CommandLine(
     help="ios-ray: find and deploy the fastest inter-operator schedule of a CNN per device and batch size.",
     no_args_is_help=True,
     add_completion=False,
@@ -33,7 +33,8 @@ app = typer.Typer(
 console = make_console()
 app.callback()(debug_option)
 
-MODEL_HELP = "zoo name (see `ios-ray models`), torchvision:NAME, timm:NAME or package.module:factory"
+MODEL_HELP = ("zoo name (see `ios-ray models`), torchvision:NAME, timm:NAME, smp:ARCH[/ENCODER], ultralytics:NAME or "
+              "package.module:factory")
 INPUT_SHAPE_HELP = "per-sample input shape CxHxW, e.g. 3x299x299 (default: the model's own)"
 DTYPE_HELP = "float32, float16 or bfloat16: the precision the model runs in"
 MEMORY_FORMAT_HELP = "contiguous (NCHW) or channels_last (NHWC): the layout of the model's 4-D weights and activations"
@@ -220,15 +221,20 @@ def run(
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
     dtype: str = typer.Option("float32", "--dtype", help=DTYPE_HELP),
     memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP),
+    any_device: bool = typer.Option(False, "--any-device", help="where no schedule fits --device, run one made for "
+                                    "another device (a sim: plan, say) to check that it computes the model: a "
+                                    "correctness check, without latency"),
 ) -> None:
     """Run a model with its schedules (ScheduledModule), check the output against eager, print the latency."""
+    import warnings
+
     import torch
 
-    from ios_ray.app.bench import TF32_TOLERANCE, output_tolerance, relative_error
-    from ios_ray.dtypes import dtype_name, in_memory_format, memory_format_name, to_memory_format, torch_dtype
+    from ios_ray.app.bench import TF32_TOLERANCE, model_tolerance, output_tolerance, relative_error
+    from ios_ray.dtypes import in_memory_format, memory_format_name, to_memory_format, torch_dtype
     from ios_ray.frontend import output_tensor
     from ios_ray.models import resolve_model
-    from ios_ray.runtime import ScheduledModule, measure_latency
+    from ios_ray.runtime import ScheduledModule, device_rank, measure_latency
 
     parse_batches(str(batch))
     at_least_one(repeat=repeat)
@@ -236,28 +242,44 @@ def run(
     spec = resolve_model(model, input_shape=parse_input_shape(input_shape))
     torch.manual_seed(0)
     module = to_memory_format(spec.build().eval().to(target, precision), layout)
-    scheduled = ScheduledModule(module, schedules, input_shape=spec.input_shape)
+    scheduled = ScheduledModule(module, schedules, input_shape=spec.input_shape, any_device=any_device)
     x = in_memory_format(torch.randn(batch, *spec.input_shape, device=target, dtype=precision), layout)
-    chosen = scheduled.schedule_for(x)
+    with warnings.catch_warnings(record=True) as caught:  # said below in a line of its own, or in the error
+        warnings.simplefilter("always")
+        chosen = scheduled.schedule_for(x)
     if chosen is None:
-        raise UserError(f"no schedule under {schedules} fits device {device!r}; run `ios-ray search` for it first.")
+        hint = "" if any_device else (", or pass --any-device to check that a schedule made for another device "
+                                      "computes the model")
+        raise UserError(f"no schedule under {schedules} fits device {device!r}; run `ios-ray search` for it "
+                        f"first{hint}.")
     with torch.inference_mode():
-        error = relative_error(output_tensor(scheduled(x)), output_tensor(module(x)))
-    median, p10, p90 = measure_latency(scheduled, x, warmup=3, repeat=repeat, device=target)
-    eager, _, _ = measure_latency(module, x, warmup=3, repeat=repeat, device=target)
-    predicted = chosen.predicted_latency or float("nan")
-    console.print(f"schedule: {chosen.device} batch {chosen.batch} {' '.join(chosen.settings)} "
-                  f"({len(chosen.stages)} stages, predicted {predicted:.3f} ms {chosen.source} at batch "
-                  f"{chosen.batch})")
-    if chosen.end_to_end is not None:
-        console.print(f"search's end-to-end check: {chosen.end_to_end.summary()}")
-    tolerance = output_tolerance(target, precision)
-    verdict = "ok" if error <= tolerance else "MISMATCH"
-    why = f" in {dtype_name(precision)}" if precision != torch.float32 else (
-        ": TF32 on" if tolerance == TF32_TOLERANCE else "")
-    console.print(f"output vs eager: max relative error {error:.2e} ({verdict}, tolerance {tolerance:.0e}{why})")
-    console.print(f"latency at batch {batch}: {median:.3f} ms (p10 {p10:.3f}, p90 {p90:.3f}); eager {eager:.3f} ms")
-    if error > tolerance:
+        expected = output_tensor(module(x))
+        error = relative_error(output_tensor(scheduled(x)), expected)
+    gpu_name = torch.cuda.get_device_name(target) if target.type == "cuda" else None
+    checked_only = device_rank(chosen.device, target.type, gpu_name) is None
+    settings = f"{chosen.device} batch {chosen.batch} {' '.join(chosen.settings)} ({len(chosen.stages)} stages"
+    if checked_only:
+        console.print(f"schedule: {settings}) planned for {chosen.device}, run on {device} as a correctness check "
+                      f"only (its speed here says nothing of {chosen.device})")
+    else:
+        for note in caught:
+            console.print(f"note: {note.message}")
+        median, p10, p90 = measure_latency(scheduled, x, warmup=3, repeat=repeat, device=target)
+        eager, _, _ = measure_latency(module, x, warmup=3, repeat=repeat, device=target)
+        predicted = chosen.predicted_latency or float("nan")
+        console.print(f"schedule: {settings}, predicted {predicted:.3f} ms {chosen.source} at batch {chosen.batch})")
+        if chosen.end_to_end is not None:
+            console.print(f"search's end-to-end check: {chosen.end_to_end.summary()}")
+    floor = output_tolerance(target, precision)
+    tf32 = precision == torch.float32 and floor == TF32_TOLERANCE
+    tolerance = model_tolerance(module, x, expected, floor, " with TF32 on" if tf32 else "")
+    verdict = "ok" if error <= tolerance.limit else "MISMATCH"
+    console.print(f"output vs eager: max relative error {error:.2e} ({verdict}, tolerance {tolerance.limit:.1e}: "
+                  f"{tolerance.rule()})")
+    if not checked_only:
+        console.print(f"latency at batch {batch}: {median:.3f} ms (p10 {p10:.3f}, p90 {p90:.3f}); eager {eager:.3f} "
+                      "ms")
+    if error > tolerance.limit:
         raise typer.Exit(1)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -22,6 +23,26 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: Whether errors show their traceback (``ios-ray --debug ...``).
 _show_tracebacks = False
+#: The exit status after Ctrl-C, as a shell gives one (128 + SIGINT).
+INTERRUPTED = 130
+
+
+class CommandLine(typer.Typer):
+    """The ``ios-ray`` app. Called as the process's command (the console script, ``python -m ios_ray``), it ends
+    the process at once after a Ctrl-C, once the message is out: by then the search has stored what it measured and
+    shut Ray down, and the interpreter's normal exit raced the threads Ray leaves winding down (a segfault now and
+    then, bench/ctrl_c.py). Run in-process (``CliRunner``), it behaves as any Typer app."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the command line; exit with :data:`INTERRUPTED` through ``os._exit`` after a Ctrl-C."""
+        try:
+            return super().__call__(*args, **kwargs)
+        except SystemExit as done:
+            if done.code == INTERRUPTED:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(INTERRUPTED)
+            raise
 
 
 def debug_option(debug: bool = typer.Option(False, "--debug", help="show the traceback behind an error")) -> None:
@@ -45,7 +66,7 @@ def user_errors(command: F) -> F:
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             print("interrupted: everything measured so far is stored; rerun to resume.", file=sys.stderr)
-            raise typer.Exit(130) from None
+            raise typer.Exit(INTERRUPTED) from None
 
     return wrapper  # type: ignore[return-value]
 

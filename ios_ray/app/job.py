@@ -253,7 +253,7 @@ def load_model(request: SearchRequest) -> LoadedModel:
     """Build the request's model (a spec) or take it (an object), and import it in the request's dtype and memory
     format (a converted copy where it holds others) with a seeded batch-1 input on its device."""
     if isinstance(request.model, str):
-        spec = resolve_model(request.model)
+        spec = resolve_model(request.model, input_shape=request.input_shape)
         shape = request.input_shape or spec.input_shape
         torch.manual_seed(0)
         module, name, source_spec = spec.build(), request.name or spec.name, request.model

@@ -4,7 +4,8 @@ Starting a local Ray takes seconds (its processes and workers), and a notebook r
 so the local Ray that a search starts stays up until the process exits (Ray shuts it down then) or the caller runs
 ``ray.shutdown()``; the next search without an address uses it. A search that fails (or is interrupted) shuts the
 kept Ray down, with whatever it left behind (tasks still running, errors nobody will read), and the next search
-starts afresh. A cluster joined at an address is left when the search ends. A Ray the caller connected to before the
+starts afresh. A Ctrl-C while Ray starts is held until it has started, then stops the search (and Ray) as any
+other does. A cluster joined at an address is left when the search ends. A Ray the caller connected to before the
 search is used as it is, whatever the address: the caller chose it.
 """
 
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from ios_ray.errors import UserError, first_line
+from ios_ray.interrupts import ctrl_c_held
 
 #: The GCS address of the local Ray a search started and keeps (None: none).
 _kept_address: str | None = None
@@ -29,9 +31,10 @@ def ray_session(address: str | None) -> Iterator[None]:
         return
     if ray.is_initialized() and address is not None:
         _forget(ray)  # ours and local, but this search joins a cluster
-    if not ray.is_initialized():
-        _start(ray, address)
     try:
+        if not ray.is_initialized():
+            with ctrl_c_held():  # Ray's start forks processes, and a Ctrl-C inside a fork handler would be lost
+                _start(ray, address)
         yield
     except BaseException:
         if address is None:

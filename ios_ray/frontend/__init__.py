@@ -1,29 +1,32 @@
-"""torch.fx frontend: import any fx-traceable ``nn.Module`` and an example input into the graph IR.
+"""The frontend: import an ``nn.Module`` and an example input into the graph IR.
 
-The import is a pipeline of small passes over the traced fx graph, so that units follow what the code computes,
-not how it is spelled (torchvision, timm and code in their style import into the same units as the zoo):
+The import captures the model's forward as a torch-level fx graph, then runs one pipeline of small passes over it,
+so that units follow what the code computes, not how it is spelled (torchvision, timm, segmentation models, YOLO and
+code in their style import into the same units as the zoo):
 
-1. :func:`~ios_ray.frontend.trace.trace`: torch.fx tracing; a submodule fx cannot trace through stays one call;
-   :func:`~ios_ray.frontend.outputs.one_output`: a model that returns its tensor in a dict, tuple or list (as
-   segmentation models do) is traced to return the tensor, one that returns several (a backbone's feature maps)
-   their concatenation, each flattened; :class:`Imported` keeps the structure (from one call of the model).
+1. Capture (:func:`capture_forward`): :func:`~ios_ray.frontend.capture.capture` runs ``torch.export`` (non-strict,
+   the batch dimension symbolic) and rewrites its ATen graph as torch calls and torch layer calls; shapes, size values
+   and which dimensions grow with the batch come from the symbolic shapes
+   (:func:`~ios_ray.frontend.capture.record_shapes`). Only where torch.export cannot capture the forward (its code
+   branches on a tensor's values, say) does a torch.fx trace take its place
+   (:func:`~ios_ray.frontend.trace.trace`: a submodule it cannot trace through stays one call), with two runs of the
+   model for shapes and batch layout (:func:`~ios_ray.frontend.trace.propagate`,
+   :func:`~ios_ray.frontend.trace.record_batch_layout`). Either way
+   :func:`~ios_ray.frontend.outputs.one_output` makes the graph return one tensor (the only tensor of a dict, tuple
+   or list, or several flattened and concatenated) and :class:`Imported` keeps the structure the model returns.
 2. :mod:`~ios_ray.frontend.rewrites`: in-place ops become out-of-place; what is the identity in eval mode
-   (dropout, ``nn.Identity``, stochastic depth, ``contiguous``) vanishes; views become reshapes.
-3. :func:`~ios_ray.frontend.trace.propagate`: one run on the example input records shapes and size values;
-   eval ``F.batch_norm`` calls become ``nn.BatchNorm2d`` calls, ``F.conv2d`` on parameters ``nn.Conv2d`` calls;
-   timm's TensorFlow-"SAME" layers become a pad and the plain torch layer;
-   :func:`~ios_ray.frontend.trace.record_batch_layout`: one more run at another batch size records which
-   dimensions grow with the batch (a tensor whose batch is folded into another dimension, as attention's
-   ``reshape(B * heads, ...)`` does, is computed inside the unit that reads it, never passed between units).
-4. :func:`~ios_ray.frontend.sizes.fold_sizes`: arithmetic on sizes becomes literals (all but the batch size).
-5. :mod:`~ios_ray.frontend.patterns` groups nodes into units (convs with their batch-norms and activations, pools,
+   (dropout, ``nn.Identity``, stochastic depth, ``contiguous``) vanishes; views become reshapes; eval
+   ``F.batch_norm`` calls become ``nn.BatchNorm2d`` calls, ``F.conv2d`` on parameters ``nn.Conv2d`` calls; timm's
+   TensorFlow-"SAME" layers become a pad and the plain torch layer.
+3. :func:`~ios_ray.frontend.sizes.fold_sizes`: arithmetic on sizes becomes literals (all but the batch size).
+4. :mod:`~ios_ray.frontend.patterns` groups nodes into units (convs with their batch-norms and activations, pools,
    linears, flattens, channel shuffles and slices, squeeze-excitation scalings), each with its epilogue of
    elementwise steps (:mod:`~ios_ray.frontend.elementwise`).
-6. :mod:`~ios_ray.frontend.units` walks the graph: sums and concatenations fold into the input of the unit that
+5. :mod:`~ios_ray.frontend.units` walks the graph: sums and concatenations fold into the input of the unit that
    reads them, and every other op becomes an ``opaque`` unit that calls the original code (never an error).
 
 :func:`~ios_ray.frontend.report.opaque_report` says how much of a graph stayed opaque. The result of an import,
-:class:`Imported`, pairs the :class:`~ios_ray.ir.Graph` (plain data) with the traced module the runtime binds it to.
+:class:`Imported`, pairs the :class:`~ios_ray.ir.Graph` (plain data) with the graph module the runtime binds it to.
 """
 
 from __future__ import annotations
@@ -37,17 +40,19 @@ import torch.fx as fx
 from torch import nn
 
 from ios_ray.dtypes import DEFAULT_MEMORY_FORMAT, module_memory_format, to_memory_format
+from ios_ray.errors import UserError, first_line
+from ios_ray.frontend.capture import CaptureError, capture, output_example, record_shapes
 from ios_ray.frontend.report import OPAQUE_WARNING_SHARE, OpaqueReport, opaque_report
 from ios_ray.frontend.rewrites import (batch_norms_as_modules, drop_eval_identities, functional_convs_as_modules,
                                       functionalize, same_padding_as_torch_layers, views_as_reshapes)
 from ios_ray.frontend.outputs import BARE, OutputStructure, one_output, output_structure, output_tensor
 from ios_ray.frontend.sizes import fold_sizes
-from ios_ray.frontend.trace import propagate, record_batch_layout, trace
+from ios_ray.frontend.trace import defaulted_arguments, propagate, record_batch_layout, trace
 from ios_ray.frontend.units import build_graph
 from ios_ray.ir import Graph
 
-__all__ = ["Imported", "OPAQUE_WARNING_SHARE", "OpaqueReport", "OutputStructure", "import_model", "import_module",
-           "opaque_report", "output_tensor", "trace"]
+__all__ = ["CAPTURES", "Imported", "OPAQUE_WARNING_SHARE", "OpaqueReport", "OutputStructure", "capture_forward", "import_model",
+           "import_module", "opaque_report", "output_tensor"]
 
 
 @dataclass
@@ -61,21 +66,63 @@ class Imported:
     output: OutputStructure = BARE
 
 
-def import_module(module: nn.Module, example_input: torch.Tensor, name: str | None = None) -> Imported:
-    """Import an fx-traceable module (put in eval mode) and an example input (batch first) into the IR; the graph
-    records the memory format of the module's 4-D parameters."""
+#: How :func:`capture_forward` captures a forward: torch.export, falling back to torch.fx where export fails
+#: (``auto``), or only one of them (for tests and benchmarks).
+CAPTURES = ("auto", "export", "fx")
+
+
+def import_module(module: nn.Module, example_input: torch.Tensor, name: str | None = None, *,
+                  capture: str = "auto") -> Imported:
+    """Import a module (put in eval mode) and an example input (batch first) into the IR; the graph records the
+    memory format of the module's 4-D parameters. UserError where the forward cannot be captured."""
     module = module.eval()
     name = name or type(module).__name__
-    gm, structured = one_output(trace(module))
-    with torch.no_grad():
-        output = output_structure(module(example_input), example_input.shape[0]) if structured else BARE
+    gm, output = capture_forward(module, example_input, name, capture)
     gm = views_as_reshapes(drop_eval_identities(functionalize(gm)))
-    propagate(gm, example_input, name)
     gm = same_padding_as_torch_layers(functional_convs_as_modules(batch_norms_as_modules(gm)))
-    record_batch_layout(gm, example_input)
     gm = fold_sizes(gm)
     graph, constants = build_graph(gm, name, tuple(example_input.shape[1:]))
     return Imported(dataclasses.replace(graph, memory_format=module_memory_format(module)), gm, constants, output)
+
+
+def capture_forward(module: nn.Module, example_input: torch.Tensor, name: str, method: str = "auto"
+                    ) -> tuple[fx.GraphModule, OutputStructure]:
+    """The module's forward as a torch-level fx graph returning one tensor, with shapes, size values and batch
+    layout recorded for the example input, and the structure the module returns it in: captured by torch.export,
+    else (where export fails) traced by torch.fx (``method``: one of :data:`CAPTURES`); UserError where neither
+    can."""
+    defaulted_arguments(module)  # a forward that needs a second input is refused up front
+    batch = example_input.shape[0]
+    try:
+        if method == "fx":
+            raise CaptureError("torch.fx was asked for")
+        gm = capture(module, example_input)
+    except CaptureError as failure:
+        if method == "export":
+            raise UserError(f"torch.export cannot capture the forward of {type(module).__name__}: {failure}.") \
+                from failure
+        return _traced_forward(module, example_input, name, failure)
+    output = output_structure(output_example(gm, batch), batch)
+    gm, _ = one_output(gm)
+    record_shapes(gm, batch)
+    return gm, output
+
+
+def _traced_forward(module: nn.Module, example_input: torch.Tensor, name: str, failure: CaptureError
+                    ) -> tuple[fx.GraphModule, OutputStructure]:
+    """What :func:`capture_forward` gives through a torch.fx trace, which runs the model twice for its shapes."""
+    try:
+        gm, structured = one_output(trace(module))
+    except UserError as error:
+        cause = first_line(error.__cause__) if error.__cause__ is not None else str(error)
+        raise UserError(f"ios-ray cannot capture the forward of {type(module).__name__}: {failure}, nor can torch.fx "
+                        f"trace it ({cause}); move the code it stops at into a submodule, which then runs as one "
+                        "opaque unit.") from error
+    with torch.no_grad():
+        output = output_structure(module(example_input), example_input.shape[0]) if structured else BARE
+    propagate(gm, example_input, name)
+    record_batch_layout(gm, example_input)
+    return gm, output
 
 
 def import_model(

@@ -1,15 +1,19 @@
-"""Single-input elementwise ops ("steps"), and the chains of them that become a unit's epilogue.
+"""Single-input shape-keeping ops ("steps"), and the chains of them that become a unit's epilogue.
 
-A step is an op on one input tensor that keeps its shape and works element by element (or channel by channel):
+A step is an op on one input tensor that keeps its shape and reads nothing else computed from the input: it works
+element by element, channel by channel, or over groups of channels of one sample:
 
-* an activation, in any spelling (:mod:`~ios_ray.frontend.activations`);
-* an eval-mode batch-norm (a per-channel affine map);
+* an activation, in any spelling (:mod:`~ios_ray.frontend.activations`), and PReLU (``nn.PReLU``, ``F.prelu``);
+* an eval-mode batch-norm of any rank (a per-channel affine map);
+* a group or instance norm (``nn.GroupNorm``, ``nn.InstanceNorm2d``, ``F.group_norm``, ``F.instance_norm``), as
+  decoders follow their convs with (the statistics are over one sample);
 * arithmetic with a number or a constant tensor: a layer scale ``gamma * x``, ``x + 3``, ``x / 6``;
 * one of a few unary functions: ``clamp``, ``neg``, ``abs``, ``exp``, ``sqrt``, ``pow``...
 
 Its text, which enters unit attributes and so stage keys, is the activation's canonical text, ``batch_norm``, or
 the op with its arguments, the input written ``x`` and a constant tensor ``const(shape)``: ``mul(x, const(96, 1,
-1))``. :func:`elementwise_chain` follows a unit's output through steps while each is the only reader of the last.
+1))``, ``group_norm(x, 8, const(64,), const(64,), 1e-05)`` (a layer's call reads as its functional form does). :func:`elementwise_chain` follows a unit's output through steps
+while each is the only reader of the last.
 """
 
 from __future__ import annotations
@@ -19,10 +23,12 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+import torch.nn.functional as F
+from torch import nn
 
 from ios_ray.frontend.activations import activation_of
 from ios_ray.frontend.match import Scope
-from ios_ray.frontend.nodes import eval_batch_norm, full_shape, only_user
+from ios_ray.frontend.nodes import call_arguments, full_shape, module_of, only_user
 
 _ARITHMETIC: dict[Any, str] = {
     operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "div",
@@ -31,6 +37,8 @@ _ARITHMETIC: dict[Any, str] = {
 _ARITHMETIC_METHODS = {"add": "add", "sub": "sub", "mul": "mul", "div": "div"}
 _UNARY = ("neg", "abs", "exp", "sqrt", "rsqrt", "square", "clamp", "clip", "clamp_min", "clamp_max", "pow")
 _UNARY_FUNCTIONS = {getattr(torch, name): name for name in _UNARY if hasattr(torch, name)}
+#: Functional steps that read constant weights besides their input (by name).
+_NORM_FUNCTIONS = {F.prelu: "prelu", F.group_norm: "group_norm", F.instance_norm: "instance_norm"}
 _COMMUTATIVE = ("add", "mul")
 
 
@@ -43,10 +51,30 @@ def elementwise_step(gm: fx.GraphModule, node: Any, source: fx.Node, constants: 
     activation = activation_of(gm, node)
     if activation is not None:
         return activation
-    if eval_batch_norm(gm, node) is not None and node.args == (source,) and not node.kwargs:
-        return "batch_norm"
+    layer = _layer_step(gm, node)
+    if layer is not None:
+        return layer if node.args == (source,) and not node.kwargs else None
     name = _op_name(node)
-    return None if name is None else _describe(name, node, source)
+    arguments = call_arguments(node) if name in _NORM_FUNCTIONS.values() else None
+    if arguments is not None:  # written with keywords or not: in the order of the signature
+        return _describe(name, tuple(arguments.values()), {}, source)
+    return None if name is None else _describe(name, node.args, node.kwargs, source)
+
+
+def _layer_step(gm: fx.GraphModule, node: fx.Node) -> str | None:
+    """The text of a call of a torch layer that is a step: an eval batch-norm, PReLU, a group or instance norm."""
+    if module_of(gm, node, nn.modules.batchnorm._BatchNorm) is not None:
+        bn = gm.get_submodule(str(node.target))
+        return "batch_norm" if not bn.training and bn.running_mean is not None else None
+    if (prelu := module_of(gm, node, nn.PReLU)) is not None:  # the texts F.prelu and F.group_norm get
+        return f"prelu(x, const{tuple(prelu.weight.shape)})"
+    if (norm := module_of(gm, node, nn.GroupNorm)) is not None:
+        weights = f"const{tuple(norm.weight.shape)}, const{tuple(norm.bias.shape)}" if norm.affine else "None, None"
+        return f"group_norm(x, {norm.num_groups}, {weights}, {norm.eps!r})"
+    if (norm := module_of(gm, node, nn.modules.instancenorm._InstanceNorm)) is not None:
+        uses_input = norm.training or not norm.track_running_stats
+        return f"instance_norm({norm.eps})" if uses_input else "batch_norm"
+    return None
 
 
 def elementwise_chain(scope: Scope, tail: fx.Node) -> list[tuple[fx.Node, str]]:
@@ -68,14 +96,14 @@ def _op_name(node: fx.Node) -> str | None:
         target = str(node.target)
         return _ARITHMETIC_METHODS.get(target) or (target if target in _UNARY else None)
     if node.op == "call_function":
-        for table in (_ARITHMETIC, _UNARY_FUNCTIONS):
+        for table in (_ARITHMETIC, _UNARY_FUNCTIONS, _NORM_FUNCTIONS):
             for function, name in table.items():
                 if node.target is function:
                     return name
     return None
 
 
-def _describe(name: str, node: fx.Node, source: fx.Node) -> str:
+def _describe(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], source: fx.Node) -> str:
     """``name(args)`` with the input as ``x`` and constant tensors by shape; commutative ops put ``x`` first."""
     def show(arg: Any) -> str:
         if arg is source:
@@ -84,8 +112,8 @@ def _describe(name: str, node: fx.Node, source: fx.Node) -> str:
             return f"const{full_shape(arg) or ()}"
         return repr(arg)
 
-    args = [show(a) for a in node.args]
+    texts = [show(a) for a in args]
     if name in _COMMUTATIVE:
-        args.sort(key=lambda text: text != "x")
-    args += [f"{k}={show(v)}" for k, v in sorted(node.kwargs.items())]
-    return f"{name}({', '.join(args)})"
+        texts.sort(key=lambda text: text != "x")
+    texts += [f"{k}={show(v)}" for k, v in sorted(kwargs.items())]
+    return f"{name}({', '.join(texts)})"

@@ -6,6 +6,7 @@ import inspect
 import math
 from typing import Any
 
+import torch
 import torch.fx as fx
 from torch import nn
 
@@ -163,7 +164,9 @@ def op_name(node: fx.Node, gm: fx.GraphModule) -> str:
 
 
 def qualname(target: Any) -> str:
-    """The qualified name of a function."""
+    """The qualified name of a function (an ATen op's is ``aten.<name>``)."""
+    if isinstance(target, torch._ops.OpOverload):
+        return f"{target.namespace}.{target.overloadpacket.__name__}"
     module = getattr(target, "__module__", None) or ""
     return f"{module}.{getattr(target, '__qualname__', getattr(target, '__name__', repr(target)))}".lstrip(".")
 

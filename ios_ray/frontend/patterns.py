@@ -5,7 +5,9 @@ them), then the others, then lets every match grow its epilogue
 (:func:`~ios_ray.frontend.elementwise.elementwise_chain`).
 
 * pools: max, average and adaptive pools (modules or functions), and a mean over the spatial dimensions;
-* linear layers; flattens (``torch.flatten``, ``nn.Flatten``, ``x.view(x.size(0), -1)``);
+* 3-d max and average pools; linear layers, transposed convs and 3-d convs (module units: the layer's own call);
+* upsampling, pads and crops (:mod:`~ios_ray.frontend.spatial`);
+* flattens (``torch.flatten``, ``nn.Flatten``, ``x.view(x.size(0), -1)``);
 * a channel shuffle, ``reshape(b, g, c/g, h, w) -> transpose(1, 2) -> reshape(b, c, h, w)``, or
   ``nn.ChannelShuffle``: one ``shuffle`` unit;
 * a channel slice: an item of ``chunk``/``split`` along the channels, ``x[:, a:b]``, ``narrow``: one ``slice`` unit;
@@ -27,6 +29,7 @@ from ios_ray.frontend.elementwise import elementwise_chain
 from ios_ray.frontend.match import Match, Scope
 from ios_ray.frontend.nodes import (calls, full_shape, is_tensor, is_tuple_of_tensors, module_of, normalized_kwargs,
                                     numel, only_user, pair, shape)
+from ios_ray.frontend.spatial import match_pad, match_upsample
 
 Rule = Callable[[Scope, fx.Node], Match | None]
 
@@ -89,6 +92,53 @@ def match_linear(scope: Scope, node: fx.Node) -> Match | None:
     attrs = {"in_features": linear.in_features, "out_features": linear.out_features, "bias": linear.bias is not None}
     return Match("linear", str(node.target), [node.args[0]], node, node, [node], attrs,
                  {"id": str(node.target), "linear": str(node.target)})
+
+
+def match_conv_transpose(scope: Scope, node: fx.Node) -> Match | None:
+    """An ``nn.ConvTranspose2d`` or ``nn.ConvTranspose3d`` call (a decoder's learned upsampling), zero-padded, with
+    no output size given."""
+    conv = module_of(scope.gm, node, (nn.ConvTranspose2d, nn.ConvTranspose3d))
+    if conv is None or conv.padding_mode != "zeros" or len(node.args) != 1 or node.kwargs:
+        return None
+    attrs = {**_conv_attrs(conv), "output_padding": tuple(conv.output_padding)}
+    return Match("conv_transpose", str(node.target), [node.args[0]], node, node, [node], attrs,
+                 {"id": str(node.target), "module": str(node.target)})
+
+
+def match_conv3d(scope: Scope, node: fx.Node) -> Match | None:
+    """An ``nn.Conv3d`` call (volumes, video), zero-padded; its batch-norm and activation become its epilogue."""
+    conv = module_of(scope.gm, node, nn.Conv3d)
+    if conv is None or conv.padding_mode != "zeros" or isinstance(conv.padding, str) or len(node.args) != 1:
+        return None
+    return Match("conv3d", str(node.target), [node.args[0]], node, node, [node], _conv_attrs(conv),
+                 {"id": str(node.target), "module": str(node.target)})
+
+
+def match_pool3d(scope: Scope, node: fx.Node) -> Match | None:
+    """A 3-d max or average pool module (volumes, video)."""
+    pool = module_of(scope.gm, node, (nn.MaxPool3d, nn.AvgPool3d))
+    if pool is None or getattr(pool, "return_indices", False) or getattr(pool, "divisor_override", None) or \
+            len(node.args) != 1:
+        return None
+    attrs = {"mode": "max" if isinstance(pool, nn.MaxPool3d) else "avg", "kernel_size": _triple(pool.kernel_size),
+             "stride": _triple(pool.stride or pool.kernel_size), "padding": _triple(pool.padding),
+             "ceil_mode": pool.ceil_mode}
+    if isinstance(pool, nn.MaxPool3d):
+        attrs["dilation"] = _triple(pool.dilation)
+    else:
+        attrs["count_include_pad"] = pool.count_include_pad
+    return Match.single("pool", node, [node.args[0]], attrs)
+
+
+def _triple(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,) * 3
+
+
+def _conv_attrs(conv: nn.modules.conv._ConvNd) -> dict[str, Any]:
+    """What a convolution layer computes, for its unit's attributes."""
+    return {"in_channels": conv.in_channels, "out_channels": conv.out_channels, "kernel": tuple(conv.kernel_size),
+            "stride": tuple(conv.stride), "padding": tuple(conv.padding), "dilation": tuple(conv.dilation),
+            "groups": conv.groups, "bias": conv.bias is not None}
 
 
 def match_flatten(scope: Scope, node: fx.Node) -> Match | None:
@@ -197,7 +247,8 @@ def match_scale(scope: Scope, node: fx.Node) -> Match | None:
 
 RULES: tuple[tuple[Rule, ...], ...] = (
     (match_conv,),
-    (match_pool, match_linear, match_flatten, match_shuffle, match_slice, match_scale),
+    (match_pool, match_pool3d, match_linear, match_conv_transpose, match_conv3d, match_upsample, match_flatten,
+     match_shuffle, match_slice, match_pad, match_scale),
 )
 
 

@@ -16,6 +16,8 @@ Nodes are visited in order, and each one is
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import operator
 from typing import Any
 
@@ -54,6 +56,7 @@ class _Walk:
         self.matches = find_matches(self.scope)
         self.values: dict[fx.Node, Value] = {}
         self.units: list[Unit] = []
+        self.ids: set[str] = {GRAPH_INPUT}
         self.constants: dict[str, Any] = {}
 
     def run(self) -> tuple[Graph, dict[str, Any]]:
@@ -145,8 +148,14 @@ class _Walk:
         return True
 
     def _append(self, unit: Unit, nodes: list[fx.Node]) -> None:
-        """Add a unit standing for ``nodes``; the last one's value is the unit's output."""
+        """Add a unit standing for ``nodes``; the last one's value is the unit's output. A module called again (its
+        weights shared) is another unit: ``block.0``'s second call is ``block.0@1``, as torch.export counts calls."""
         self.scope.taken.update(nodes)
+        calls = 0
+        while unit.id in self.ids:
+            calls += 1
+            unit = dataclasses.replace(unit, id=f"{unit.id.partition('@')[0]}@{calls}")
+        self.ids.add(unit.id)
         self.units.append(unit)
         self.values[nodes[-1]] = Value.of(unit.id)
 
@@ -157,7 +166,7 @@ class _Walk:
         inputs = self._inputs(match.inputs)
         out = shape(match.tail)
         in_elements = sum(numel(shape(n)) for n in match.inputs)
-        weights = sum(p.numel() for key in ("conv", "depthwise", "pointwise", "linear") if key in match.refs
+        weights = sum(p.numel() for key in ("conv", "depthwise", "pointwise", "linear", "module") if key in match.refs
                       for p in self.gm.get_submodule(match.refs[key]).parameters())
         self._append(Unit(match.id, match.kind, inputs, out, match.attrs, match.refs, flops=_flops(match),
                           bytes=F32 * (in_elements + numel(out)), weight_bytes=F32 * weights), match.nodes)
@@ -270,10 +279,19 @@ def _flops(match: Match) -> int:
         kh, kw = attrs["kernel"]
         spatial = out // attrs["out_channels"]
         return 2 * spatial * attrs["in_channels"] * (kh * kw + attrs["out_channels"])
+    if match.kind == "conv3d":
+        return 2 * out * (attrs["in_channels"] // attrs["groups"]) * math.prod(attrs["kernel"])
+    if match.kind == "conv_transpose":  # every input element scatters into a kernel's window of each output channel
+        per_input = (attrs["out_channels"] // attrs["groups"]) * math.prod(attrs["kernel"])
+        return 2 * numel(shape(match.inputs[0])) * per_input
     if match.kind == "linear":
         return 2 * attrs["in_features"] * attrs["out_features"]
     if match.kind == "pool" and "kernel_size" in attrs:
-        return out * attrs["kernel_size"][0] * attrs["kernel_size"][1]
+        return out * math.prod(attrs["kernel_size"])
+    if match.kind == "upsample":  # bilinear blends four inputs per output
+        return out * (4 if attrs["mode"] == "bilinear" else 1)
+    if match.kind == "pad":
+        return out
     if match.kind in ("shuffle", "slice"):
         return 0
     return numel(shape(match.inputs[0])) if match.inputs else out

@@ -4,13 +4,16 @@ Each device's jobs are cut into batches and handed to its actors with back-press
 ``MAX_IN_FLIGHT`` batches per actor). One loop waits on the futures of all devices together. Rows go to
 ``on_rows`` as each batch finishes, deduplicated by (stage key, batch, dtype) per device, so a stage whose batch
 is re-run after an actor died is reported once. A batch whose actor died goes back to the front of its device's
-queue; Ray restarts the actor (``max_restarts``) and any actor of the device may take the batch. Ctrl-C stops the
-loop and returns what was finished; the caller then kills the actors.
+queue; Ray restarts the actor (``max_restarts``), which is given batches again once it is up (while Ray restarts
+it, a call fails at once, so it waits :data:`RESTART_POLL_S` between tries), and any actor of the device may take
+the batch. An actor is retired once Ray says it is dead for good, or after :data:`RESTART_TIMEOUT_S` of failing.
+Ctrl-C stops the loop and returns what was finished; the caller then kills the actors.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -31,6 +34,10 @@ MAX_IN_FLIGHT = 2
 MAX_BATCH = 32
 #: Aim for at least this many batches per actor, so that the tail of a run stays balanced.
 BATCHES_PER_ACTOR = 4
+#: Seconds between tries of an actor that Ray is restarting.
+RESTART_POLL_S = 0.2
+#: Seconds an actor may keep failing (Ray restarting it) before it counts as dead.
+RESTART_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -55,8 +62,9 @@ class _Slot:
     label: str
     actor: ActorHandle
     in_flight: int = 0
-    failures: int = 0
     alive: bool = True
+    failing_since: float | None = None
+    paused_until: float = 0.0
 
 
 class Dispatcher:
@@ -77,7 +85,7 @@ class Dispatcher:
         self.seen: dict[str, set[tuple[str, int, str]]] = {label: set() for label in actors}
         self.in_flight: dict[ray.ObjectRef, tuple[_Slot, list[MeasureJob]]] = {}
         self.report = MeasureReport()
-        self.dead_reason: dict[str, str] = {}
+        self.dead: list[str] = []
 
     def run(self, jobs: Mapping[str, Sequence[MeasureJob]], batch_size: int | None = None) -> MeasureReport:
         """Measure every device's jobs; returns early (``interrupted``) on Ctrl-C."""
@@ -107,19 +115,32 @@ class Dispatcher:
     def _loop(self) -> None:
         """Submit, wait for any finished batch, collect every finished one, repeat until nothing is left."""
         self._submit()
-        while self.in_flight:
+        while self.in_flight or self._waiting():
+            if not self.in_flight:
+                time.sleep(RESTART_POLL_S)  # every actor with work is being restarted
+                self._submit()
+                continue
             refs = list(self.in_flight)
-            ready, rest = ray.wait(refs, num_returns=1)
+            ready, rest = ray.wait(refs, num_returns=1, timeout=RESTART_POLL_S if self._waiting() else None)
             if rest:
                 ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
             for ref in ready:
                 self._collect(ref)
             self._submit()
 
+    def _waiting(self) -> bool:
+        """Whether a live actor that Ray is restarting has batches of its device queued for it."""
+        return any(s.alive and s.paused_until and self.queues[s.label] for s in self.slots)
+
     def _submit(self) -> None:
-        """Give every live actor batches of its device until it holds ``MAX_IN_FLIGHT``."""
+        """Give every live actor batches of its device until it holds ``MAX_IN_FLIGHT`` (an actor that Ray is
+        restarting, once its pause is over)."""
+        now = time.monotonic()
         for slot in self.slots:
             queue = self.queues[slot.label]
+            if slot.paused_until > now:
+                continue
+            slot.paused_until = 0.0
             while slot.alive and slot.in_flight < MAX_IN_FLIGHT and queue:
                 batch = queue.popleft()
                 self.in_flight[slot.actor.measure.remote(batch)] = (slot, batch)
@@ -137,6 +158,7 @@ class Dispatcher:
         except RayTaskError as error:
             batches = ", ".join(map(str, sorted({job.batch for job in batch})))
             raise task_error(error, f"measuring a stage on {slot.label} at batch {batches}") from None
+        slot.failing_since = None
         fresh = [row for row in rows if self._first_time(slot.label, row)]
         if fresh:
             self.on_rows(fresh)
@@ -152,24 +174,28 @@ class Dispatcher:
         return True
 
     def _actor_failed(self, slot: _Slot, batch: list[MeasureJob], error: RayActorError) -> None:
-        """Requeue the batch; retire the actor once it is dead for good or failed too often."""
+        """Requeue the batch; pause the actor while Ray restarts it, or retire it once it is dead for good or has
+        failed for :data:`RESTART_TIMEOUT_S`."""
         self.queues[slot.label].appendleft(batch)
         self.report.rerun += 1
-        slot.failures += 1
-        if isinstance(error, ActorDiedError) or slot.failures > self.max_restarts:
+        now = time.monotonic()
+        slot.failing_since = slot.failing_since or now
+        if isinstance(error, ActorDiedError) or now - slot.failing_since > RESTART_TIMEOUT_S:
             slot.alive = False
-        if not any(s.alive for s in self.slots if s.label == slot.label):
-            self.dead_reason[slot.label] = first_line(error)
+        else:
+            slot.paused_until = now + RESTART_POLL_S
+        if not any(s.alive for s in self.slots if s.label == slot.label) and slot.label not in self.dead:
+            self.dead.append(slot.label)
             self.queues[slot.label].clear()
 
     def _raise_for_dead_devices(self) -> None:
         """After the loop: one sentence for the devices whose actors all died before their stages were measured."""
-        if not self.dead_reason:
+        if not self.dead:
             return
-        missing = sum(self.report.total[label] - self.report.done[label] for label in self.dead_reason)
-        reasons = "; ".join(f"{label}: {reason}" for label, reason in self.dead_reason.items())
+        missing = sum(self.report.total[label] - self.report.done[label] for label in self.dead)
         raise UserError(
-            f"every actor of {', '.join(map(repr, self.dead_reason))} died ({reasons}), leaving {missing} stages "
+            f"every actor of {', '.join(map(repr, self.dead))} died (killed or crashed, out of memory perhaps, each "
+            f"after up to {self.max_restarts} restarts), leaving {missing} stages "
             "unmeasured; the measured ones were kept, so run the search again to measure the rest."
         )
 

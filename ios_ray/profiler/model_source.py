@@ -9,7 +9,6 @@ from an importable module by reference, and that module must then be importable 
 
 from __future__ import annotations
 
-import dataclasses
 
 import ray
 import torch
@@ -32,7 +31,7 @@ def import_source(source: ModelSource, dtype: str, memory_format: str) -> Import
 
 def _build(source: ModelSource) -> nn.Module:
     """The module of a spec, built with the global seed fixed so every actor gets the same weights."""
-    spec = dataclasses.replace(resolve_model(source.spec or ""), input_shape=source.input_shape)
+    spec = resolve_model(source.spec or "", input_shape=source.input_shape)
     torch.manual_seed(0)
     return spec.build()
 

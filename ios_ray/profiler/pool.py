@@ -12,19 +12,21 @@ In phases, so that the driver can skip what the store already holds and check th
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
 import ray
 from ray.actor import ActorHandle
-from ray.exceptions import RayActorError, RayTaskError
+from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
 from ios_ray.devices import DEFAULT_SIM_ACTORS, DeviceSpec, parse_device
-from ios_ray.errors import UserError, first_line
+from ios_ray.errors import UserError
 from ios_ray.profiler.actors import Hello, start_actor
 from ios_ray.profiler.cluster import check_offered, live_nodes, plan_all
-from ios_ray.profiler.dispatch import Dispatcher, MeasureReport, ProgressCallback, RowsCallback, task_error
+from ios_ray.profiler.dispatch import (RESTART_POLL_S, RESTART_TIMEOUT_S, Dispatcher, MeasureReport, ProgressCallback,
+                                      RowsCallback, task_error)
 from ios_ray.ir import Graph
 from ios_ray.paired import PairedTiming
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource
@@ -87,8 +89,8 @@ class DevicePool:
         try:
             problems = [problem for problem in ray.get(refs) if problem is not None]
         except RayActorError as error:
-            raise UserError(f"an actor died while building model {model.name!r} ({first_line(error)}); "
-                            "run the search again.") from None
+            raise UserError(f"an actor died while building model {model.name!r} (killed or crashed, out of memory "
+                            "perhaps); run the search again.") from None
         if problems:
             raise UserError(problems[0])
 
@@ -108,15 +110,24 @@ class DevicePool:
 
     def time_schedules(self, label: str, job: CheckJob) -> PairedTiming:
         """Time two whole schedules in paired rounds on one actor of a label, until the interval of their ratio
-        decides (or the job's cap)."""
-        try:
-            return ray.get(self._actors[label][0].time_schedules.remote(job))
-        except RayTaskError as error:
-            raise task_error(error, f"timing the schedules of {job.model.name} end to end on {label} at batch "
-                                    f"{job.batch}") from None
-        except RayActorError as error:
-            raise UserError(f"the actor timing schedules on {label} died ({first_line(error)}); the measured stages "
-                            "were kept, so run the search again.") from None
+        decides (or the job's cap). An actor that dies meanwhile gets the job again once Ray has restarted it (up to
+        ``max_restarts`` times), then the label's other actors do; UserError once every one has died for good (or
+        stayed unavailable for ``RESTART_TIMEOUT_S``)."""
+        for actor in self._actors[label]:
+            deadline = time.monotonic() + RESTART_TIMEOUT_S
+            while time.monotonic() < deadline:
+                try:
+                    return ray.get(actor.time_schedules.remote(job))
+                except RayTaskError as error:
+                    raise task_error(error, f"timing the schedules of {job.model.name} end to end on {label} at "
+                                            f"batch {job.batch}") from None
+                except ActorDiedError:
+                    break  # for good: the next actor
+                except RayActorError:
+                    time.sleep(RESTART_POLL_S)  # Ray is restarting it: the job again once it is up
+        raise UserError(f"every actor of {label!r} died while timing the schedules of {job.model.name} end to end at "
+                        f"batch {job.batch} (killed or crashed, out of memory perhaps, each after up to "
+                        f"{self._max_restarts} restarts); the measured stages were kept, so run the search again.")
 
     def shutdown(self) -> None:
         """Kill every actor of the pool."""
@@ -158,8 +169,9 @@ def _hello(ref: ray.ObjectRef, label: str) -> Hello:
     """An actor's hello, or a Hello carrying the problem if the actor died while starting."""
     try:
         return ray.get(ref)
-    except RayActorError as error:
-        return Hello(label, None, f"an actor for device {label!r} died while starting: {first_line(error)}.")
+    except RayActorError:
+        return Hello(label, None, f"an actor for device {label!r} died while starting (killed or crashed, out of "
+                                  "memory perhaps); run the search again.")
 
 
 def _same_fingerprint(

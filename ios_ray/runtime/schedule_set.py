@@ -3,10 +3,11 @@
 Device rule: a ``cpu`` schedule runs on CPU tensors; on CUDA tensors every GPU label is accepted (``cuda``,
 ``cuda:<i>``, a GPU name such as ``v100`` or ``h100``, and ``sim:<gpu>``, which is meant for that GPU), best
 first: the GPU's own name, then ``cuda``/``cuda:<i>``, then ``sim:`` of the GPU, then other GPU names, then
-other ``sim:`` GPUs. Dtype rule, among the schedules of the best device rank: those made for the input's dtype,
-else (none is) all of them: a schedule made for another dtype still computes the model, only tuned for other
-kernels. Batch rule, among those: the input's batch size if scheduled, else the smallest scheduled batch above
-it, else the largest.
+other ``sim:`` GPUs; asked to (``any_device``), where no label fits, every schedule, as a correctness check of
+schedules made for another device (a ``sim:`` plan on the CPU, say). Dtype rule, among the schedules of the best
+device rank: those made for the input's dtype, else (none is) all of them: a schedule made for another dtype still
+computes the model, only tuned for other kernels. Batch rule, among those: the input's batch size if scheduled,
+else the smallest scheduled batch above it, else the largest.
 """
 
 from __future__ import annotations
@@ -55,12 +56,14 @@ def pick_batch(batches: Iterable[int], batch: int) -> int:
 
 def select_schedule(
     schedules: Sequence[Schedule], device_type: str, batch: int, gpu_name: str | None = None,
-    dtype: str | None = None,
+    dtype: str | None = None, any_device: bool = False,
 ) -> Schedule | None:
     """The schedule to run a batch (of ``dtype``, where given) on a device by the rules above, or None where no
-    schedule fits the device."""
+    schedule fits the device (and ``any_device`` is false)."""
     ranked = [(device_rank(s.device, device_type, gpu_name), s) for s in schedules]
     fitting = [(rank, s) for rank, s in ranked if rank is not None]
+    if not fitting and any_device:
+        fitting = [(0, s) for s in schedules]
     if not fitting:
         return None
     best = min(rank for rank, _ in fitting)

@@ -9,17 +9,24 @@ imported graph, and in ``forward`` picks a schedule by the rules of
 :class:`~ios_ray.runtime.executor.ScheduleRunner`, built on first use per (schedule, device), and its output goes
 back into the structure the module returns (:class:`~ios_ray.frontend.OutputStructure`); where no schedule
 fits (another device, another per-sample shape) the original module runs eagerly, with a one-time warning per
-reason (an input of a dtype no schedule was made for runs a schedule made for another, with a one-time warning).
+reason; with ``any_device=True`` a schedule made for another device runs instead (a ``sim:`` plan on the CPU, say),
+with a one-time warning that this is a correctness check, its speed here saying nothing of that device. An input of
+a dtype no schedule was made for runs a schedule made for another, with a one-time warning.
 In training mode the original module always runs: schedules are for inference. Schedules given as a list must all
 fit the graph; from a folder (such as the ``--out`` folder of ``ios-ray search``, which may hold
 other models too) those made for other graphs are left out, and finding none is an error.
 
 Runners snapshot the weights (batch-norm folded) when they are built, and the import evaluates some weights once
-(a convolution's weight computed from parameters, as in timm's weight-standardised convs). ``load_state_dict`` and
-converting the module (``.to()``, ``.cuda()``, ``.half()``, ``.to(memory_format=...)``) drop both: the next forward
-imports the module as it is then and keeps the schedules made for it (converted to another memory format, those made
-for that format, where any were given; else it runs the original module, with a one-time warning). After changing
-weights in place, call :meth:`ScheduledModule.reset`.
+(a convolution's weight computed from parameters, as in timm's weight-standardised convs). So the module follows
+the weights of the module it wraps: a :class:`~ios_ray.runtime.weights.WeightWatch` notices, per call, weights
+changed in place (``p.mul_(0.9)``, an optimizer step), loaded (``load_state_dict`` on the wrapped module, any of its
+submodules, or this one, which takes the wrapped module's own state dict as well as its own), replaced, or updated
+by a forward in training mode, and converting the module (``.to()``, ``.cuda()``, ``.half()``,
+``.to(memory_format=...)``); the next forward then imports the module as it is and keeps the schedules made for it
+(converted to another memory format, those made for that format, where any were given; else it runs the original
+module, with a one-time warning). ``follow_weights=False`` skips the per-call check, for a server whose weights never
+change; after changes the watch cannot see (through ``tensor.data``, or a buffer edited in place by hand), or with
+the check off, call :meth:`ScheduledModule.reset`.
 
 Saving: :meth:`ScheduledModule.save` writes a folder with the module's ``state_dict`` (``module.pt``), every
 schedule (``schedules/<i>.json``) and the input shape (``scheduled_module.json``); :meth:`ScheduledModule.load`
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import json
 import warnings
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -45,8 +53,9 @@ from ios_ray.frontend import Imported, import_module
 from ios_ray.ir import Graph
 from ios_ray.runtime.executor import ScheduleRunner
 from ios_ray.runtime.program import Program
-from ios_ray.runtime.schedule_set import read_schedules, select_schedule
+from ios_ray.runtime.schedule_set import device_rank, read_schedules, select_schedule
 from ios_ray.runtime.stages import resolve_device
+from ios_ray.runtime.weights import WeightWatch
 from ios_ray.schedule import Schedule, check_schedule, save_schedule
 
 SAVE_FORMAT = "ios-ray-scheduled-module"
@@ -58,10 +67,15 @@ class ScheduledModule(nn.Module):
 
     def __init__(
         self, module: nn.Module, schedules: Sequence[Schedule] | str | Path,
-        input_shape: Sequence[int] | None = None, cuda_graph: bool | None = None,
+        input_shape: Sequence[int] | None = None, cuda_graph: bool | None = None, follow_weights: bool = True,
+        any_device: bool = False,
     ) -> None:
         super().__init__()
         self.module = module
+        self.any_device = any_device
+        self._watch = WeightWatch(module) if follow_weights else None
+        if self._watch is not None:
+            weakref.finalize(self, self._watch.disarm)
         self._folder = schedules if isinstance(schedules, (str, Path)) else None
         self._given = _gather(schedules)
         self.input_shape = tuple(input_shape) if input_shape is not None else _recorded_shape(self._given.values())
@@ -89,6 +103,8 @@ class ScheduledModule(nn.Module):
         several)."""
         if self.training:
             return self.module(x)
+        if self._watch is not None and self._watch.changed():
+            self.reset()
         schedule = self.schedule_for(x)
         if schedule is None:
             return self.module(x)
@@ -115,12 +131,16 @@ class ScheduledModule(nn.Module):
             return None
         gpu_name = torch.cuda.get_device_name(x.device) if x.device.type == "cuda" else None
         dtype = str(x.dtype).removeprefix("torch.")
-        schedule = select_schedule(self.schedules, x.device.type, x.shape[0], gpu_name, dtype)
+        schedule = select_schedule(self.schedules, x.device.type, x.shape[0], gpu_name, dtype, self.any_device)
         if schedule is None:
             labels = sorted({s.device for s in self.schedules})
             self._warn_once(f"no schedule fits device {x.device.type} (schedules are for {', '.join(labels)}); "
-                            "running the original module.")
-        elif schedule.dtype != dtype:
+                            "running the original module (any_device=True runs one anyway, to check that it "
+                            "computes the model).")
+        elif device_rank(schedule.device, x.device.type, gpu_name) is None:
+            self._warn_once(f"running the schedule made for {schedule.device} on {x.device.type}, as a correctness "
+                            f"check: its speed here says nothing of {schedule.device}.")
+        if schedule is not None and schedule.dtype != dtype:
             self._warn_once(f"no schedule for {dtype} inputs on {schedule.device}; running the one made for "
                             f"{schedule.dtype} (search with dtype={dtype!r} for a schedule tuned to it).")
         return schedule
@@ -133,8 +153,11 @@ class ScheduledModule(nn.Module):
         self._runners.clear()
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
-        """Load weights as ``nn.Module.load_state_dict`` does, then drop the runners built from the old ones."""
-        result = super().load_state_dict(state_dict, strict=strict, assign=assign)
+        """Load weights as ``nn.Module.load_state_dict`` does, from this module's state dict (the wrapped module's
+        entries under ``module.``) or the wrapped module's own (``model.state_dict()``), then drop the runners built
+        from the old ones."""
+        own = self.module if _wrapped_module_keys(state_dict, self.module) else super()
+        result = own.load_state_dict(state_dict, strict=strict, assign=assign)
         self.reset()
         return result
 
@@ -156,7 +179,10 @@ class ScheduledModule(nn.Module):
         (path / "scheduled_module.json").write_text(json.dumps(meta, indent=1))
 
     @classmethod
-    def load(cls, path: str | Path, module: nn.Module, cuda_graph: bool | None = None) -> "ScheduledModule":
+    def load(
+        cls, path: str | Path, module: nn.Module, cuda_graph: bool | None = None, follow_weights: bool = True,
+        any_device: bool = False,
+    ) -> "ScheduledModule":
         """Rebuild a saved ScheduledModule around ``module``, a fresh instance of the saved architecture."""
         path = Path(path)
         meta = _read_meta(path)
@@ -165,7 +191,7 @@ class ScheduledModule(nn.Module):
         except (OSError, RuntimeError) as exc:
             raise UserError(f"cannot load the weights in {path / 'module.pt'} into {type(module).__name__}: "
                             f"{first_line(exc)}; pass a module of the saved architecture.") from None
-        return cls(module, path / "schedules", tuple(meta["input_shape"]), cuda_graph)
+        return cls(module, path / "schedules", tuple(meta["input_shape"]), cuda_graph, follow_weights, any_device)
 
     def _runner(self, schedule: Schedule, device: torch.device) -> ScheduleRunner:
         device = resolve_device(device)
@@ -189,7 +215,10 @@ class ScheduledModule(nn.Module):
         (``strict``: at construction) or at least one from a folder, else UserError; after a conversion, any."""
         imported = import_module(self.module, example_input(self.module, self.input_shape), type(self.module).__name__)
         given = self._given if strict else _made_for(self._given, imported.graph)
-        return _Binding(imported, _checked(given, imported.graph, self._folder if strict else None))
+        binding = _Binding(imported, _checked(given, imported.graph, self._folder if strict else None))
+        if self._watch is not None:
+            self._watch.arm()
+        return binding
 
     def _warn_once(self, message: str) -> None:
         if message not in self._warned:
@@ -203,6 +232,13 @@ class _Binding:
 
     imported: Imported
     schedules: tuple[Schedule, ...]
+
+
+def _wrapped_module_keys(state_dict: Mapping[str, Any], module: nn.Module) -> bool:
+    """Whether a state dict is the wrapped module's own rather than a ScheduledModule's (whose keys all start with
+    ``module.`` and are not all keys of the wrapped module itself)."""
+    keys = set(state_dict)
+    return not all(key.startswith("module.") for key in keys) or keys <= set(module.state_dict())
 
 
 def _gather(schedules: Sequence[Schedule] | str | Path) -> dict[str, Schedule]:

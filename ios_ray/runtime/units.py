@@ -2,11 +2,12 @@
 
 * ``conv``: a :class:`FoldedConv`, its batch-norm folded into weight and bias (eval mode), a prologue batch-norm as
   a per-channel scale and shift of its input, its activations by name; ``sepconv``: two of them.
-* ``linear``, ``flatten``, ``shuffle`` (channels in groups, transposed), ``slice`` (a range of channels), ``scale``
-  (``x * gate``): the op itself; ``add``, ``concat`` and ``elementwise``: their input value as it is.
-* ``pool`` and ``opaque``: the original fx code (:class:`CodeCall`), with the unit's inputs in place of the tensors it
-  reads; a size value that depends on the batch size and reads a tensor from elsewhere reads a meta tensor of that
-  tensor's shape at the input's batch size.
+* ``linear``, ``conv_transpose``, ``conv3d`` (the layer's own call), ``flatten``, ``shuffle`` (channels in groups,
+  transposed), ``slice`` (a range of channels), ``scale`` (``x * gate``): the op itself; ``add``, ``concat`` and
+  ``elementwise``: their input value as it is.
+* ``pool``, ``upsample``, ``pad`` and ``opaque``: the original fx code (:class:`CodeCall`), with the unit's inputs
+  in place of the tensors it reads; a size value that depends on the batch size and reads a tensor from elsewhere
+  reads a meta tensor of that tensor's shape at the input's batch size.
 * any unit with an epilogue: its steps (original fx code) after it (:class:`Epilogue`).
 """
 
@@ -130,6 +131,9 @@ def _bind_body(unit: Unit, module: fx.GraphModule, nodes: Mapping[str, fx.Node],
     if unit.kind == "linear":
         linear = module.get_submodule(refs["linear"])
         return lambda inputs: linear(inputs[0])
+    if unit.kind in ("conv_transpose", "conv3d"):
+        layer = module.get_submodule(refs["module"])
+        return lambda inputs: layer(inputs[0])
     if unit.kind == "flatten":
         return lambda inputs: torch.flatten(inputs[0], attrs["start_dim"], attrs["end_dim"])
     if unit.kind == "shuffle":

@@ -25,12 +25,23 @@ system and a local file system (flock is not reliable over NFS).
 Ctrl-C. DuckDB polls for Python signals while it works and turns a Ctrl-C into whichever error the call
 was making (``Query interrupted``, a rollback without a transaction, an unreadable Arrow table), and the
 batch in flight is lost. So in the main thread every operation holds Ctrl-C until it has committed and
-detached, a few milliseconds, and then raises it as ``KeyboardInterrupt``: a search stopped with Ctrl-C
-has stored every batch it handed to the store.
+detached, a few milliseconds, and then raises it as ``KeyboardInterrupt`` (:func:`ios_ray.interrupts.ctrl_c_held`):
+a search stopped with Ctrl-C has stored every batch it handed to the store.
 
 A new store is built in a temporary file next to the target and renamed into place, so a half-created store
 never exists. An existing file is checked through a read-only ATTACH before anything writes to it, so a
 file that is corrupt, not a store, or of another format version is rejected byte-for-byte untouched.
+
+Paths. The path is resolved once, when the store is opened (symlinks followed): the lock sits beside the real
+file, so a store reached through a symlink and through its real path takes one lock. Messages name the path as
+the caller spelled it.
+
+Failures of the file or the disk. DuckDB reports a file it cannot read in full (truncated, overwritten) or a
+disk it cannot write (full, over a size limit) as an error of whichever call met it; every operation turns
+those into one sentence (UserError, DuckDB's error as its cause). A write that fails rolls back: DuckDB writes
+a batch to the write-ahead log first and into the file only at the checkpoint after the commit, so a failed
+write leaves the committed batches as they were, and the next open replays a log cut short up to its last whole
+commit.
 """
 
 from __future__ import annotations
@@ -39,7 +50,7 @@ import fcntl
 import glob
 import numbers
 import os
-import signal
+import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -51,6 +62,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from ios_ray.errors import UserError
+from ios_ray.interrupts import ctrl_c_held
 from ios_ray.store import DEFAULT_STORE_PATH
 from ios_ray.store.schema import (
     FORMAT_NAME,
@@ -69,6 +81,12 @@ _INSERT = f"INSERT INTO {_CATALOG}.latency AS old ({_COLUMNS}) SELECT {_COLUMNS}
 _UPSERT = f"{_INSERT} ON CONFLICT ({', '.join(KEY_COLUMNS)}) DO UPDATE SET {_UPDATES}"
 _UPSERT_NEWER = f"{_UPSERT} WHERE excluded.measured_at > old.measured_at"
 _EXPORT_FIX = "pass a folder written by `ios-ray store export`"
+#: DuckDB errors where the file could not be read in full or the disk could not be written: one sentence each.
+_FILE_ERRORS = (duckdb.IOException, duckdb.FatalException, duckdb.TransactionException, duckdb.InternalException,
+                duckdb.SerializationException)
+_ERRNO = re.compile(r'"errno"\s*:\s*"?(\d+)')
+_WRITE_FAILED = re.compile(r"could not (write|truncate|fsync|sync|create|extend)|no space left|file too large|"
+                           r"disk quota", re.IGNORECASE)
 _T = TypeVar("_T")
 
 
@@ -78,12 +96,13 @@ class LatencyStore:
     def __init__(self, path: str | os.PathLike[str] = DEFAULT_STORE_PATH, create: bool = True) -> None:
         """Open the store at `path`, creating it (and its folders) when missing and `create` is true."""
         self.path = Path(path)
-        self._lock_path = self.path.with_name(self.path.name + ".lock")
+        self._file = self.path.resolve()
+        self._lock_path = self._file.with_name(self._file.name + ".lock")
         self._mutex = threading.Lock()
         self._con: duckdb.DuckDBPyConnection | None = None
         if self.path.is_dir():
             raise UserError(f"{self.path} is a folder, not a latency store file; pass a file path as the store.")
-        if create and not self.path.exists():
+        if create and not self._file.exists():
             self._write(lambda con: None)
         else:
             self._read(lambda con: None)
@@ -129,7 +148,7 @@ class LatencyStore:
     @property
     def file_bytes(self) -> int:
         """Size of the store file in bytes."""
-        return self.path.stat().st_size
+        return self._file.stat().st_size
 
     def export(self, directory: str | os.PathLike[str]) -> int:
         """Write every row as hive-partitioned Parquet: `directory`/device=<label>/batch=<n>/; return the row count."""
@@ -144,7 +163,11 @@ class LatencyStore:
         def run(con: duckdb.DuckDBPyConnection) -> int:
             rows = _sql(con, f"SELECT count(*) FROM {_CATALOG}.latency")[0][0]
             if rows:
-                _sql(con, copy)
+                try:
+                    _sql(con, copy)
+                except _FILE_ERRORS as err:
+                    raise UserError(f"cannot write the export into {target} ({_reason(err)}); free space on its disk "
+                                    "or export into another folder.") from err
             return rows
 
         return self._read(run)
@@ -181,14 +204,14 @@ class LatencyStore:
         return self._read(run)
 
     def _read(self, action: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
-        if not self.path.exists():
+        if not self._file.exists():
             raise UserError(f"no latency store at {self.path}; run a search first, or pass another store path.")
         with self._attached(write=False) as con:
             return action(con)
 
     def _write(self, action: Callable[[duckdb.DuckDBPyConnection], _T], incoming: pa.Table | None = None) -> _T:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise UserError(
                 f"cannot create the folder {self.path.parent} ({err.strerror}); pass another store path."
@@ -199,27 +222,32 @@ class LatencyStore:
                 result = action(con)
                 con.commit()
             except BaseException:
-                con.rollback()
+                _rollback(con)
                 raise
             return result
 
     @contextmanager
     def _attached(self, write: bool) -> Iterator[duckdb.DuckDBPyConnection]:
-        with _ctrl_c_held(), self._mutex, _flock(self._lock_path, exclusive=write):
+        with ctrl_c_held(), self._mutex, _flock(self._lock_path, exclusive=write):
             con = self._connection()
-            if write and not self.path.exists():
-                self._create(con)
-            self._attach(con, self.path, read_only=not write)
+            try:
+                if write and not self._file.exists():
+                    self._create(con)
+                self._attach(con, self._file, read_only=not write)
+            except _FILE_ERRORS as err:
+                raise UserError(_failure(self.path, err)) from err
             try:
                 _check_format(con, self.path)
                 yield con
+            except _FILE_ERRORS as err:
+                raise UserError(_failure(self.path, err)) from err
             finally:
                 self._detach(con)
 
     def _create(self, con: duckdb.DuckDBPyConnection) -> None:
-        for stale in self.path.parent.glob(f".{glob.escape(self.path.name)}.*.new*"):
+        for stale in self._file.parent.glob(f".{glob.escape(self._file.name)}.*.new*"):
             stale.unlink()
-        staging = self.path.with_name(f".{self.path.name}.{os.getpid()}.new")
+        staging = self._file.with_name(f".{self._file.name}.{os.getpid()}.new")
         try:
             self._attach(con, staging, read_only=False)
             try:
@@ -227,7 +255,7 @@ class LatencyStore:
                     _sql(con, statement)
             finally:
                 self._detach(con)
-            os.replace(staging, self.path)
+            os.replace(staging, self._file)
         finally:
             staging.unlink(missing_ok=True)
 
@@ -236,7 +264,7 @@ class LatencyStore:
         try:
             _sql(con, f"ATTACH {_sql_string(path)} AS {_CATALOG} (TYPE duckdb{mode})")
         except duckdb.Error as err:
-            raise UserError(_unopenable(path, err)) from None
+            raise UserError(_failure(self.path, err)) from err
 
     def _detach(self, con: duckdb.DuckDBPyConnection) -> None:
         try:
@@ -278,28 +306,6 @@ def _flock(path: Path, exclusive: bool) -> Iterator[None]:
 
 
 @contextmanager
-def _ctrl_c_held() -> Iterator[None]:
-    """Hold a Ctrl-C that arrives inside the block until the block has ended, then deliver it (see the module
-    docstring); outside the main thread, where Python delivers no signal, or where Ctrl-C's handler is not
-    Python's to replace, nothing is held."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
-        yield
-        return
-    held: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if not held:
-        return
-    if callable(previous):
-        previous(signal.SIGINT, None)
-    elif previous != signal.SIG_IGN:
-        raise KeyboardInterrupt
-
-
-@contextmanager
 def _registered(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table | None) -> Iterator[None]:
     if table is None:
         yield
@@ -311,10 +317,18 @@ def _registered(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table | Non
         con.unregister(name)
 
 
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll back the open transaction, where DuckDB has not already ended it (a failed commit ends it)."""
+    try:
+        con.rollback()
+    except duckdb.TransactionException:
+        pass
+
+
 def _check_format(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     try:
         meta = dict(_sql(con, f"SELECT key, value FROM {_CATALOG}.meta"))
-    except duckdb.Error:
+    except (duckdb.CatalogException, duckdb.BinderException):
         meta = {}
     if meta.get("format") != FORMAT_NAME:
         raise UserError(f"{path} is a DuckDB file but not an ios-ray latency store; pass another store path.")
@@ -325,13 +339,28 @@ def _check_format(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         )
 
 
-def _unopenable(path: Path, err: duckdb.Error) -> str:
-    if "could not set lock" in str(err).lower():
+def _failure(path: Path, err: duckdb.Error) -> str:
+    """One sentence for a store file that DuckDB could not open, read or write."""
+    text = str(err)
+    if "could not set lock" in text.lower():
         return f"{path} is open in another program (not ios-ray); close that program and retry."
+    if _WRITE_FAILED.search(text):
+        return (f"cannot write the latency store {path} ({_reason(err)}); free space on its disk or pass another "
+                "store path, then rerun: the rows it stored before are kept.")
     return (
-        f"{path} is not a readable latency store (not a DuckDB file, corrupt, or from a newer DuckDB); "
-        "move it away or pass another store path."
+        f"{path} is not a readable latency store (not a DuckDB file, damaged or truncated, or from a newer "
+        "DuckDB); move it away or pass another store path."
     )
+
+
+def _reason(err: duckdb.Error) -> str:
+    """What the system said of a failed write (``No space left on device``), from DuckDB's message: the text of the
+    errno it carries, else its first line's last clause."""
+    text = str(err)
+    errno = _ERRNO.search(text)
+    if errno:
+        return os.strerror(int(errno.group(1)))
+    return text.splitlines()[0].rpartition(": ")[2].strip() or type(err).__name__
 
 
 def _read_export(directory: Path) -> pa.Table:

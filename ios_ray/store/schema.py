@@ -16,11 +16,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ios_ray.errors import UserError
+from ios_ray.schedule import SOURCES
 
 FORMAT_NAME = "ios-ray-latency-store"
 FORMAT_VERSION = 1
 KEY_COLUMNS = ("stage_key", "device_fingerprint", "batch", "dtype")
-SOURCES = ("measured", "simulated")
 STRATEGIES = ("concurrent", "merge")
 SIM_PREFIX = "sim:"
 JSON_COLUMNS = ("device_info", "stage")
