@@ -25,22 +25,21 @@ class FakeMachine:
         self.random = random.Random(seed)
         self.drift = 1.0
         self.now_s = 0.0
+        self.last_ms = 0.0
         self.calls: list[str] = []
 
     def callable(self, name: str) -> Callable[[], None]:
-        """A callable that runs (untimed: the clock still advances) as ``name``."""
+        """A callable that runs as ``name``, advancing the clock by the time it takes."""
         def run() -> None:
             self.calls.append(name)
-            self.now_s += self._ms(name) / 1e3
+            self.last_ms = self._ms(name)
+            self.now_s += self.last_ms / 1e3
         return run
 
     def sample(self, fn: Callable[[], None]) -> float:
         """Time one call in ms, as ``sample_ms`` does."""
         fn()
-        name = self.calls[-1]
-        ms = self._ms(name)
-        self.now_s += ms / 1e3
-        return ms
+        return self.last_ms
 
     def clock(self) -> float:
         return self.now_s
