@@ -32,6 +32,8 @@ SCHEDULE_VERSION = 1
 #: The dtypes a schedule (and a stored measurement) can be made for, by their names in files.
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 DEFAULT_DTYPE = "float32"
+#: Bytes per element of each dtype, for sizing activations without torch.
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 #: Where a schedule's latencies come from: a device, or the sim model.
 SOURCES = ("measured", "simulated")
 
