@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Sequence
 
-from ios_ray.ir import DEFAULT_MEMORY_FORMAT, GRAPH_INPUT, Graph, Unit, Value
+from ios_ray.ir import DEFAULT_MEMORY_FORMAT, GRAPH_INPUT, Block, Graph, Unit, Value
 from ios_ray.lifetimes import release_plan
 from ios_ray.schedule import DTYPE_BYTES
 from ios_ray.stage import Stage
@@ -161,6 +161,69 @@ class GraphMemory:
                     alive -= size
                     del storages[storage_of[value]]
         return peak if alive + self.output.peak <= peak.elements else Peak(alive + self.output.peak, None)
+
+
+class BlockMemory:
+    """What is alive between two stages of one block, as the budgeted DP (:mod:`~ios_ray.scheduler.budget`) needs
+    it: a function of the units done (a mask over the block's units, bit ``i`` for its ``i``-th unit) and of the
+    merge stages whose outputs still pin memory, in elements per sample.
+
+    A value's memory (its root's, with every view on it) is alive once one of its values is computed and while
+    one of them is still to be read: by a unit of the block not done yet, by a later block, as the graph's
+    output, or as the graph input (held by the caller). Earlier blocks are done, later ones not started.
+    """
+
+    def __init__(self, memory: GraphMemory, block: Block) -> None:
+        self.graph = memory
+        graph = memory.graph
+        position = next(i for i, b in enumerate(graph.blocks) if b.index == block.index)
+        before = {u for b in graph.blocks[:position] for u in b.units} | {GRAPH_INPUT}
+        bit = {unit_id: i for i, unit_id in enumerate(block.units)}
+        kept = set(graph.output.sources) | {GRAPH_INPUT}
+        #: Per root that can be alive during the block: its size and, per computed value on it, (the bit that
+        #: computes it, 0 where it is computed before the block; whether it is read after the block; the mask of
+        #: its readers in the block).
+        self.roots: dict[str, tuple[int, list[tuple[int, bool, int]]]] = {}
+        for root, members in memory.members.items():
+            terms = []
+            for value in members:
+                if value not in before and value not in bit:
+                    continue
+                readers = graph.users[value]
+                later = value in kept or any(r not in bit for r in readers)
+                inside = sum(1 << bit[r] for r in readers if r in bit)
+                if later or inside:
+                    terms.append((1 << bit[value] if value in bit else 0, later, inside))
+            if terms:
+                self.roots[root] = (memory.elements(root), terms)
+        self._alive: dict[int, tuple[int, frozenset[str]]] = {}
+
+    def alive(self, done: int) -> tuple[int, frozenset[str]]:
+        """The elements alive once the units of ``done`` have run (merges aside), and the roots holding them."""
+        found = self._alive.get(done)
+        if found is None:
+            total, roots = 0, []
+            for root, (size, terms) in self.roots.items():
+                if any((made == 0 or made & done) and (later or inside & ~done) for made, later, inside in terms):
+                    total += size
+                    roots.append(root)
+            found = self._alive[done] = (total, frozenset(roots))
+        return found
+
+    def between(self, done: int, pins: frozenset[tuple[str, ...]]) -> int:
+        """The elements alive once ``done`` has run, with the slices that the merge stages ``pins`` still hold."""
+        total, roots = self.alive(done)
+        for merged in pins:
+            total += sum(self.graph.elements(u) for u in merged if u not in roots)
+        return total
+
+    def pins_after(self, done: int, pins: frozenset[tuple[str, ...]], stage: Stage
+                   ) -> frozenset[tuple[str, ...]]:
+        """The merge stages that pin memory once ``stage`` has run and the units of ``done`` (which include it)
+        are done: those of ``pins`` and ``stage`` itself (if it merges) with a slice still alive."""
+        candidates = pins | {stage.units} if stage.strategy == "merge" else pins
+        _, roots = self.alive(done)
+        return frozenset(m for m in candidates if any(u in roots for u in m))
 
 
 def numel(shape: Sequence[int]) -> int:
