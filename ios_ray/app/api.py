@@ -90,8 +90,9 @@ class SearchResult:
             check = o.end_to_end
             checked = "" if check is None else f"; end to end {check.dp_ms:.3f} / {check.sequential_ms:.3f} ms"
             kept = "IOS" if check is None or check.kept == "dp" else "sequential"
+            memory = "" if o.schedule.memory is None else f"; {o.schedule.memory.summary()}"
             lines.append(f"  {o.device} batch {o.batch}: IOS {o.predicted_ms:.3f} ms, sequential "
-                         f"{o.sequential_ms:.3f} ms predicted ({o.source}){checked}; kept {kept}")
+                         f"{o.sequential_ms:.3f} ms predicted ({o.source}){checked}; kept {kept}{memory}")
         return "\n".join(lines)
 
 
@@ -117,6 +118,7 @@ def search(
     dtype: str | torch.dtype | None = None,
     memory_format: str | torch.memory_format | None = None,
     progress: bool | SearchProgress = True,
+    memory_budget: str | int | None = None,
 ) -> SearchResult:
     """Find the fastest schedule of ``model`` for every device and batch size, measuring only what the store lacks.
 
@@ -134,7 +136,9 @@ def search(
     devices take float32 only). ``memory_format`` (``contiguous`` or ``channels_last``, or torch's) is the layout the
     model's 4-D weights and activations are measured in: by default a model object's own, contiguous for a spec.
     ``progress`` shows progress bars (in a terminal or a notebook), or takes an object of the ``SearchProgress``
-    protocol.
+    protocol. ``memory_budget`` (bytes, or ``"1.1x"`` the sequential schedule's peak) keeps every schedule's peak
+    activation memory within it (:mod:`ios_ray.app.budgets`; a ``sim:`` GPU's default: its memory less the weights
+    and a margin).
     """
     request = SearchRequest(
         model=model, devices=_as_tuple(devices), batches=_as_tuple(batches), store=Path(store),
@@ -144,6 +148,7 @@ def search(
         address=address, sim_actors=sim_actors, warmup=warmup, repeat=repeat, check_rounds=check_rounds,
         measure=measure, budget=budget, dtype=dtype_name(dtype) if dtype is not None else None,
         memory_format=memory_format_name(memory_format) if memory_format is not None else None,
+        memory_budget=memory_budget,
     )
     with _progress(progress) as shown:
         outcomes = run_search(request, shown)

@@ -131,9 +131,14 @@ def search(
     memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP + " (stages are "
                                       "measured in it; channels_last schedules are bs<batch>[-<dtype>]-channels_last"
                                       ".json)"),
+    memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help="keep each schedule's peak activation "
+                                                "memory within this many bytes, or a factor of the sequential "
+                                                "schedule's peak such as 1.1x (default on sim: GPUs: their memory "
+                                                "less the weights and a margin)"),
 ) -> None:
     """Find the fastest schedule of a model for every device and batch size, measuring only what is new."""
     from ios_ray.app.api import search as run
+    from ios_ray.app.budgets import peaks_cell
     from ios_ray.app.progress import RichSearchProgress
     from ios_ray.dtypes import settings_named
 
@@ -142,18 +147,18 @@ def search(
                      input_shape=parse_input_shape(input_shape), r=r, s=s, strategies=strategy.strategies,
                      address=address, sim_actors=sim_actors, warmup=warmup, repeat=repeat, check_rounds=check_rounds,
                      measure=measure.value, budget=budget, dtype=dtype, memory_format=memory_format,
-                     progress=progress)
+                     progress=progress, memory_budget=memory_budget)
     settings = settings_named(result.schedules[0].dtype, result.schedules[0].memory_format)
     in_dtype = f" in {' '.join(settings)}" if settings else ""
     table = Table("device", "batch", "IOS ms", "seq ms", "speedup", "measured / planned", "cached", "wall s", "source",
-                  "end to end IOS / seq ms", "kept",
+                  "end to end IOS / seq ms", "kept", "peak IOS / seq MB",
                   title=f"ios-ray search: {model}{in_dtype} (predicted: sums of stages)")
     for o in result:
         check = o.end_to_end
         table.add_row(o.device, str(o.batch), f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x",
                       f"{o.measured} / {o.planned}", str(o.cached), f"{o.wall_s:.1f}", o.source,
                       "-" if check is None else f"{check.dp_ms:.3f} / {check.sequential_ms:.3f}",
-                      "IOS" if check is None or check.kept == "dp" else "sequential")
+                      "IOS" if check is None or check.kept == "dp" else "sequential", peaks_cell(o.schedule.memory))
     console.print(table)
     console.print(f"schedules written under {out}/")
     again = sum(o.schedule.params.get("measure", {}).get("remeasured", 0) for o in result)
@@ -174,6 +179,7 @@ def show(
     from ios_ray.dtypes import torch_dtype
     from ios_ray.frontend import import_model
     from ios_ray.schedule import check_schedule, read_schedule
+    from ios_ray.app.budgets import schedule_memory
     from ios_ray.app.show import schedule_svg, schedule_text
 
     plan = read_schedule(schedule)
@@ -181,6 +187,8 @@ def show(
                          memory_format=plan.memory_format).graph
     check_schedule(plan, graph, where=str(schedule))
     print(schedule_text(plan, graph))
+    if plan.memory is None:
+        print(f"memory: {schedule_memory(plan, graph).summary()} (computed now: the file predates peak memory)")
     if svg is not None:
         try:
             svg.parent.mkdir(parents=True, exist_ok=True)

@@ -41,6 +41,7 @@ from typing import Iterator, Mapping, Protocol, Sequence
 import torch
 from torch import nn
 
+from ios_ray.app.budgets import budgeted, parse_memory_budget, search_budget
 from ios_ray.app.ray_session import ray_session
 from ios_ray.app.rounds import RoundSize
 from ios_ray.devices import DEFAULT_SIM_ACTORS, parse_device
@@ -88,6 +89,7 @@ class SearchRequest:
     budget: int | None = None
     dtype: str | None = None
     memory_format: str | None = None
+    memory_budget: str | int | None = None
 
 
 @dataclass(frozen=True)
@@ -379,6 +381,7 @@ def _checked(request: SearchRequest) -> SearchRequest:
         raise UserError(f"measure must be one of {', '.join(MEASURE_MODES)}, not {request.measure!r}.")
     if request.budget is not None and request.budget < 1:
         raise UserError(f"budget must be at least 1 stage, not {request.budget}.")
+    parse_memory_budget(request.memory_budget)
     if request.input_shape is not None and (not request.input_shape or any(n < 1 for n in request.input_shape)):
         raise UserError(f"input_shape must be positive sizes such as (3, 224, 224), not {request.input_shape}.")
     if request.out is not None and request.out.exists() and not request.out.is_dir():
@@ -435,14 +438,17 @@ def _optimize(search: _Search, identity: DeviceIdentity, batch: int) -> tuple[Sc
         )
     latency = TableLatency(search.keys, table, missing=math.inf if search.lazy is not None else None)
     result = search.lazy.optimize(table) if search.lazy is not None else optimize_graph(graph, latency, request.params)
+    result, memory = budgeted(graph, result, latency, request.params, batch, search.dtype,
+                              search_budget(request.memory_budget, identity.label, search.model.module))
     schedule = Schedule(
         model=search.model.name, graph_fingerprint=graph.fingerprint, device=identity.label, batch=batch,
         blocks=result.schedules, dtype=search.dtype, device_fingerprint=identity.fingerprint,
         device_info=dict(identity.info),
         params={**request.params.to_json(), "measure": record}, source=identity.source,
-        input_shape=graph.input_shape, memory_format=graph.memory_format,
+        input_shape=graph.input_shape, memory_format=graph.memory_format, memory=memory,
     )
-    plain = dataclasses.replace(schedule, blocks=tuple(sequential(graph, block, latency) for block in graph.blocks))
+    plain = dataclasses.replace(schedule, blocks=tuple(sequential(graph, block, latency) for block in graph.blocks),
+                                memory=dataclasses.replace(memory, peak_bytes=memory.sequential_peak_bytes))
     return schedule, plain, len(table)
 
 

@@ -160,3 +160,14 @@ def _rebuild(space: BlockSpace, table: dict[tuple[int, Pins], _Entry], pins: Pin
     latencies.reverse()
     schedule = BlockSchedule(space.block.index, tuple(stages), tuple(latencies))
     return BlockResult(schedule, float(sum(latencies)), SearchStats(states=len(table))), key[1]
+
+
+def fit(graph: Graph, found: GraphResult, latency: LatencyModel, budget: int | None,
+        params: SearchParams = SearchParams(), memory: GraphMemory | None = None) -> GraphResult:
+    """``found`` (the unbudgeted DP's schedule) where it keeps within ``budget`` elements per sample (or there is no
+    budget), else the fastest schedule that does (:func:`optimize_within`): a budget the DP's schedule meets changes
+    nothing."""
+    memory = memory or GraphMemory(graph)
+    if budget is None or memory.schedule_peak([s for b in found.schedules for s in b.stages]).elements <= budget:
+        return found
+    return optimize_within(graph, latency, budget, params, memory)
