@@ -190,7 +190,7 @@ class BlockMemory:
                 if value not in before and value not in bit:
                     continue
                 readers = graph.users[value]
-                later = value in kept or any(r not in bit for r in readers)
+                later = value in kept or any(r not in bit and r not in before for r in readers)
                 inside = sum(1 << bit[r] for r in readers if r in bit)
                 if later or inside:
                     terms.append((1 << bit[value] if value in bit else 0, later, inside))
