@@ -11,23 +11,26 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from ios_ray.devices import parse_device
 from ios_ray.errors import UserError
 from ios_ray.gpu_sheets import MEMORY_GB
 from ios_ray.ir import Graph
 from ios_ray.schedule import DTYPE_BYTES, PeakMemory, Schedule, megabytes
-from ios_ray.scheduler import GraphResult, LatencyModel, SearchParams, sequential_stages
+from ios_ray.scheduler import (GraphResult, LatencyModel, SearchParams, TableLatency, optimize_graph, plan_graph,
+                               sequential_stages)
 from ios_ray.scheduler.budget import OverBudget, fit
 from ios_ray.scheduler.memory import GraphMemory, to_bytes
-from ios_ray.stage import Stage
+from ios_ray.stage import Stage, StageKeys
 
 if TYPE_CHECKING:
     from torch import nn
 
 #: The share of a GPU's memory a default budget leaves for what is not the model's (see the module docstring).
 MEMORY_MARGIN = 0.1
+#: Looks up stage latencies: (stage keys, device fingerprint, batch, dtype) -> {key: ms}.
+Lookup = Callable[[Sequence[str], str, int, str], Mapping[str, float]]
 #: The budgets of the trade-off table: relative to the sequential schedule's peak, and none.
 TRADE_OFF = ("1.0x", "1.1x", "1.25x", "1.5x", None)
 
@@ -169,3 +172,20 @@ def trade_off_text(rows: Sequence[TradeOffRow], sequential_ms: float, how: str) 
         kept = f"{(sequential_ms - row.latency_ms) / gain:.0%}" if gain > 0 else "-"
         lines.append(f"  {row.budget:<8} {row.latency_ms:>24.3f} {megabytes(row.peak_bytes):>12} {kept:>13}")
     return lines
+
+
+def stored_trade_off(schedule: Schedule, graph: Graph, keys: StageKeys, lookup: Lookup
+                     ) -> tuple[list[TradeOffRow], float] | None:
+    """The trade-off at ``schedule``'s setting over the stage latencies the store holds for it (a stage it lacks
+    is not used: after a lazy search, the fastest among the stages measured), and the sequential schedule's ms;
+    None where the store lacks a stage of the sequential schedule."""
+    params = SearchParams(schedule.params.get("r", 3), schedule.params.get("s", 8),
+                          tuple(schedule.params.get("strategies", ("concurrent", "merge"))))
+    plan = plan_graph(graph, params, keys)
+    table = lookup(list(plan.stages), schedule.device_fingerprint, schedule.batch, schedule.dtype)
+    latency = TableLatency(keys, table, missing=math.inf)
+    plain = sum(latency.latency(s) for block in graph.blocks for s in sequential_stages(graph, block))
+    if math.isinf(plain):
+        return None
+    found = optimize_graph(graph, latency, params)
+    return trade_off(graph, found, latency, params, schedule.batch, schedule.dtype), plain

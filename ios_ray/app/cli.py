@@ -20,6 +20,10 @@ from ios_ray.store import DEFAULT_STORE_PATH
 if TYPE_CHECKING:
     import torch
 
+    from ios_ray.app.budgets import Lookup
+    from ios_ray.ir import Graph
+    from ios_ray.schedule import Schedule
+
     from ios_ray.app.bench import BenchResult
 
 app = CommandLine(
@@ -332,6 +336,23 @@ def _print_bench_table(result: "BenchResult") -> None:
         console.print(note)
 
 
+def print_trade_offs(schedules: "list[Schedule]", graph: "Graph", lookup: "Lookup") -> None:
+    """Per setting, the fastest schedule at each memory budget over the stored latencies: latency beside peak."""
+    from ios_ray.app.budgets import stored_trade_off, trade_off_text
+    from ios_ray.stage import StageKeys
+
+    keys = StageKeys(graph)
+    for schedule in sorted(schedules, key=lambda s: (s.device, s.batch)):
+        found = stored_trade_off(schedule, graph, keys, lookup)
+        how = "simulated" if schedule.source == "simulated" else "predicted"
+        print(f"{graph.name} on {schedule.device} bs{schedule.batch}: fastest schedule per memory budget (x: the "
+              f"sequential schedule's peak), over the stages in the store")
+        if found is None:
+            print("  the store lacks a stage of the sequential schedule here")
+            continue
+        print("\n".join(trade_off_text(found[0], found[1], how)))
+
+
 @app.command()
 @user_errors
 def evaluate(
@@ -378,6 +399,7 @@ def evaluate(
         if any(c.latency_ms is None for c in cells):
             console.print("- : the store lacks a stage of that schedule on that setting (a lazy search measures only "
                           "what can change its own schedule; search with --measure all to fill every cell)")
+        print_trade_offs(mine, graph, lookup)
 
 
 def _torch_device(label: str) -> "torch.device":
