@@ -4,9 +4,11 @@ The PyTorch profiler's memory events record only the allocations of the thread t
 runs the groups of a concurrent stage on worker threads; so the bench measures through torch's own allocator
 instead. :func:`install` compiles (once, cached by torch's extension builder) and installs a ``c10::Allocator``
 that wraps the default CPU allocator (``c10::SetCPUAllocator``): every CPU tensor allocated afterwards, in any
-thread, goes through it, and it keeps the bytes live and their highest point. :func:`reset_peak` restarts the
-count at what is live now, so a measurement counts what a pass allocates on top of its weights and input.
-Memory that kernels take outside torch's allocator (oneDNN's scratch) is not seen: activations only.
+thread, goes through it. Between :func:`start` and :func:`stop` it records each allocation and free; a global
+``RecordFunction`` callback follows which top-level ATen op each thread is in, and a block freed by the same
+top-level op that allocated it (oneDNN's reorders of a conv's input and output into its blocked layout, a
+kernel's workspace) is scratch, not an activation. :func:`stop` replays the record: the highest bytes live at once,
+activations only and everything, on top of what was live at :func:`start` (weights, the input batch).
 """
 
 from __future__ import annotations
@@ -18,19 +20,27 @@ from torch.utils.cpp_extension import load_inline
 
 _SOURCE = r"""
 #include <torch/extension.h>
+#include <ATen/record_function.h>
 #include <c10/core/CPUAllocator.h>
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 namespace {
-std::atomic<int64_t> live{0};
-std::atomic<int64_t> top{0};
 c10::Allocator* inner = nullptr;
+std::atomic<int64_t> next_op{1};
+std::atomic<int64_t> next_block{1};
+thread_local int depth = 0;
+thread_local int64_t current_op = 0;
 
-struct Block { void* ctx; c10::DeleterFnPtr deleter; int64_t bytes; };
+struct Block { void* ctx; c10::DeleterFnPtr deleter; int64_t bytes; int64_t id; int64_t op; };
 std::mutex lock;
 std::unordered_map<void*, Block> blocks;
+bool recording = false;
+// (block id, bytes: positive allocated, negative freed); ids freed inside the top-level op that made them
+std::vector<std::pair<int64_t, int64_t>> events;
+std::vector<int64_t> scratch;
 
 void release(void* data) {
   Block block;
@@ -38,13 +48,16 @@ void release(void* data) {
     std::lock_guard<std::mutex> guard(lock);
     auto found = blocks.find(data);
     if (found == blocks.end()) {  // allocated before install: the inner allocator frees it, uncounted
-      block = Block{data, inner->raw_deleter(), 0};
+      block = Block{data, inner->raw_deleter(), 0, 0, 0};
     } else {
       block = found->second;
       blocks.erase(found);
+      if (recording && block.id > 0) {
+        events.emplace_back(block.id, -block.bytes);
+        if (block.op != 0 && block.op == current_op) scratch.push_back(block.id);
+      }
     }
   }
-  live -= block.bytes;
   if (block.deleter != nullptr) block.deleter(block.ctx);
 }
 
@@ -58,11 +71,10 @@ struct Counting final : c10::Allocator {
     if (data == nullptr) return {data, ctx, deleter, device};
     {
       std::lock_guard<std::mutex> guard(lock);
-      blocks[data] = Block{ctx, deleter, static_cast<int64_t>(bytes)};
+      int64_t id = recording ? next_block++ : 0;
+      blocks[data] = Block{ctx, deleter, static_cast<int64_t>(bytes), id, current_op};
+      if (recording) events.emplace_back(id, static_cast<int64_t>(bytes));
     }
-    int64_t now = (live += static_cast<int64_t>(bytes));
-    int64_t seen = top.load();
-    while (now > seen && !top.compare_exchange_weak(seen, now)) {}
     return {data, data, &release, device};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
@@ -72,42 +84,69 @@ struct Counting final : c10::Allocator {
 };
 
 Counting counting;
+
+std::unique_ptr<at::ObserverContext> op_started(const at::RecordFunction&) {
+  if (depth++ == 0) current_op = next_op++;
+  return nullptr;
+}
+
+void op_ended(const at::RecordFunction&, at::ObserverContext*) {
+  if (--depth == 0) current_op = 0;
+}
 }
 
 void install() {
   if (inner == nullptr) {
     inner = c10::GetCPUAllocator();
     c10::SetCPUAllocator(&counting, /*priority=*/100);
+    at::addGlobalCallback(at::RecordFunctionCallback(&op_started, &op_ended).scopes({at::RecordScope::FUNCTION}));
   }
 }
-void reset_peak() { top = live.load(); }
-int64_t live_bytes() { return live.load(); }
-int64_t peak_bytes() { return top.load(); }
+
+void start() {
+  std::lock_guard<std::mutex> guard(lock);
+  events.clear();
+  scratch.clear();
+  recording = true;
+}
+
+std::vector<int64_t> stop() {
+  std::lock_guard<std::mutex> guard(lock);
+  recording = false;
+  std::unordered_map<int64_t, bool> skip;
+  for (int64_t id : scratch) skip[id] = true;
+  int64_t live = 0, top = 0, live_all = 0, top_all = 0;
+  for (auto& event : events) {
+    live_all += event.second;
+    top_all = std::max(top_all, live_all);
+    if (skip.count(event.first)) continue;
+    live += event.second;
+    top = std::max(top, live);
+  }
+  return {top, top_all};
+}
 """
 
 
 @functools.cache
 def _module() -> ModuleType:
     """The compiled extension (built on first use)."""
-    return load_inline("ios_ray_allocator_counter", cpp_sources=_SOURCE,
-                       functions=["install", "reset_peak", "live_bytes", "peak_bytes"], verbose=False)
+    return load_inline("ios_ray_allocator_counter3", cpp_sources=_SOURCE, functions=["install", "start", "stop"],
+                       verbose=False)
 
 
 def install() -> None:
-    """Route every later CPU allocation through the counting allocator."""
+    """Route every later CPU allocation through the counting allocator and follow top-level ATen ops."""
     _module().install()
 
 
-def reset_peak() -> None:
-    """Restart the highest point at the bytes live now."""
-    _module().reset_peak()
+def start() -> None:
+    """Start recording allocations and frees."""
+    _module().start()
 
 
-def live_bytes() -> int:
-    """Bytes allocated through the counting allocator and not yet freed."""
-    return int(_module().live_bytes())
-
-
-def peak_bytes() -> int:
-    """The most bytes live at once since the last :func:`reset_peak`."""
-    return int(_module().peak_bytes())
+def stop() -> tuple[int, int]:
+    """Stop recording; the highest bytes allocated at once since :func:`start` by activations (scratch freed in
+    the top-level op that made it left out), and by everything."""
+    activations, everything = _module().stop()
+    return int(activations), int(everything)
