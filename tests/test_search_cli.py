@@ -200,6 +200,17 @@ def test_a_search_over_its_memory_budget_says_the_smallest_peak_and_one_within_i
     assert f"memory: peak {schedule.memory.peak_bytes / 1e6:,.1f} MB" in shown.stdout
 
 
+def test_every_command_prints_its_help(tmp_path: Path) -> None:
+    from ios_ray.app.cli import app
+
+    commands = [command.name or command.callback.__name__ for command in app.registered_commands]
+    assert "search" in commands and "run" in commands
+    for command in [None, *commands]:
+        args = [command, "--help"] if command else ["--help"]
+        result = ios_ray_here(*args, cwd=tmp_path)
+        assert result.returncode == 0 and "Usage: ios-ray" in result.stdout, (command, result.stderr)
+
+
 def test_debug_shows_the_traceback_behind_the_sentence(tmp_path: Path) -> None:
     plain = ios_ray_here("search", "--model", "json:loads", "--devices", "sim:v100", cwd=tmp_path)
     debug = ios_ray_here("--debug", "search", "--model", "json:loads", "--devices", "sim:v100", cwd=tmp_path)
