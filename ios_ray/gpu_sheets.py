@@ -47,6 +47,9 @@ SHEETS: dict[str, GpuSheet] = {
     )
 }
 
-#: Each sim GPU's memory in GB (10^9 bytes), from the table above: what a default memory budget keeps within. Kept
-#: beside the sheets, not in them, since a sheet enters the sim device's fingerprint and memory changes no latency.
-MEMORY_GB: dict[str, float] = {"k80": 12, "v100": 16, "2080ti": 11, "a100": 40, "h100": 80}
+#: Each GPU's memory in GB (10^9 bytes), the smallest its board comes in (the table above; T4 16, A10G 24 and L4 24
+#: from their datasheets): what a default memory budget keeps within, on ``sim:`` and real devices of these labels.
+#: Kept beside the sheets, not in them, since a sheet enters the sim device's fingerprint and memory changes no
+#: latency.
+MEMORY_GB: dict[str, float] = {"k80": 12, "v100": 16, "2080ti": 11, "a100": 40, "h100": 80, "t4": 16, "a10g": 24,
+                               "l4": 24}

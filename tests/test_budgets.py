@@ -37,7 +37,8 @@ def test_a_bad_budget_is_one_sentence(given: str) -> None:
 def test_a_sim_gpu_budgets_its_memory_less_weights_and_margin_and_the_cpu_none() -> None:
     assert default_budget("sim:v100", 10**9) == int(16e9 * 0.9) - 10**9
     assert default_budget("sim:k80", 0) < default_budget("sim:a100", 0)
-    assert default_budget("cpu", 0) is None
+    assert default_budget("t4", 0) == default_budget("sim:v100", 0)
+    assert default_budget("cpu", 0) is None and default_budget("cuda:1", 0) is None
 
 
 def test_the_trade_off_keeps_each_budget_and_gets_no_slower_as_it_loosens(small_graph: Graph) -> None:

@@ -137,7 +137,7 @@ def search(
     model's 4-D weights and activations are measured in: by default a model object's own, contiguous for a spec.
     ``progress`` shows progress bars (in a terminal or a notebook), or takes an object of the ``SearchProgress``
     protocol. ``memory_budget`` (bytes, or ``"1.1x"`` the sequential schedule's peak) keeps every schedule's peak
-    activation memory within it (:mod:`ios_ray.app.budgets`; a ``sim:`` GPU's default: its memory less the weights
+    activation memory within it (:mod:`ios_ray.app.budgets`; a GPU label's default: its memory less the weights
     and a margin).
     """
     request = SearchRequest(

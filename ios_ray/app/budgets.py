@@ -1,10 +1,10 @@
 """Memory budgets as the user gives them, and the peak memory a search reports beside latency.
 
-A budget is bytes (``2000000000``) or relative to the sequential schedule's peak (``1.1x``). A ``sim:`` GPU with no
-budget given keeps within its memory (:data:`~ios_ray.gpu_sheets.MEMORY_GB`) less the model's weights and a margin of
-:data:`MEMORY_MARGIN` of the device's memory (the CUDA context, cuDNN's workspaces and the caching allocator's
-fragmentation live there too). The budget is applied by :func:`~ios_ray.scheduler.budget.fit`: exact, and a
-budget the DP's own schedule meets changes nothing.
+A budget is bytes (``2000000000``) or relative to the sequential schedule's peak (``1.1x``). A GPU label with no
+budget given (``sim:v100``, ``v100``, ``t4``...) keeps within its memory (:data:`~ios_ray.gpu_sheets.MEMORY_GB`) less
+the model's weights and a margin of :data:`MEMORY_MARGIN` of the device's memory (the CUDA context, cuDNN's
+workspaces and the caching allocator's fragmentation live there too). The budget is applied by
+:func:`~ios_ray.scheduler.budget.fit`: exact, and a budget the DP's own schedule meets changes nothing.
 """
 
 from __future__ import annotations
@@ -69,9 +69,9 @@ def parse_memory_budget(value: str | int | None) -> MemoryBudget | None:
 
 
 def default_budget(device: str, weight_bytes: int) -> int | None:
-    """A GPU's default budget in bytes: its memory less the weights and :data:`MEMORY_MARGIN` (None: no default)."""
-    spec = parse_device(device)
-    size = MEMORY_GB.get(spec.gpu or "") if spec.simulated else None
+    """A GPU label's default budget in bytes: its memory less the weights and :data:`MEMORY_MARGIN` (None: no
+    default: the CPU, and ``cuda[:i]``, whose model the label does not say)."""
+    size = MEMORY_GB.get(parse_device(device).gpu or "")
     if size is None:
         return None
     return max(0, math.floor(size * 1e9 * (1 - MEMORY_MARGIN)) - weight_bytes)

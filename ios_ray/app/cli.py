@@ -137,8 +137,8 @@ def search(
                                       ".json)"),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help="keep each schedule's peak activation "
                                                 "memory within this many bytes, or a factor of the sequential "
-                                                "schedule's peak such as 1.1x (default on sim: GPUs: their memory "
-                                                "less the weights and a margin)"),
+                                                "schedule's peak such as 1.1x (default on GPU labels such as "
+                                                "sim:v100 or t4: their memory less the weights and a margin)"),
 ) -> None:
     """Find the fastest schedule of a model for every device and batch size, measuring only what is new."""
     from ios_ray.app.api import search as run
