@@ -3,13 +3,13 @@
 Datasheet figures (FP32, boost clock; one K80 board holds two GK210 GPUs and the model is one of them, since
 that is what one CUDA device, one Ray GPU, is):
 
-| gpu    | board               | SMs | FP32 cores/SM | peak FP32 TFLOP/s | memory GB/s | launch us* | min kernel us* |
-|--------|---------------------|-----|---------------|-------------------|-------------|------------|----------------|
-| k80    | Tesla K80 (1 GK210) | 13  | 192           | 4.37              | 240         | 10         | 5              |
-| v100   | Tesla V100 SXM2     | 80  | 64            | 15.7              | 900         | 6          | 3              |
-| 2080ti | GeForce RTX 2080 Ti | 68  | 64            | 13.4              | 616         | 6          | 3              |
-| a100   | A100 SXM4 40 GB     | 108 | 64            | 19.5              | 1555        | 5          | 3              |
-| h100   | H100 SXM5           | 132 | 128           | 67.0              | 3350        | 4          | 2.5            |
+| gpu    | board               | SMs | FP32 cores/SM | peak FP32 TFLOP/s | memory GB/s | memory GB | launch us* | min kernel us* |
+|--------|---------------------|-----|---------------|-------------------|-------------|-----------|------------|----------------|
+| k80    | Tesla K80 (1 GK210) | 13  | 192           | 4.37              | 240         | 12        | 10         | 5              |
+| v100   | Tesla V100 SXM2     | 80  | 64            | 15.7              | 900         | 16        | 6          | 3              |
+| 2080ti | GeForce RTX 2080 Ti | 68  | 64            | 13.4              | 616         | 11        | 6          | 3              |
+| a100   | A100 SXM4 40 GB     | 108 | 64            | 19.5              | 1555        | 40        | 5          | 3              |
+| h100   | H100 SXM5           | 132 | 128           | 67.0              | 3350        | 80        | 4          | 2.5            |
 
 Sources: NVIDIA Tesla K80 datasheet (2496 cores and 240 GB/s per GPU, 875 MHz boost), Tesla V100 datasheet and
 Volta whitepaper, Turing (TU102) whitepaper, A100 datasheet and Ampere whitepaper, H100 datasheet and Hopper
@@ -46,3 +46,10 @@ SHEETS: dict[str, GpuSheet] = {
         GpuSheet("h100", 132, 128, 67.0, 3350, 4.0, 2.5),
     )
 }
+
+#: Each GPU's memory in GB (10^9 bytes), the smallest its board comes in (the table above; T4 16, A10G 24 and L4 24
+#: from their datasheets): what a default memory budget keeps within, on ``sim:`` and real devices of these labels.
+#: Kept beside the sheets, not in them, since a sheet enters the sim device's fingerprint and memory changes no
+#: latency.
+MEMORY_GB: dict[str, float] = {"k80": 12, "v100": 16, "2080ti": 11, "a100": 40, "h100": 80, "t4": 16, "a10g": 24,
+                               "l4": 24}

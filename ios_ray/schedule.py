@@ -3,7 +3,8 @@
 A schedule is versioned JSON. It carries the graph fingerprint it was made for and the graph's per-sample input
 shape, the device label and fingerprint, batch size, dtype and memory format, the search parameters, and per block
 its stages (strategy and groups of unit ids) with their predicted latencies, and for a measured device the end-to-end
-check that chose it (:class:`EndToEnd`). :func:`read_schedule` checks every field of a file (hand-edited ones
+check that chose it (:class:`EndToEnd`), and, where the search computed it, its peak activation memory
+(:class:`PeakMemory`). :func:`read_schedule` checks every field of a file (hand-edited ones
 too) before anything reads it: :func:`schedule_defects` names each field of the wrong type or out of range, and the
 file is refused in one sentence listing them. :func:`load_schedule` also checks a file against a graph and rejects a
 mismatch with one clear sentence.
@@ -102,6 +103,32 @@ class EndToEnd:
 
 
 @dataclass(frozen=True)
+class PeakMemory:
+    """A schedule's peak activation memory in bytes (:mod:`ios_ray.scheduler.memory`: the graph input and output
+    included, the weights not), the sequential schedule's beside it, and the budget it was searched under (None:
+    none)."""
+
+    peak_bytes: int
+    sequential_peak_bytes: int
+    budget_bytes: int | None = None
+
+    def summary(self) -> str:
+        """One line: the peak, the sequential schedule's, and the budget."""
+        budget = "no budget" if self.budget_bytes is None else f"budget {megabytes(self.budget_bytes)}"
+        return f"peak {megabytes(self.peak_bytes)} (sequential {megabytes(self.sequential_peak_bytes)}; {budget})"
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON form."""
+        return {"peak_bytes": self.peak_bytes, "sequential_peak_bytes": self.sequential_peak_bytes,
+                "budget_bytes": self.budget_bytes}
+
+
+def megabytes(size: int) -> str:
+    """Bytes as a reader reads them: ``12.3 MB`` (10^6 bytes)."""
+    return f"{size / 1e6:,.1f} MB"
+
+
+@dataclass(frozen=True)
 class Schedule:
     """A whole-graph schedule specialised for one (device, batch, dtype); its graph's memory format comes along."""
 
@@ -118,6 +145,7 @@ class Schedule:
     end_to_end: EndToEnd | None = None
     input_shape: tuple[int, ...] | None = None
     memory_format: str = DEFAULT_MEMORY_FORMAT
+    memory: PeakMemory | None = None
 
     @property
     def settings(self) -> tuple[str, ...]:
@@ -153,6 +181,7 @@ class Schedule:
             "params": dict(self.params),
             "predicted_latency_ms": self.predicted_latency,
             "end_to_end": self.end_to_end.to_json() if self.end_to_end is not None else None,
+            **({"memory": self.memory.to_json()} if self.memory is not None else {}),
             "blocks": [
                 {
                     "block": b.block,
@@ -212,6 +241,10 @@ def _shape(value: Any) -> str | None:
     return None if fine else "a list of positive whole numbers or null"
 
 
+def _bytes(value: Any) -> str | None:
+    return None if _is_int(value) and value >= 0 else "a whole number of bytes"
+
+
 def _one_of(names: Sequence[str]) -> Check:
     return lambda value: None if isinstance(value, str) and value in names else f"one of {', '.join(names)}"
 
@@ -237,6 +270,10 @@ _END_TO_END_FIELDS: dict[str, tuple[Check, bool]] = {
     "ratio": (_ratio_or_null, False), "ratio_low": (_ratio_or_null, False), "ratio_high": (_ratio_or_null, False),
     "confidence": (_confidence, False), "decision": (_text, False),
 }
+_MEMORY_FIELDS: dict[str, tuple[Check, bool]] = {
+    "peak_bytes": (_bytes, True), "sequential_peak_bytes": (_bytes, True),
+    "budget_bytes": (lambda v: None if v is None or _bytes(v) is None else "a whole number of bytes or null", False),
+}
 _BLOCK_FIELDS: dict[str, tuple[Check, bool]] = {
     "block": (lambda v: None if _is_int(v) and v >= 0 else "a whole number from 0", True),
     "latency_ms": (_ms_or_null, False),
@@ -256,6 +293,10 @@ def schedule_defects(data: Any) -> list[str]:
     if data.get("version") != SCHEDULE_VERSION:
         return [f"it is of schedule format version {data.get('version')}, and this ios-ray reads {SCHEDULE_VERSION}"]
     defects = _field_defects(data, _FIELDS, "")
+    memory = data.get("memory")
+    if memory is not None:
+        defects += ["memory is not an object or null"] if not isinstance(memory, dict) else \
+            _field_defects(memory, _MEMORY_FIELDS, "memory.")
     check = data.get("end_to_end")
     if check is not None:
         defects += ["end_to_end is not an object or null"] if not isinstance(check, dict) else \
@@ -338,7 +379,15 @@ def schedule_from_json(data: Mapping[str, Any]) -> Schedule:
         end_to_end=_end_to_end(data.get("end_to_end")),
         input_shape=tuple(data["input_shape"]) if data.get("input_shape") is not None else None,
         memory_format=data.get("memory_format", DEFAULT_MEMORY_FORMAT),
+        memory=_memory(data.get("memory")),
     )
+
+
+def _memory(data: Mapping[str, Any] | None) -> PeakMemory | None:
+    """The peak memory recorded in a schedule file, where it has one (files before it have none)."""
+    if data is None:
+        return None
+    return PeakMemory(data["peak_bytes"], data["sequential_peak_bytes"], data.get("budget_bytes"))
 
 
 def _end_to_end(data: Mapping[str, Any] | None) -> EndToEnd | None:

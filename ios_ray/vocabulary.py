@@ -2,8 +2,9 @@
 
 The names a schedule file, the latency store, the scheduler, the API and the CLI all use (stage strategies, how a
 search measures, dtypes, memory formats, where a latency comes from, the ``sim:`` prefix of device labels) and the
-defaults of a search (the pruning bounds ``r`` and ``s``, the rounds, confidence and time cap of the end-to-end check) are written here once.
-It imports nothing of torch, Ray or DuckDB, so the scheduler and the store read it as the API does.
+defaults of a search (the pruning bounds ``r`` and ``s``, the rounds, confidence and time cap of the end-to-end
+check, the margin of a default memory budget) and the bytes per element of each dtype are written here once. It
+imports nothing of torch, Ray or DuckDB, so the scheduler and the store read it as the API does.
 """
 
 from __future__ import annotations
@@ -29,12 +30,18 @@ DEFAULT_CHECK_ROUNDS = 28
 DEFAULT_CHECK_CONFIDENCE = 0.999
 #: The end-to-end check goes on to its next look only where it would reach it within this many seconds.
 DEFAULT_CHECK_SECONDS = 60.0
+#: A memory budget: whole bytes or ``<factor>x`` of the sequential schedule's peak; none given, a GPU label keeps
+#: within its memory less the model's weights and this share of its memory (the CUDA context, cuDNN's workspaces
+#: and the caching allocator's fragmentation live there too).
+DEFAULT_MEMORY_MARGIN = 0.1
 #: Actors a ``sim:`` device gets where no node offers its GPU.
 DEFAULT_SIM_ACTORS = 2
 
 #: The dtypes a schedule (and a stored measurement) can be made for, by their names in files.
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 DEFAULT_DTYPE = "float32"
+#: Bytes per element of each dtype, for sizing activations without torch.
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 #: The memory formats a schedule can be made for (NCHW, NHWC), by their names in files and graphs.
 MEMORY_FORMAT_NAMES = ("contiguous", "channels_last")
 DEFAULT_MEMORY_FORMAT = "contiguous"

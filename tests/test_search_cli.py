@@ -69,7 +69,7 @@ def search_table(stdout: str) -> list[TableRow]:
     rows = []
     for line in stdout.splitlines():
         cells = [c.strip() for c in line.strip().strip("│").split("│")]
-        if len(cells) == 11 and cells[1].isdigit():
+        if len(cells) == 12 and cells[1].isdigit():
             measured = int(cells[5].split("/")[0])  # "measured / planned"
             rows.append(TableRow(cells[0], int(cells[1]), measured, int(cells[6]), cells[8], cells[10]))
     return rows
@@ -125,6 +125,7 @@ BAD_SEARCHES = {
     "forward fails on the input shape": ["--model", "squeezenet", "--devices", "sim:v100", "--input-shape", "3x64"],
     "unknown device": ["--model", "squeezenet", "--devices", "sim:v100,tpu9"],
     "batch 0": ["--model", "squeezenet", "--devices", "sim:v100", "--batches", "0"],
+    "bad memory budget": ["--model", "squeezenet", "--devices", "sim:v100", "--memory-budget", "lots"],
     "negative batch": ["--model", "squeezenet", "--devices", "sim:v100", "--batches", "-3"],
     "batch not a number": ["--model", "squeezenet", "--devices", "sim:v100", "--batches", "x"],
     "r 0": ["--model", "squeezenet", "--devices", "sim:v100", "-r", "0"],
@@ -183,6 +184,23 @@ def test_bad_search_with_ray_fails_in_one_line_and_keeps_the_store(case: str, fi
     """Bad input found by these tests once (an address checked only when measuring, a stage failing inside an
     actor): one clear line, the store untouched."""
     check_fails_cleanly(BAD_SEARCHES_WITH_RAY[case], filled_store, tmp_path, in_process=False)
+
+
+def test_a_search_over_its_memory_budget_says_the_smallest_peak_and_one_within_it_records_its_peak(
+        filled_store: FilledStore, tmp_path: Path) -> None:
+    args = ["search", "--model", "squeezenet", "--devices", "sim:v100", "--store", str(filled_store.path),
+            "--out", str(tmp_path / "out")]
+    done = ios_ray_here(*args, "--memory-budget", "1000", cwd=tmp_path)
+    assert done.returncode == 1
+    assert re.fullmatch(r"error: no schedule of squeezenet at batch 1 peaks within 0\.0 MB: the smallest peak any "
+                        r"schedule reaches is [\d.,]+ MB[^\n]*\.\n", done.stderr), done.stderr
+    done = ios_ray_here(*args, "--memory-budget", "1.0x", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    schedule = read_schedule(tmp_path / "out" / "squeezenet" / "sim:v100" / "bs1.json")
+    assert schedule.memory is not None and schedule.memory.budget_bytes == schedule.memory.sequential_peak_bytes
+    assert schedule.memory.peak_bytes <= schedule.memory.sequential_peak_bytes
+    shown = ios_ray_here("show", str(tmp_path / "out" / "squeezenet" / "sim:v100" / "bs1.json"), cwd=tmp_path)
+    assert f"memory: peak {schedule.memory.peak_bytes / 1e6:,.1f} MB" in shown.stdout
 
 
 def test_every_command_prints_its_help(tmp_path: Path) -> None:

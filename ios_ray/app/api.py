@@ -91,8 +91,9 @@ class SearchResult:
             checked = "; kept IOS" if check is None else (
                 f"; end to end {check.dp_ms:.3f} / {check.sequential_ms:.3f} ms{ratio} in {check.rounds} rounds; "
                 f"{check.decision}")
+            memory = "" if o.schedule.memory is None else f"; {o.schedule.memory.summary()}"
             lines.append(f"  {o.device} batch {o.batch}: IOS {o.predicted_ms:.3f} ms, sequential "
-                         f"{o.sequential_ms:.3f} ms predicted ({o.source}){checked}")
+                         f"{o.sequential_ms:.3f} ms predicted ({o.source}){checked}{memory}")
         return "\n".join(lines)
 
 

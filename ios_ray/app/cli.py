@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     import torch
 
     from ios_ray.app.bench import BenchResult
+    from ios_ray.app.budgets import Lookup
+    from ios_ray.ir import Graph
     from ios_ray.runtime import ScheduledModule
     from ios_ray.schedule import EndToEnd, Schedule
 
@@ -91,6 +93,7 @@ def search(
 ) -> None:
     """Find the fastest schedule of a model for every device and batch size, measuring only what is new."""
     from ios_ray.app.api import search as run
+    from ios_ray.app.budgets import peaks_cell
     from ios_ray.app.progress import RichSearchProgress
     from ios_ray.vocabulary import settings_named
 
@@ -100,14 +103,15 @@ def search(
     settings = settings_named(result.schedules[0].dtype, result.schedules[0].memory_format)
     in_dtype = f" in {' '.join(settings)}" if settings else ""
     table = Table("device", "batch", "IOS ms", "seq ms", "speedup", "measured / planned", "cached", "wall s", "source",
-                  "end to end IOS / seq ms", "kept",
+                  "end to end IOS / seq ms", "kept", "peak IOS / seq MB",
                   title=f"ios-ray search: {model}{in_dtype} (predicted: sums of stages)")
     for o in result:
         check = o.end_to_end
         table.add_row(o.device, str(o.batch), f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x",
                       f"{o.measured} / {o.planned}", str(o.cached), f"{o.wall_s:.1f}", o.source,
                       "-" if check is None else f"{check.dp_ms:.3f} / {check.sequential_ms:.3f}",
-                      "IOS" if check is None else f"{'IOS' if check.kept == 'dp' else 'sequential'}: {check.reason}")
+                      "IOS" if check is None else f"{'IOS' if check.kept == 'dp' else 'sequential'}: {check.reason}",
+                      peaks_cell(o.schedule.memory))
     console.print(table)
     for o in result:
         if o.end_to_end is not None:
@@ -143,6 +147,7 @@ def show(
 ) -> None:
     """Print a schedule's stages and groups, and optionally draw them as a picture."""
     from ios_ray.frontend import import_model
+    from ios_ray.app.budgets import schedule_memory
     from ios_ray.schedule import check_schedule, read_schedule
     from ios_ray.app.show import schedule_svg, schedule_text
 
@@ -150,6 +155,8 @@ def show(
     graph = import_model(plan.model, plan.input_shape, plan.dtype, plan.memory_format).graph
     check_schedule(plan, graph, where=str(schedule))
     print(schedule_text(plan, graph))
+    if plan.memory is None:
+        print(f"memory: {schedule_memory(plan, graph).summary()} (computed now: the file predates peak memory)")
     if svg is not None:
         try:
             svg.parent.mkdir(parents=True, exist_ok=True)
@@ -325,6 +332,23 @@ def _speedup_cell(speedup: float | None, low: float | None, high: float | None) 
     return f"{speedup:.2f}x ({low:.2f}-{high:.2f})" if low is not None and high is not None else f"{speedup:.2f}x (-)"
 
 
+def print_trade_offs(schedules: "list[Schedule]", graph: "Graph", lookup: "Lookup") -> None:
+    """Per setting, the fastest schedule at each memory budget over the stored latencies: latency beside peak."""
+    from ios_ray.app.budgets import stored_trade_off, trade_off_text
+    from ios_ray.stage import StageKeys
+
+    keys = StageKeys(graph)
+    for schedule in sorted(schedules, key=lambda s: (s.device, s.batch)):
+        found = stored_trade_off(schedule, graph, keys, lookup)
+        how = "simulated" if schedule.source == "simulated" else "predicted"
+        print(f"{graph.name} on {schedule.device} bs{schedule.batch}: fastest schedule per memory budget (x: the "
+              f"sequential schedule's peak), over the stages in the store")
+        if found is None:
+            print("  the store lacks a stage of the sequential schedule here")
+            continue
+        print("\n".join(trade_off_text(found[0], found[1], how)))
+
+
 @app.command()
 @user_errors
 def evaluate(
@@ -371,6 +395,7 @@ def evaluate(
         if any(c.latency_ms is None for c in cells):
             console.print("- : the store lacks a stage of that schedule on that setting (a lazy search measures only "
                           "what can change its own schedule; search with --measure all to fill every cell)")
+        print_trade_offs(mine, graph, lookup)
 
 
 def _torch_device(label: str) -> "torch.device":

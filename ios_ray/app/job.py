@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from ios_ray.app.budgets import search_budget
 from ios_ray.app.check import checked_end_to_end
 from ios_ray.app.measuring import Exhaustive, Lazy, Measuring, Setting
 from ios_ray.app.progress import SearchProgress
@@ -172,8 +173,11 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
 
 def _search(request: SearchRequest, model: LoadedModel, measuring: Measuring, store: LatencyStore,
             identities: dict[str, DeviceIdentity]) -> _Search:
-    """A search's shared state, one setting per (device, batch) in the request's order."""
-    settings = tuple(Setting(identities[label], batch) for label in request.devices for batch in request.batches)
+    """A search's shared state, one setting per (device, batch) in the request's order, each with its device's
+    memory budget."""
+    budgets = {label: search_budget(request.memory_budget, label, model.model.module) for label in request.devices}
+    settings = tuple(Setting(identities[label], batch, budgets[label]) for label in request.devices
+                     for batch in request.batches)
     return _Search(request, model, measuring, store, settings)
 
 
@@ -267,16 +271,18 @@ def _pool(request: SearchRequest) -> Iterator[DevicePool]:
 
 
 def _optimize(search: _Search, setting: Setting) -> tuple[Schedule, Schedule]:
-    """The IOS schedule (the DP's) and the sequential one for one setting, priced from its measured latencies."""
+    """The IOS schedule (the DP's, within the setting's memory budget) and the sequential one for one setting, priced
+    from its measured latencies, each with its peak memory."""
     request, graph = search.request, search.model.graph
-    result, record = search.measuring.solve(setting)
+    result, record, memory = search.measuring.solve(setting, search.dtype)
     identity = setting.identity
     schedule = Schedule(
         model=search.model.name, graph_fingerprint=graph.fingerprint, device=identity.label, batch=setting.batch,
         blocks=result.schedules, dtype=search.dtype, device_fingerprint=identity.fingerprint,
         device_info=dict(identity.info), params={**request.params.to_json(), "measure": record},
-        source=identity.source, input_shape=graph.input_shape, memory_format=graph.memory_format,
+        source=identity.source, input_shape=graph.input_shape, memory_format=graph.memory_format, memory=memory,
     )
     latency = TableLatency(search.measuring.stage_keys, setting.table, missing=math.inf)
-    plain = dataclasses.replace(schedule, blocks=tuple(sequential(graph, block, latency) for block in graph.blocks))
+    plain = dataclasses.replace(schedule, blocks=tuple(sequential(graph, block, latency) for block in graph.blocks),
+                                memory=dataclasses.replace(memory, peak_bytes=memory.sequential_peak_bytes))
     return schedule, plain

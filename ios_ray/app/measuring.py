@@ -6,8 +6,10 @@ measure next (:meth:`Measuring.ask`), told what was sent (:meth:`Measuring.recor
 measures in rounds: the scheduler's pure :func:`~ios_ray.scheduler.next_round` reads a setting's stored latencies
 and names the stages that can still change its schedule, until none can (each schedule is then the exhaustive DP's,
 as far as the lower bounds hold) or the budget is spent. Both solve the DP over measured stages the same way
-(:meth:`~ios_ray.scheduler.SearchSpace.optimize`). On a measured device both also measure again a stored unit alone
-whose latency is an outlier (:mod:`~ios_ray.scheduler.outliers`), once per search.
+(:meth:`~ios_ray.scheduler.SearchSpace.optimize`), kept within the setting's memory budget
+(:func:`~ios_ray.app.budgets.budgeted`: the budgeted DP runs only where that schedule peaks over it). On a measured
+device both also measure again a stored unit alone whose latency is an outlier (:mod:`~ios_ray.scheduler.outliers`),
+once per search.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from ios_ray.app.budgets import MemoryBudget, budgeted
 from ios_ray.errors import UserError
 from ios_ray.profiler import DeviceIdentity
+from ios_ray.schedule import PeakMemory
 from ios_ray.scheduler import (GraphResult, LazyParams, LazyRound, LazySpace, PlannedStage, SearchParams,
-                               SearchSpace, inflated, next_round, unit_parts)
+                               SearchSpace, TableLatency, inflated, next_round, unit_parts)
 from ios_ray.stage import StageKeys
 
 #: On a measured device, lower bounds sit this fraction below what they come from (timing noise); 0 on ``sim:``.
@@ -37,12 +41,13 @@ LAZY_MARGIN = 0.1
 
 @dataclass
 class Setting:
-    """One (device, batch) of a search and what the search knows of it: the latencies the store held when last
-    read, how many stages the search sent to measure, the units alone it measured again as outliers, and the lazy
-    search's last round."""
+    """One (device, batch) of a search and what the search knows of it: its memory budget (None: none), the
+    latencies the store held when last read, how many stages the search sent to measure, the units alone it measured
+    again as outliers, and the lazy search's last round."""
 
     identity: DeviceIdentity
     batch: int
+    memory_budget: MemoryBudget | None = None
     table: dict[str, float] = dataclasses.field(default_factory=dict)
     measured: int = 0
     remeasured: set[str] = dataclasses.field(default_factory=set)
@@ -94,11 +99,15 @@ class Measuring:
         """Count the stages sent to measure for a setting (outliers measured again count apart)."""
         setting.measured += sum(key not in setting.remeasured for key in keys)
 
-    def solve(self, setting: Setting) -> tuple[GraphResult, dict[str, object]]:
-        """The DP's schedule over the setting's measured stages, and what its file records of the measuring."""
+    def solve(self, setting: Setting, dtype: str) -> tuple[GraphResult, dict[str, object], PeakMemory]:
+        """The DP's schedule over the setting's measured stages kept within its memory budget, what its file records
+        of the measuring, and its peak beside the sequential schedule's (in ``dtype``)."""
         record = {"mode": self.mode, "stages": len(setting.table), "planned": len(self.space.plan.stages),
                   **self._record(setting), "remeasured": len(setting.remeasured)}
-        return self.space.optimize(setting.table), record
+        latency = TableLatency(self.stage_keys, setting.table, missing=math.inf)
+        result, memory = budgeted(self.space.graph, self.space.optimize(setting.table), latency, self.space.params,
+                                  setting.batch, dtype, setting.memory_budget)
+        return result, record, memory
 
     def _outliers(self, setting: Setting) -> list[str]:
         """Units alone whose stored latency is an outlier and that this search has not measured again yet; they

@@ -111,6 +111,10 @@ class SearchOptions:
     memory_format: Optional[str] = _option(None, "contiguous (NCHW) or channels_last (NHWC): the layout stages are "
                                            "measured in (default: a model object's own, contiguous for a spec; "
                                            "channels_last files are bs<batch>[-<dtype>]-channels_last.json)")
+    memory_budget: Optional[str | int] = _option(
+        None, "keep each schedule's peak activation memory within this many bytes, or a factor of the sequential "
+        "schedule's peak such as 1.1x (default on GPU labels such as sim:v100 or t4: their memory less the weights "
+        "and a margin; none: no budget)", CliForm(kind=Optional[str]))
 
     def __post_init__(self) -> None:
         """Keep every value in one spelling: paths as ``Path``, shapes and strategies as tuples, canonical names."""

@@ -28,6 +28,8 @@ def schedule_text(schedule: Schedule, graph: Graph | None = None) -> str:
     check = schedule.end_to_end
     if check is not None:
         lines.append(f"end-to-end check: {check.summary()}")
+    if schedule.memory is not None:
+        lines.append(f"memory: {schedule.memory.summary()}")
     for block in schedule.blocks:
         lines.append(f"block {block.block}: {len(block.stages)} stages" +
                      (f", {block.latency:.3f} ms" if block.latency is not None else ""))

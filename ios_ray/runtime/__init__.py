@@ -9,7 +9,8 @@ Imports torch and ios_ray core only (never ray, duckdb or pyarrow), so a deploye
 * :func:`measure_latency`: median, p10 and p90 of timed calls.
 """
 
-from ios_ray.runtime.executor import ScheduleRunner, release_plan
+from ios_ray.lifetimes import release_plan
+from ios_ray.runtime.executor import ScheduleRunner
 from ios_ray.runtime.merge import MergedConv, merge_convs
 from ios_ray.runtime.program import Program
 from ios_ray.runtime.units import FoldedConv

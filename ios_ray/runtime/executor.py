@@ -16,32 +16,15 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
-from ios_ray.ir import GRAPH_INPUT, Graph
+from ios_ray.ir import GRAPH_INPUT
+from ios_ray.lifetimes import release_plan
 from ios_ray.runtime.cuda_graph import CapturedForward
 from ios_ray.runtime.program import Program
 from ios_ray.runtime.stages import CompiledStage, compile_stage, make_lanes, resolve_device
 from ios_ray.schedule import Schedule, check_schedule
-from ios_ray.stage import Stage
-
-
-def release_plan(graph: Graph, stages: Sequence[Stage]) -> tuple[tuple[str, ...], ...]:
-    """For each stage, the outputs (and graph input) to drop once it has run: those no later stage reads."""
-    last: dict[str, int] = {}
-    for index, stage in enumerate(stages):
-        for unit_id in stage.units:
-            last.setdefault(unit_id, index)
-            for source in graph.unit(unit_id).sources:
-                last[source] = max(last.get(source, index), index)
-    kept = set(graph.output.sources)
-    plan: list[list[str]] = [[] for _ in stages]
-    for source, index in last.items():
-        if source not in kept:
-            plan[index].append(source)
-    return tuple(tuple(p) for p in plan)
 
 
 class ScheduleRunner:

@@ -1,0 +1,148 @@
+"""Peak memory: the computed peak against the measured one on the CPU, and the latency-memory trade-off on sim GPUs.
+
+(a) CPU, computed against measured. Inception V3, NASNet-A, RandWire and SqueezeNet at batches 1 and 32, the
+sequential schedule and the DP's (the DP under the synthetic cost, which needs no measurement: what is compared
+is memory, not speed). Each runs through :class:`~ios_ray.runtime.ScheduleRunner` on the CPU, concurrent stages on
+worker threads. Measured: a counting CPU allocator (:mod:`bench.allocator_counter`) wraps torch's own, so it sees
+every CPU tensor of every thread (the PyTorch profiler's memory events see only the thread that started it); after
+one warm-up pass it records one pass: the peak of activations only (the pass's output included; what a top-level
+ATen op allocates and frees itself, such as oneDNN's reorders, is scratch and left out; the peak with scratch is
+shown beside). Computed: :meth:`GraphMemory.schedule_peak` in bytes,
+less the input batch (held before the pass). Target: within 5% in every case.
+
+(b) Sim GPUs, latency against memory. Inception V3, NASNet-A and RandWire on ``sim:v100`` at batches 32 and 128,
+priced in this process by the sim model (simulated latencies, no store): the fastest schedule at budgets of 1.0x,
+1.1x, 1.25x and 1.5x the sequential schedule's peak, and none; its latency, peak, and the share of the
+unbudgeted speedup over sequential that it keeps.
+
+Run: python bench/memory.py [--only cpu|sim] [--models ...]   (exit code 1 when a target is missed)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from bench import allocator_counter
+from ios_ray.app.budgets import TRADE_OFF, budgeted, parse_memory_budget, sequential_peak
+from ios_ray.frontend import import_model
+from ios_ray.ir import Graph
+from ios_ray.profiler.sim_model import stage_latency_ms
+from ios_ray.runtime import Program, ScheduleRunner
+from ios_ray.schedule import Schedule
+from ios_ray.scheduler import SearchParams, SyntheticCost, optimize_graph, sequential
+from ios_ray.scheduler.memory import GraphMemory, to_bytes
+from ios_ray.stage import Stage
+
+TOLERANCE = 0.05
+CPU_MODELS = ("inception_v3", "nasnet_a", "randwire", "squeezenet")
+SIM_MODELS = ("inception_v3", "randwire", "nasnet_a")
+
+
+class SimLatency:
+    """The sim model's stage latencies for one GPU and batch, cached (simulated, not measured)."""
+
+    def __init__(self, graph: Graph, gpu: str, batch: int) -> None:
+        self.graph, self.gpu, self.batch = graph, gpu, batch
+        self.cache: dict[Stage, float] = {}
+
+    def latency(self, stage: Stage) -> float:
+        """The simulated latency of ``stage`` in ms."""
+        found = self.cache.get(stage)
+        if found is None:
+            found = self.cache[stage] = stage_latency_ms(self.graph, stage, self.batch, self.gpu)
+        return found
+
+
+def measured_peak(runner: ScheduleRunner, x: torch.Tensor) -> tuple[int, int]:
+    """The highest bytes allocated at once during one pass (after a warm-up pass), above what was live before it:
+    activations only, and everything (oneDNN's scratch included)."""
+    runner(x)
+    allocator_counter.start()
+    out = runner(x)
+    del out
+    return allocator_counter.stop()
+
+
+def cpu_table(models: list[str], console: Console) -> bool:
+    """Part (a): computed against measured peaks; True where every case is within the tolerance."""
+    table = Table("model", "batch", "schedule", "stages", "computed MB", "measured MB", "ratio", "with scratch MB",
+                  title="computed vs measured activation peak, CPU (counting allocator)")
+    fine = True
+    for name in models:
+        imported = import_model(name, batch=2)
+        graph = imported.graph
+        program = Program.from_imported(imported)
+        memory, cost = GraphMemory(graph), SyntheticCost(graph)
+        variants = {"sequential": tuple(sequential(graph, b, cost) for b in graph.blocks),
+                    "DP": optimize_graph(graph, cost).schedules}
+        for batch in (1, 32):
+            x = torch.randn(batch, *graph.input_shape)
+            held = to_bytes(math.prod(graph.input_shape), batch, "float32")
+            for label, blocks in variants.items():
+                schedule = Schedule(graph.name, graph.fingerprint, "cpu", batch, blocks)
+                runner = ScheduleRunner(program, schedule, "cpu")
+                measured, everything = measured_peak(runner, x)
+                computed = to_bytes(memory.schedule_peak(schedule.stages).elements, batch, "float32") - held
+                ratio = computed / measured
+                fine &= abs(ratio - 1) <= TOLERANCE
+                table.add_row(name, str(batch), label, str(len(schedule.stages)), f"{computed / 1e6:,.2f}",
+                              f"{measured / 1e6:,.2f}", f"{ratio:.4f}", f"{everything / 1e6:,.2f}")
+                del runner
+    console.print(table)
+    return fine
+
+
+def sim_table(models: list[str], console: Console, gpu: str = "v100") -> None:
+    """Part (b): the latency-memory trade-off on a sim GPU (simulated latencies)."""
+    table = Table("model", "batch", "budget", "budget MB", "latency ms (simulated)", "peak MB", "sequential ms",
+                  "speedup kept", "DP s", title=f"latency and peak at each budget, sim:{gpu} (simulated)")
+    for name in models:
+        graph = import_model(name, batch=2).graph
+        for batch in (32, 128):
+            latency = SimLatency(graph, gpu, batch)
+            found = optimize_graph(graph, latency)
+            plain_ms = sum(b.latency or 0.0 for b in (sequential(graph, blk, latency) for blk in graph.blocks))
+            plain_peak = sequential_peak(graph, GraphMemory(graph), batch, "float32")
+            for label in TRADE_OFF:
+                given = parse_memory_budget(label)
+                started = time.perf_counter()
+                result, peak = budgeted(graph, found, latency, SearchParams(), batch, "float32", given)
+                seconds = time.perf_counter() - started
+                gain = plain_ms - found.cost
+                kept = (plain_ms - result.cost) / gain if gain > 0 else math.nan
+                row = (name, str(batch), label or "none",
+                       "-" if given is None else f"{given.resolve(plain_peak) / 1e6:,.1f}",
+                       f"{result.cost:.3f}", f"{peak.peak_bytes / 1e6:,.1f}", f"{plain_ms:.3f}",
+                       f"{kept:.0%}", f"{seconds:.1f}")
+                table.add_row(*row)
+                print("row:", *row, flush=True)
+    console.print(table)
+
+
+def main() -> int:
+    """Run the parts asked for and print their tables."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=("cpu", "sim"))
+    parser.add_argument("--models", nargs="*")
+    args = parser.parse_args()
+    console = Console(width=160)
+    fine = True
+    if args.only in (None, "cpu"):
+        allocator_counter.install()
+        fine = cpu_table(args.models or list(CPU_MODELS), console)
+        console.print(f"target: computed within {TOLERANCE:.0%} of measured in every case: "
+                      f"{'met' if fine else 'MISSED'}")
+    if args.only in (None, "sim"):
+        sim_table(args.models or list(SIM_MODELS), console)
+    return 0 if fine else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Memory budgets and peaks as the user meets them: parsing, the schedule file, the search and show."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from ios_ray.app.show import schedule_text
+from ios_ray.app.budgets import (MemoryBudget, budgeted, default_budget, parse_memory_budget, sequential_peak,
+                                 trade_off)
+from ios_ray.errors import UserError
+from ios_ray.ir import Graph
+from ios_ray.schedule import PeakMemory, Schedule, read_schedule, save_schedule, schedule_from_json
+from ios_ray.scheduler import SearchParams, SyntheticCost, optimize_graph
+from ios_ray.scheduler.budget import smallest_peak
+from ios_ray.scheduler.memory import GraphMemory, to_bytes
+from tests.test_schedule_file import squeezenet_schedule  # noqa: F401 - a fixture
+
+
+@pytest.mark.parametrize("given, expected", [
+    ("1.1x", MemoryBudget(factor=1.1)), ("2X", MemoryBudget(factor=2.0)), ("123456", MemoryBudget(bytes=123456)),
+    (5000, MemoryBudget(bytes=5000)), ("none", None), (None, None),
+])
+def test_budgets_parse(given: str | int | None, expected: MemoryBudget | None) -> None:
+    assert parse_memory_budget(given) == expected
+
+
+@pytest.mark.parametrize("given", ["lots", "0", "-5", "0x", "1.1y", "nanx", "infx", "1e9"])
+def test_a_bad_budget_is_one_sentence(given: str) -> None:
+    with pytest.raises(UserError, match=r"^memory budget must be .* not .*\.$"):
+        parse_memory_budget(given)
+
+
+def test_a_sim_gpu_budgets_its_memory_less_weights_and_margin_and_the_cpu_none() -> None:
+    assert default_budget("sim:v100", 10**9) == int(16e9 * 0.9) - 10**9
+    assert default_budget("sim:k80", 0) < default_budget("sim:a100", 0)
+    assert default_budget("t4", 0) == default_budget("sim:v100", 0)
+    assert default_budget("cpu", 0) is None and default_budget("cuda:1", 0) is None
+
+
+def test_the_trade_off_keeps_each_budget_and_gets_no_slower_as_it_loosens(small_graph: Graph) -> None:
+    cost = SyntheticCost(small_graph)
+    found = optimize_graph(small_graph, cost)
+    rows = trade_off(small_graph, found, cost, SearchParams(), 8, "float32")
+    plain = sequential_peak(small_graph, GraphMemory(small_graph), 8, "float32")
+    assert [r.budget for r in rows] == ["1.0x", "1.1x", "1.25x", "1.5x", "none"]
+    for row, factor in zip(rows, (1.0, 1.1, 1.25, 1.5)):
+        assert row.peak_bytes is not None and row.peak_bytes <= factor * plain
+    latencies = [r.latency_ms for r in rows]
+    assert all(a >= b - 1e-9 for a, b in zip(latencies, latencies[1:]))
+    assert latencies[-1] == pytest.approx(found.cost)
+
+
+def test_a_budget_below_every_schedule_names_the_smallest_peak(small_graph: Graph) -> None:
+    cost = SyntheticCost(small_graph)
+    least = to_bytes(smallest_peak(small_graph), 8, "float32")
+    with pytest.raises(UserError) as error:
+        budgeted(small_graph, optimize_graph(small_graph, cost), cost, SearchParams(), 8, "float32",
+                 MemoryBudget(bytes=least - 1))
+    assert f"the smallest peak any schedule reaches is {least / 1e6:,.1f} MB" in str(error.value)
+    result, memory = budgeted(small_graph, optimize_graph(small_graph, cost), cost, SearchParams(), 8, "float32",
+                              MemoryBudget(bytes=least))
+    assert memory.peak_bytes == least and memory.budget_bytes == least
+
+
+def test_peaks_round_trip_and_files_without_them_still_load(
+        tmp_path: Path, squeezenet_schedule: Schedule) -> None:  # noqa: F811
+    path = tmp_path / "s.json"
+    with_memory = dataclasses.replace(squeezenet_schedule, memory=PeakMemory(3_000_000, 2_000_000, 4_000_000))
+    save_schedule(with_memory, path)
+    assert read_schedule(path) == with_memory
+    assert "memory: peak 3.0 MB (sequential 2.0 MB; budget 4.0 MB)" in schedule_text(with_memory)
+    data = json.loads(path.read_text())
+    del data["memory"]
+    assert schedule_from_json(data).memory is None
+    data["memory"] = {"peak_bytes": -1, "sequential_peak_bytes": "2"}
+    with pytest.raises(ValueError, match=r"memory\.peak_bytes is -1, not a whole number of bytes; "
+                                         r"memory\.sequential_peak_bytes"):
+        schedule_from_json(data)
