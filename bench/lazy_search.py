@@ -38,7 +38,7 @@ from rich.table import Table
 
 from ios_ray.app.bench import baseline_schedule, schedule_variants, side_by_side
 from ios_ray.app.evaluation import predicted_ms
-from ios_ray.app.job import LAZY_MARGIN, SearchRequest, run_search
+from ios_ray.app.job import SearchRequest, run_search
 from ios_ray.app.progress import SilentProgress
 from ios_ray.app.rounds import ROUND_STAGES_PER_ACTOR
 from ios_ray.devices import DEFAULT_SIM_ACTORS
@@ -48,7 +48,7 @@ from ios_ray.models import resolve_model
 from ios_ray.profiler.sim import stage_latency_ms
 from ios_ray.runtime import Program
 from ios_ray.schedule import Schedule
-from ios_ray.scheduler import SearchParams, TableLatency, optimize_graph, plan_graph
+from ios_ray.scheduler import LAZY_MARGIN, SearchParams, TableLatency, optimize_graph, plan_graph
 from ios_ray.scheduler.estimate import estimate
 from ios_ray.scheduler.lazy import LazyParams, LazySpace, next_round
 from ios_ray.stage import Stage, StageKeys

@@ -21,7 +21,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ContextManager, Iterator, Sequence
+from typing import TYPE_CHECKING, ContextManager, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -36,6 +36,9 @@ from ios_ray.runtime import ScheduledModule
 from ios_ray.schedule import Schedule, save_schedule
 from ios_ray.scheduler import SearchParams
 from ios_ray.store import DEFAULT_STORE_PATH
+
+if TYPE_CHECKING:
+    from ios_ray.app.compiled_search import CompiledSearchResult
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,8 @@ def search(
     dtype: str | torch.dtype | None = None,
     memory_format: str | torch.memory_format | None = None,
     progress: bool | SearchProgress = True,
-) -> SearchResult:
+    torch_compile: bool = False,
+) -> SearchResult | CompiledSearchResult:
     """Find the fastest schedule of ``model`` for every device and batch size, measuring only what the store lacks.
 
     ``model`` is an ``nn.Module`` object or a spec (a zoo name, ``package.module:factory``); ``input_shape`` is the
@@ -134,8 +138,17 @@ def search(
     devices take float32 only). ``memory_format`` (``contiguous`` or ``channels_last``, or torch's) is the layout the
     model's 4-D weights and activations are measured in: by default a model object's own, contiguous for a spec.
     ``progress`` shows progress bars (in a terminal or a notebook), or takes an object of the ``SearchProgress``
-    protocol.
+    protocol. ``torch_compile=True`` searches instead each graph ``torch.compile(model, backend="ios_ray")`` hands
+    the backend at each batch size (a :class:`~ios_ray.app.compiled_search.CompiledSearchResult`), so that a compile
+    later only looks its schedules up.
     """
+    if torch_compile:
+        from ios_ray.app.compiled_search import search_graphs
+
+        options = dict(devices=devices, store=store, out=out, r=r, s=s, strategies=strategies, address=address,
+                       sim_actors=sim_actors, warmup=warmup, repeat=repeat, check_rounds=check_rounds, measure=measure,
+                       budget=budget, dtype=dtype, memory_format=memory_format, progress=progress)
+        return search_graphs(model, _as_tuple(batches), input_shape, name, search, options)
     request = SearchRequest(
         model=model, devices=_as_tuple(devices), batches=_as_tuple(batches), store=Path(store),
         out=Path(out) if out is not None else None, name=name,

@@ -131,6 +131,8 @@ def search(
     memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP + " (stages are "
                                       "measured in it; channels_last schedules are bs<batch>[-<dtype>]-channels_last"
                                       ".json)"),
+    torch_compile: bool = typer.Option(False, "--torch-compile", help="search each graph torch.compile(model, "
+                                       "backend='ios_ray') hands the backend, so that the compile only looks up"),
 ) -> None:
     """Find the fastest schedule of a model for every device and batch size, measuring only what is new."""
     from ios_ray.app.api import search as run
@@ -142,19 +144,21 @@ def search(
                      input_shape=parse_input_shape(input_shape), r=r, s=s, strategies=strategy.strategies,
                      address=address, sim_actors=sim_actors, warmup=warmup, repeat=repeat, check_rounds=check_rounds,
                      measure=measure.value, budget=budget, dtype=dtype, memory_format=memory_format,
-                     progress=progress)
+                     progress=progress, torch_compile=torch_compile)
     settings = settings_named(result.schedules[0].dtype, result.schedules[0].memory_format)
     in_dtype = f" in {' '.join(settings)}" if settings else ""
-    table = Table("device", "batch", "IOS ms", "seq ms", "speedup", "measured / planned", "cached", "wall s", "source",
+    table = Table(*(["graph"] if torch_compile else []), "device", "batch", "IOS ms", "seq ms", "speedup", "measured / planned", "cached", "wall s", "source",
                   "end to end IOS / seq ms", "kept",
                   title=f"ios-ray search: {model}{in_dtype} (predicted: sums of stages)")
     for o in result:
         check = o.end_to_end
-        table.add_row(o.device, str(o.batch), f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x",
+        table.add_row(*([o.schedule.model] if torch_compile else []), o.device, str(o.batch), f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x",
                       f"{o.measured} / {o.planned}", str(o.cached), f"{o.wall_s:.1f}", o.source,
                       "-" if check is None else f"{check.dp_ms:.3f} / {check.sequential_ms:.3f}",
                       "IOS" if check is None or check.kept == "dp" else "sequential")
     console.print(table)
+    for why in getattr(result, "skipped", ()):
+        console.print(f"not scheduled (runs as Dynamo hands it over): {why}")
     console.print(f"schedules written under {out}/")
     again = sum(o.schedule.params.get("measure", {}).get("remeasured", 0) for o in result)
     if again:

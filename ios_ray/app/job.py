@@ -52,16 +52,14 @@ from ios_ray.ir import Graph
 from ios_ray.models import DEFAULT_INPUT_SHAPE, resolve_model
 from ios_ray.profiler import CheckJob, DeviceIdentity, DevicePool, MeasureJob, ModelSource
 from ios_ray.schedule import MAX_BATCH, EndToEnd, Schedule, save_schedule
-from ios_ray.scheduler import (LazyParams, LazyRound, LazySpace, Plan, PlannedStage, SearchParams, TableLatency,
-                               inflated, next_round, optimize_graph, plan_graph, sequential, unit_parts)
+from ios_ray.scheduler import (LAZY_MARGIN, LazyParams, LazyRound, LazySpace, Plan, PlannedStage, SearchParams,
+                               TableLatency, inflated, next_round, optimize_graph, plan_graph, sequential, unit_parts)
 from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore, rows_to_table
 
 #: How a search measures: ``all`` planned stages, or ``lazy``: only those that can change the schedule.
 MEASURE_MODES = ("all", "lazy")
 DEFAULT_MEASURE = "lazy"
-#: On a measured device, lower bounds sit this fraction below what they come from (timing noise); 0 on ``sim:``.
-LAZY_MARGIN = 0.1
 
 
 @dataclass(frozen=True)
