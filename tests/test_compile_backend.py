@@ -179,9 +179,43 @@ def rows(store: Path) -> int:
     return LatencyStore(store, create=False).query().num_rows
 
 
-def test_on_miss_search_searches_and_the_next_process_measures_nothing(ray_local: None, tmp_path: Path) -> None:
-    store, out = tmp_path / "s.duckdb", tmp_path / "schedules"
+@pytest.fixture(scope="module")
+def searched(ray_local: None, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(store, schedules folder) of ``ios-ray search --torch-compile`` on this CPU at batch 2."""
+    where = tmp_path_factory.mktemp("searched")
+    store, out = where / "s.duckdb", where / "schedules"
+    done = ios_ray_here("search", "--model", "tests.compile_models:broken", "--devices", "cpu", "--batches", "2",
+                        "--torch-compile", "--check-rounds", "0", "--store", str(store), "--out", str(out), cwd=where)
+    assert done.returncode == 0, done.stderr
+    assert "graph0" in done.stdout and "graph1" in done.stdout
+    return store, out
+
+
+def test_a_search_ahead_of_time_serves_a_compile_that_measures_nothing(searched: tuple[Path, Path]) -> None:
+    store, out = searched
+    assert len(list(out.rglob("bs2.json"))) == 2
+    measured = rows(store)
+    again = compile_in_a_fresh_process(store, out, 2)
+    assert not again["ray"] and not any(MISSING in s for s in again["warnings"]), again
+    assert all(origin.startswith(str(out)) for runs in again["runs"] for origin in runs), again["runs"]
+    assert rows(store) == measured
+
+
+def test_the_stores_latencies_alone_give_the_dp_schedule(
+    searched: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store, _ = searched
+    monkeypatch.setattr("ios_ray.app.api.search", lambda *a, **k: pytest.fail("a compile searched"))
     model, x = broken(), torch.randn(2, *INPUT_SHAPE)
+    backend = ios_ray.backend(schedules=None, store=store, on_miss="search")
+    out, said = compiled(model, backend, x)
+    torch.testing.assert_close(out, model(x))
+    assert not said and all(set(g.runs) == {f"the DP over {store}"} for g in graphs(backend))
+
+
+def test_on_miss_search_searches_and_the_next_process_measures_nothing(searched: tuple[Path, Path]) -> None:
+    store, out = searched
+    model, x = broken(), torch.randn(3, *INPUT_SHAPE)
     backend = ios_ray.backend(schedules=out, store=store, on_miss="search", check_rounds=0, progress=False)
     y, said = compiled(model, backend, x)
     torch.testing.assert_close(y, model(x))
@@ -189,37 +223,11 @@ def test_on_miss_search_searches_and_the_next_process_measures_nothing(ray_local
     assert [g.searches for g in graphs(backend)] == [1, 1]
     assert all(origin.startswith(str(out)) for g in graphs(backend) for origin in g.runs)
     measured = rows(store)
-    assert measured > 0 and len(list(out.rglob("bs2.json"))) == 2
-
-    again = compile_in_a_fresh_process(store, out, 2)
+    assert len(list(out.rglob("bs3.json"))) == 2
+    again = compile_in_a_fresh_process(store, out, 3)
     assert not again["ray"] and not any(MISSING in s for s in again["warnings"])
     assert all(origin.startswith(str(out)) for runs in again["runs"] for origin in runs), again["runs"]
-    from_store = compile_in_a_fresh_process(store, None, 2)  # no files: the DP over the store's latencies
-    assert all(origin.startswith("the DP over") for runs in from_store["runs"] for origin in runs), from_store
     assert rows(store) == measured
-
-
-def test_a_search_ahead_of_time_serves_a_compile_that_measures_nothing(ray_local: None, tmp_path: Path) -> None:
-    store, out = tmp_path / "s.duckdb", tmp_path / "schedules"
-    result = ios_ray.search(broken(), ["cpu"], [1, 3], torch_compile=True, store=store, out=out, check_rounds=0,
-                            progress=False)
-    assert len(result.graphs) == 4 and {o.batch for o in result} == {1, 3} and not result.skipped
-    assert "graph0" in repr(result) and len(list(out.rglob("*.json"))) == 4
-    measured = rows(store)
-    for batch in (1, 3):
-        again = compile_in_a_fresh_process(store, out, batch)
-        assert not again["ray"] and not any(MISSING in s for s in again["warnings"]), again
-        assert all(origin.startswith(str(out)) for runs in again["runs"] for origin in runs), again["runs"]
-    assert rows(store) == measured
-
-
-def test_ios_ray_search_torch_compile_searches_each_graph(ray_local: None, tmp_path: Path) -> None:
-    done = ios_ray_here("search", "--model", "tests.compile_models:broken", "--devices", "sim:v100",
-                       "--batches", "2", "--torch-compile", "--store", str(tmp_path / "s.duckdb"),
-                       "--out", str(tmp_path / "out"), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert "graph0" in done.stdout and "graph1" in done.stdout
-    assert len(list((tmp_path / "out").rglob("bs2.json"))) == 2
 
 
 @pytest.mark.gpu
