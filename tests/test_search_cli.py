@@ -182,6 +182,17 @@ def test_bad_search_with_ray_fails_in_one_line_and_keeps_the_store(case: str, fi
     check_fails_cleanly(BAD_SEARCHES_WITH_RAY[case], filled_store, tmp_path, in_process=False)
 
 
+def test_every_command_prints_its_help(tmp_path: Path) -> None:
+    from ios_ray.app.cli import app
+
+    commands = [command.name or command.callback.__name__ for command in app.registered_commands]
+    assert "search" in commands and "run" in commands
+    for command in [None, *commands]:
+        args = [command, "--help"] if command else ["--help"]
+        result = ios_ray_here(*args, cwd=tmp_path)
+        assert result.returncode == 0 and "Usage: ios-ray" in result.stdout, (command, result.stderr)
+
+
 def test_debug_shows_the_traceback_behind_the_sentence(tmp_path: Path) -> None:
     plain = ios_ray_here("search", "--model", "json:loads", "--devices", "sim:v100", cwd=tmp_path)
     debug = ios_ray_here("--debug", "search", "--model", "json:loads", "--devices", "sim:v100", cwd=tmp_path)

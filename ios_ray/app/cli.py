@@ -31,7 +31,7 @@ app = CommandLine(
 console = make_console()
 app.callback()(debug_option)
 
-MODEL_HELP = ("zoo name (see `ios-ray models`), torchvision:NAME, timm:NAME, smp:ARCH[/ENCODER], ultralytics:NAME or "
+MODEL_HELP = ("zoo name (see `ios-ray models`), torchvision:NAME, timm:NAME, smp:ARCH or smp:ARCH/ENCODER, ultralytics:NAME or "
               "package.module:factory")
 INPUT_SHAPE_HELP = "per-sample input shape CxHxW, e.g. 3x299x299 (default: the model's own)"
 DTYPE_HELP = "float32, float16 or bfloat16: the precision the model runs in"

@@ -248,9 +248,9 @@ def _inner_nodes(node: fx.Node, constants: set[fx.Node]) -> list[fx.Node]:
 
     def visit(n: fx.Node) -> None:
         for source in n.all_input_nodes:
-            if computed_here(n, source):
+            if source not in found and computed_here(n, source):
+                found[source] = None  # before its own sources: each node is walked once, however many read it
                 visit(source)
-                found[source] = None
     visit(node)
     order = {n: i for i, n in enumerate(node.graph.nodes)}
     return sorted(found, key=order.__getitem__)
