@@ -191,6 +191,7 @@ def searched(ray_local: None, tmp_path_factory: pytest.TempPathFactory) -> tuple
     return store, out
 
 
+@pytest.mark.slow
 def test_a_search_ahead_of_time_serves_a_compile_that_measures_nothing(searched: tuple[Path, Path]) -> None:
     store, out = searched
     assert len(list(out.rglob("bs2.json"))) == 2
@@ -201,6 +202,7 @@ def test_a_search_ahead_of_time_serves_a_compile_that_measures_nothing(searched:
     assert rows(store) == measured
 
 
+@pytest.mark.slow
 def test_the_stores_latencies_alone_give_the_dp_schedule(
     searched: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -213,6 +215,7 @@ def test_the_stores_latencies_alone_give_the_dp_schedule(
     assert not said and all(set(g.runs) == {f"the DP over {store}"} for g in graphs(backend))
 
 
+@pytest.mark.slow
 def test_on_miss_search_searches_and_the_next_process_measures_nothing(searched: tuple[Path, Path]) -> None:
     store, out = searched
     model, x = broken(), torch.randn(3, *INPUT_SHAPE)
