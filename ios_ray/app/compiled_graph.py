@@ -213,7 +213,7 @@ class CompiledGraph:
             f"ios_ray: no schedule for graph {binding.name} ({len(binding.graph.units)} units) on {label} at batch "
             f"{batch} in {dtype} in {self.schedules.describe()}, so it runs as Dynamo handed it over; search it "
             f"ahead of time with ios_ray.search(model, [{label!r}], [{batch}], torch_compile=True{dtype_option}, "
-            f"out={out!r}) or ios-ray search --torch-compile, or compile with "
+            f"out={out!r}) or ios-ray search --model SPEC --torch-compile, or compile with "
             "backend=ios_ray.backend(on_miss='search').", stacklevel=2)
 
 
