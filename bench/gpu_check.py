@@ -113,7 +113,7 @@ class Setup:
     ) -> tuple[str, Path, Path]:
         """The report's key of the search on the device at ``batch`` in ``dtype`` and ``memory_format``, its schedule
         folder and store (another dtype's or format's are apart, so that its figures count its own stages)."""
-        from ios_ray.dtypes import settings_named
+        from ios_ray.vocabulary import settings_named
 
         others = settings_named(dtype, memory_format)
         if not others:
@@ -340,7 +340,7 @@ def search_step(
                          str(batch), "--store", str(store), "--out", str(out), "--warmup", str(warmup), "--repeat",
                          str(repeat), "--check-rounds", str(rounds), "--dtype", dtype, "--memory-format",
                          memory_format], timeout)
-    from ios_ray.app.job import schedule_path
+    from ios_ray.schedule import schedule_path
 
     path = schedule_path(out, check.setup.model, device, batch, dtype, memory_format)
     found = check.report["searches"][key] = {"warmup": warmup, "repeat": repeat, "wall_s": round(done.wall_s, 1),

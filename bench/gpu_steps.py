@@ -39,7 +39,6 @@ import torch
 from ios_ray.app.bench import baseline_schedule
 from ios_ray.app.cli_util import store_lookup
 from ios_ray.app.evaluation import predicted_ms
-from ios_ray.app.job import schedule_path
 from ios_ray.devices import parse_device
 from ios_ray.frontend import import_model, import_module
 from ios_ray.ir import Graph
@@ -49,9 +48,9 @@ from ios_ray.profiler.jobs import MeasureJob, ModelSource
 from ios_ray.profiler.real import RealBackend, random_inputs
 from ios_ray.runtime import Program, ScheduleRunner, compile_stage, make_lanes, measure_latency
 from ios_ray.runtime.cuda_graph import CaptureError
-from ios_ray.runtime.graph_timing import graph_samples_ms
+from ios_ray.runtime.timing import graph_samples_ms
 from ios_ray.runtime.timing import samples_ms
-from ios_ray.schedule import Schedule, read_schedule
+from ios_ray.schedule import Schedule, read_schedule, schedule_path
 from ios_ray.scheduler import LazySpace, PlannedStage, SearchParams, TableLatency, optimize_graph, plan_graph
 from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore
@@ -108,7 +107,7 @@ def calibrate(device: str, model: str, batches: list[int], sample: int) -> dict[
     result: dict[str, Any] = {"device": device, "model": model, "stages": len(plan.stages),
                               "lazy_stages": lazy_stages(space), "sample": len(chosen), "batches": {}}
     for batch in batches:
-        entry = _costs(backend, graph, chosen, ModelSource.of_spec(model), batch)
+        entry = _costs(backend, graph, chosen, ModelSource(model, graph.input_shape, spec=model), batch)
         if device == "cuda":
             entry["copies"] = _copies(graph, model, chosen[:COPIES_STAGES], batch)
         result["batches"][str(batch)] = entry

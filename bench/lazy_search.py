@@ -41,11 +41,11 @@ from ios_ray.app.evaluation import predicted_ms
 from ios_ray.app.job import SearchRequest, run_search
 from ios_ray.app.progress import SilentProgress
 from ios_ray.app.rounds import ROUND_STAGES_PER_ACTOR
-from ios_ray.devices import DEFAULT_SIM_ACTORS
+from ios_ray.vocabulary import DEFAULT_SIM_ACTORS
 from ios_ray.frontend import import_model, import_module
 from ios_ray.ir import Graph
 from ios_ray.models import resolve_model
-from ios_ray.profiler.sim import stage_latency_ms
+from ios_ray.profiler.sim_model import stage_latency_ms
 from ios_ray.runtime import Program
 from ios_ray.schedule import Schedule
 from ios_ray.scheduler import LAZY_MARGIN, SearchParams, TableLatency, optimize_graph, plan_graph

@@ -34,7 +34,7 @@ def planned_jobs() -> list[MeasureJob]:
     graph = import_model(MODEL).graph
     plan = plan_graph(graph, SearchParams(r=3, s=8))
     chosen = [plan.stages[key] for key in sorted(plan.stages)[:STAGES]]
-    return [MeasureJob(p.key, p.stage, p.description, graph, ModelSource.of_spec(MODEL), BATCH) for p in chosen]
+    return [MeasureJob(p.key, p.stage, p.description, graph, ModelSource(MODEL, graph.input_shape, spec=MODEL), BATCH) for p in chosen]
 
 
 def stages_per_second(jobs: list[MeasureJob], actors: int) -> float:

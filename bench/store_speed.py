@@ -96,7 +96,6 @@ def measure(folder: Path, table: pa.Table) -> list[tuple[str, list[float], float
         (f"insert {ROWS:,} rows in one put", INSERT_TARGET_S): lambda: next(fresh).put(table),
         (f"re-put the same {ROWS:,} rows (updates)", INSERT_TARGET_S): lambda: full.put(table),
         (f"lookup {LOOKUP_KEYS:,} keys", LOOKUP_TARGET_S): lambda: full.lookup(keys, FINGERPRINT, 32),
-        (f"missing() of {LOOKUP_KEYS:,} keys", LOOKUP_TARGET_S): lambda: full.missing(keys, FINGERPRINT, 32),
         (f"1-row put, new key, {ROWS:,}-row store", None): lambda: full.put(spares.slice(next(spare), 1)),
         ("1-key lookup, 1-row store (overhead)", None): lambda: tiny.lookup(keys[:1], FINGERPRINT, 32),
     }

@@ -6,7 +6,7 @@ Labels:
 * ``cuda`` / ``cuda:<i>``: any GPU / GPU ``i`` of the driver's node, measured for real.
 * a GPU name (``v100``, ``k80``, ``2080ti``, ``a100``, ``h100``, ``t4``, ``a10g``, ``l4``): one GPU of that model
   anywhere in the Ray cluster, measured for real.
-* ``sim:<gpu>`` for the GPUs of the analytical model (``ios_ray.profiler.sim``; their datasheets in
+* ``sim:<gpu>`` for the GPUs of the analytical model (``ios_ray.profiler.sim_model``; their datasheets in
   ``ios_ray.gpu_sheets``): simulated, never measured.
 
 A GPU label is requested through Ray by either of two resources; a node offers the label when it has either:
@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Literal
 
 from ios_ray.errors import UserError
 from ios_ray.gpu_sheets import SHEETS
+from ios_ray.vocabulary import SIM_PREFIX
 
 if TYPE_CHECKING:
     import torch
@@ -82,8 +83,6 @@ GPU_MODELS: dict[str, GpuModel] = {
 
 #: The GPUs the analytical sim model knows (``sim:<gpu>``): those with a datasheet.
 SIM_GPUS: tuple[str, ...] = tuple(SHEETS)
-#: Actors a ``sim:`` device gets where no node offers its GPU.
-DEFAULT_SIM_ACTORS = 2
 
 
 @dataclass(frozen=True)
@@ -117,7 +116,7 @@ class DeviceSpec:
 
 def known_labels() -> tuple[str, ...]:
     """Every label :func:`parse_device` accepts (``cuda:<i>`` standing for any GPU index)."""
-    return ("cpu", "cuda", "cuda:<i>", *GPU_MODELS, *(f"sim:{g}" for g in SIM_GPUS))
+    return ("cpu", "cuda", "cuda:<i>", *GPU_MODELS, *(f"{SIM_PREFIX}{g}" for g in SIM_GPUS))
 
 
 def parse_device(label: str) -> DeviceSpec:
@@ -131,7 +130,7 @@ def parse_device(label: str) -> DeviceSpec:
         return DeviceSpec(text, "cuda", index=int(text[5:]), resources=("GPU",))
     if text in GPU_MODELS:
         return DeviceSpec(text, "gpu", gpu=text, resources=GPU_MODELS[text].resources)
-    if text.startswith("sim:") and text[4:] in SIM_GPUS:
-        gpu = text[4:]
+    if text.startswith(SIM_PREFIX) and text.removeprefix(SIM_PREFIX) in SIM_GPUS:
+        gpu = text.removeprefix(SIM_PREFIX)
         return DeviceSpec(text, "sim", gpu=gpu, resources=GPU_MODELS[gpu].resources)
     raise UserError(f"unknown device {label!r}; known devices are: {', '.join(known_labels())}.")

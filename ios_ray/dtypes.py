@@ -24,16 +24,15 @@ import torch
 from torch import nn
 
 from ios_ray.errors import UserError
-from ios_ray.ir import DEFAULT_MEMORY_FORMAT
-from ios_ray.schedule import DEFAULT_DTYPE, DTYPE_NAMES
+from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, DTYPE_NAMES, MEMORY_FORMAT_NAMES
 
 #: The dtypes a schedule can be made for, by their names in schedule files and the store.
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 #: Other spellings users type for them.
 _ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
 #: The memory formats a schedule can be made for, by their names in schedule files and graphs.
-MEMORY_FORMATS: dict[str, torch.memory_format] = {"contiguous": torch.contiguous_format,
-                                                  "channels_last": torch.channels_last}
+MEMORY_FORMATS: dict[str, torch.memory_format] = dict(zip(MEMORY_FORMAT_NAMES,
+                                                          (torch.contiguous_format, torch.channels_last)))
 _FORMAT_ALIASES = {"contiguous_format": "contiguous", "nchw": "contiguous", "nhwc": "channels_last"}
 
 
@@ -108,13 +107,6 @@ def to_memory_format(module: nn.Module, memory_format: str) -> nn.Module:
     torch.channels_last)`` does the same, but refuses a module that also holds a 5-D tensor, as timm's lambda layers
     do.)"""
     return module._apply(lambda tensor: in_memory_format(tensor, memory_format))
-
-
-def settings_named(dtype: str, memory_format: str) -> tuple[str, ...]:
-    """The dtype and the memory format, in that order, where they are not the defaults (float32, contiguous): what
-    file names and titles add, e.g. ``("float16", "channels_last")``."""
-    defaults = (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT)
-    return tuple(setting for setting, default in zip((dtype, memory_format), defaults) if setting != default)
 
 
 def converted(module: nn.Module, dtype: str, memory_format: str = DEFAULT_MEMORY_FORMAT) -> nn.Module:

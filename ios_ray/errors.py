@@ -1,4 +1,5 @@
-"""The one exception type that carries a user-facing message."""
+"""The two kinds of failure: what the user did (:class:`UserError`) and what the program broke
+(:class:`InternalError`)."""
 
 
 class UserError(Exception):
@@ -6,6 +7,11 @@ class UserError(Exception):
 
     The CLI prints the message (no traceback) and exits with a non-zero code.
     """
+
+
+class InternalError(RuntimeError):
+    """A rule ios-ray keeps for itself was broken: a bug to report, never the user's input. The CLI lets it through
+    with its traceback."""
 
 
 def first_line(error: BaseException) -> str:

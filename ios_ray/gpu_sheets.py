@@ -1,4 +1,4 @@
-"""The GPUs the ``sim:<gpu>`` device model knows, by their datasheet figures (used by :mod:`ios_ray.profiler.sim`).
+"""The GPUs the ``sim:<gpu>`` device model knows, by their datasheet figures (used by :mod:`ios_ray.profiler.sim_model`).
 
 Datasheet figures (FP32, boost clock; one K80 board holds two GK210 GPUs and the model is one of them, since
 that is what one CUDA device, one Ray GPU, is):

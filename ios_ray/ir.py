@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Iterator, Mapping
 
+from ios_ray.vocabulary import DEFAULT_MEMORY_FORMAT
+
 Shape = tuple[int, ...]
-#: The memory format of a graph that names none: NCHW.
-DEFAULT_MEMORY_FORMAT = "contiguous"
 
 #: The name under which units refer to the graph's input tensor.
 GRAPH_INPUT = "@input"
@@ -182,13 +182,6 @@ class Graph:
         if len(shapes) == 1:
             return shapes[0]
         return (sum(s[0] for s in shapes), *shapes[0][1:])
-
-    def block_of(self, unit_id: str) -> Block:
-        """The block that holds a unit."""
-        for block in self.blocks:
-            if unit_id in block.units:
-                return block
-        raise KeyError(unit_id)
 
     def topological_ids(self) -> Iterator[str]:
         """Unit ids in execution order."""

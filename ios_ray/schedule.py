@@ -13,27 +13,22 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ios_ray.errors import UserError
-from ios_ray.ir import DEFAULT_MEMORY_FORMAT, Graph
-from ios_ray.stage import STRATEGIES, Stage
-
-#: The largest batch size a schedule (and a stored measurement) can be made for: the store keeps it in 32 bits.
-MAX_BATCH = 2**31 - 1
+from ios_ray.ir import Graph
+from ios_ray.stage import Stage
+from ios_ray.vocabulary import (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, DTYPE_NAMES, MAX_BATCH_SIZE, SOURCES,
+                                STRATEGIES, settings_named)
 
 #: How torch names each memory format, for messages that tell what to convert a model with.
 MEMORY_FORMAT_TORCH_NAMES = {"contiguous": "contiguous_format", "channels_last": "channels_last"}
 
 SCHEDULE_FORMAT = "ios-ray-schedule"
 SCHEDULE_VERSION = 1
-#: The dtypes a schedule (and a stored measurement) can be made for, by their names in files.
-DTYPE_NAMES = ("float32", "float16", "bfloat16")
-DEFAULT_DTYPE = "float32"
-#: Where a schedule's latencies come from: a device, or the sim model.
-SOURCES = ("measured", "simulated")
 
 
 @dataclass(frozen=True)
@@ -172,7 +167,7 @@ def _mapping(value: Any) -> str | None:
 
 
 def _batch(value: Any) -> str | None:
-    return None if _is_int(value) and 0 < value <= MAX_BATCH else f"a whole number from 1 to {MAX_BATCH:,}"
+    return None if _is_int(value) and 0 < value <= MAX_BATCH_SIZE else f"a whole number from 1 to {MAX_BATCH_SIZE:,}"
 
 
 def _shape(value: Any) -> str | None:
@@ -299,6 +294,18 @@ def _end_to_end(data: Mapping[str, Any] | None) -> EndToEnd | None:
     return EndToEnd(int(data["rounds"]), float(data["dp_ms"]), float(data["sequential_ms"]), *predicted)
 
 
+def schedule_path(
+    out: Path, model: str, device: str, batch: int, dtype: str = DEFAULT_DTYPE,
+    memory_format: str = DEFAULT_MEMORY_FORMAT,
+) -> Path:
+    """Where a schedule is written: ``OUT/<model>/<device>/bs<batch>.json``, with ``-<dtype>`` after the batch for a
+    dtype other than float32 and ``-channels_last`` for that memory format (``bs8-float16-channels_last.json``; odd
+    characters of a spec made safe)."""
+    safe_model = re.sub(r"[^A-Za-z0-9_.:-]", "_", model)
+    suffix = "".join(f"-{setting}" for setting in settings_named(dtype, memory_format))
+    return Path(out) / safe_model / device / f"bs{batch}{suffix}.json"
+
+
 def save_schedule(schedule: Schedule, path: Path) -> None:
     """Write a schedule as JSON (parent folders are created; the write is atomic)."""
     try:
@@ -343,6 +350,10 @@ def check_schedule(schedule: Schedule, graph: Graph, where: str = "the schedule"
     expected = [u.id for u in graph.units]
     if sorted(scheduled) != sorted(expected):
         raise UserError(f"{where} does not cover the units of {graph.name!r} exactly once.")
+    for stage in schedule.stages:
+        if stage.strategy == "merge" and any(len(group) != 1 for group in stage.groups):
+            raise UserError(f"{where} has a merge stage {[list(g) for g in stage.groups]} with more than one unit in "
+                            "a group; a merge stage runs one conv per group.")
     place = _unit_places(schedule)
     for unit in graph.units:
         stage, group, pos = place[unit.id]

@@ -15,12 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Iterable, Sequence
 
-from ios_ray.ir import DEFAULT_MEMORY_FORMAT, Graph, Unit
-
-Strategy = Literal["concurrent", "merge"]
-STRATEGIES: tuple[Strategy, ...] = ("concurrent", "merge")
+from ios_ray.ir import Graph, Unit
+from ios_ray.vocabulary import DEFAULT_MEMORY_FORMAT, STRATEGIES, Strategy
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from ios_ray.app.bench import relative_error
 from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
+from ios_ray.profiler.jobs import ModelSource
 from ios_ray.scheduler import SearchParams, plan_graph
 from ios_ray.scheduler.plan import Plan
 
@@ -77,3 +78,17 @@ def zoo_graph(name: str) -> Graph:
 def zoo_plan(name: str, r: int = 3, s: int = 8) -> Plan:
     """A zoo model's plan at (r, s), made once per test session (NASNet-A's takes seconds)."""
     return plan_graph(zoo_graph(name), SearchParams(r=r, s=s))
+
+
+def actor_pid(actor: object, timeout: float | None = None) -> int:
+    """The process id of a Ray actor (to kill it and watch it recover)."""
+    import ray
+
+    return ray.get(actor.__ray_call__.remote(lambda _: os.getpid()), timeout=timeout)  # type: ignore[attr-defined]
+
+
+def spec_source(spec: str) -> ModelSource:
+    """What actors rebuild a model spec from, at the spec's own input shape."""
+    from ios_ray.models import resolve_model
+
+    return ModelSource(spec, resolve_model(spec).input_shape, spec=spec)

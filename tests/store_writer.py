@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from ios_ray.errors import UserError
-from ios_ray.store import open_store, rows_to_table
+from ios_ray.store import LatencyStore, open_store, rows_to_table
 
 FINGERPRINT = "0123456789abcdef"
 
@@ -91,3 +91,9 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def missing(store: LatencyStore, keys: Sequence[str], fingerprint: str, batch: int) -> list[str]:
+    """The keys (first-seen order, no repeats) the store lacks for this fingerprint and batch (float32)."""
+    found = store.lookup(keys, fingerprint, batch)
+    return [key for key in dict.fromkeys(keys) if key not in found]

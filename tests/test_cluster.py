@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import ray
 from ray.cluster_utils import Cluster
 
 from ios_ray.app.evaluation import cross_evaluate, winners_hold
-from ios_ray.app.job import SearchOutcome, SearchRequest, run_search, schedule_path
+from ios_ray.app.job import SearchOutcome, SearchRequest, run_search
 from ios_ray.devices import parse_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_model
@@ -27,11 +26,11 @@ from ios_ray.ir import Graph
 from ios_ray.profiler import DevicePool, MeasureJob, ModelSource
 from ios_ray.profiler.cluster import Node, check_offered, offered_labels, plan, plan_all
 from ios_ray.runtime import read_schedules
-from ios_ray.schedule import read_schedule
+from ios_ray.schedule import read_schedule, schedule_path
 from ios_ray.scheduler import Plan
 from ios_ray.stage import Stage, StageKeys
 from ios_ray.store import LatencyStore
-from tests.helpers import ios_ray_here
+from tests.helpers import actor_pid, ios_ray_here
 
 SIM_LABELS = ("sim:v100", "sim:k80", "sim:2080ti")
 
@@ -102,7 +101,7 @@ def test_cluster_survives_a_killed_actor(ray_cluster: Cluster, small_graph: Grap
         assert {label: len(pool.actors(label)) for label in SIM_LABELS} == {
             "sim:v100": 2, "sim:k80": 2, "sim:2080ti": 1,
         }
-        victim = ray.get(pool.actors("sim:k80")[0].pid.remote())
+        victim = actor_pid(pool.actors("sim:k80")[0])
 
         def kill_once(batch: list[dict[str, Any]]) -> None:
             rows.extend(batch)

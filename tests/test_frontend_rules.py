@@ -410,7 +410,20 @@ def test_only_writes_through_a_view_make_the_capture_functionalize(capture: str)
 
     def dropped(m: Lambda, x: torch.Tensor) -> torch.Tensor:
         return F.dropout(m.c(x).flatten(1), 0.2, False, True)  # in place, on a view, but writes nothing
+    def ghost(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = torch.cat([m.c(x), m.d(x)], 1)[:, :5]  # GhostNet: nothing reads the cat after the write below
+        y += x[:, :5]
+        return y
+
+    def ghost_read_later(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        both = torch.cat([m.c(x), m.d(x)], 1)
+        y = both[:, :5]
+        y += x[:, :5]
+        return both * 2.0  # reads the write through the cat
     example = torch.randn(1, *SHAPE)
     assert _writes_through_aliases(export(Lambda(written).eval(), example))
     assert not _writes_through_aliases(export(Lambda(dropped).eval(), example))
-    imported(Lambda(written))  # and the import computes what the module computes
+    assert not _writes_through_aliases(export(Lambda(ghost).eval(), example))
+    assert _writes_through_aliases(export(Lambda(ghost_read_later).eval(), example))
+    for forward in (written, ghost, ghost_read_later):
+        imported(Lambda(forward))  # and the import computes what the module computes

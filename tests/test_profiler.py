@@ -18,16 +18,17 @@ from ios_ray.errors import UserError
 from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
 from ios_ray.profiler import CheckJob, DevicePool, MeasureJob, ModelSource
-from ios_ray.profiler.protocol import DEFAULT_PROTOCOL, Timing
+from ios_ray.profiler.timing import DEFAULT_PROTOCOL, Timing
 from ios_ray.profiler.real import RealBackend, random_inputs
 from ios_ray.profiler.timing import time_callable
 from ios_ray.schedule import BlockSchedule, Schedule
 from ios_ray.scheduler import greedy_stages, sequential_stages
 from ios_ray.stage import Stage, StageKeys
 from ios_ray.store.schema import STORE_SCHEMA, conform, rows_to_table
+from tests.helpers import actor_pid, spec_source
 
 #: The zoo's SqueezeNet, as actors build it.
-SQUEEZENET = ModelSource.of_spec("squeezenet")
+SQUEEZENET = spec_source("squeezenet")
 
 
 def jobs_for(graph: Graph, batches: tuple[int, ...] = (1, 8)) -> list[MeasureJob]:
@@ -121,7 +122,7 @@ def test_an_actor_killed_during_the_end_to_end_check_is_given_the_check_again(ra
     job = CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), 1, rounds=2)
     with DevicePool.start(["cpu"], warmup=0, repeat=1, max_restarts=restarts) as pool:
         actor = pool.actors("cpu")[0]
-        pid, kill_after_s = ray.get(actor.pid.remote()), 0.2  # the check imports the model first: longer than that
+        pid, kill_after_s = actor_pid(actor), 0.2  # the check imports the model first: longer than that
         killer = threading.Timer(kill_after_s, os.kill, (pid, signal.SIGKILL))
         started = time.monotonic()
         killer.start()
@@ -129,7 +130,7 @@ def test_an_actor_killed_during_the_end_to_end_check_is_given_the_check_again(ra
             medians = pool.time_schedules("cpu", job)
             assert time.monotonic() - started > kill_after_s  # the kill came while the check ran
             assert len(medians) == 2 and all(m > 0 for m in medians)
-            assert ray.get(actor.pid.remote()) != pid  # restarted, and the check given to it again
+            assert actor_pid(actor) != pid  # restarted, and the check given to it again
             return
         with pytest.raises(UserError) as error:
             pool.time_schedules("cpu", job)
@@ -143,7 +144,7 @@ def test_pool_measures_every_job_once(ray_local: None, small_graph: Graph) -> No
     rows: list[dict[str, Any]] = []
     progress: dict[str, list[tuple[int, int]]] = {}
     with DevicePool.start(["sim:v100", "sim:a100"], warmup=1, repeat=2) as pool:
-        fingerprints = pool.fingerprints()
+        fingerprints = {label: identity.fingerprint for label, identity in pool.identities().items()}
         assert len(pool.actors("sim:v100")) == 2
         report = pool.measure(
             {"sim:v100": jobs, "sim:a100": jobs + jobs[:5]}, rows.extend,
@@ -194,7 +195,7 @@ def test_ctrl_c_returns_what_was_finished(ray_local: None, small_graph: Graph) -
     assert report.interrupted and not report.complete
     assert report.done["sim:h100"] == len(rows) == 4 < report.total["sim:h100"]
     with pytest.raises(ray.exceptions.RayActorError):
-        ray.get(actors[0].pid.remote(), timeout=30)
+        actor_pid(actors[0], timeout=30)
 
 
 def test_unknown_and_unoffered_devices_fail_fast(ray_local: None) -> None:
@@ -230,7 +231,7 @@ def test_a_lone_actor_killed_while_measuring_is_restarted_and_finishes_the_stage
     jobs = jobs_for(small_graph, (1, 8, 32))
     with DevicePool.start(["sim:v100"], sim_actors=1, max_restarts=3) as pool:
         actor = pool.actors("sim:v100")[0]
-        pid = ray.get(actor.pid.remote())
+        pid = actor_pid(actor)
 
         def kill_after_first(batch: list[dict[str, Any]]) -> None:
             if not rows:
@@ -238,7 +239,7 @@ def test_a_lone_actor_killed_while_measuring_is_restarted_and_finishes_the_stage
             rows.extend(batch)
 
         report = pool.measure({"sim:v100": jobs}, kill_after_first, batch_size=2)
-        assert ray.get(actor.pid.remote()) != pid
+        assert actor_pid(actor) != pid
     assert report.complete and report.rerun >= 1
     assert len(rows) == len({job.measurement for job in jobs})
 
@@ -246,7 +247,7 @@ def test_a_lone_actor_killed_while_measuring_is_restarted_and_finishes_the_stage
 def test_a_device_whose_actors_all_die_is_reported(ray_local: None, small_graph: Graph) -> None:
     rows: list[dict[str, Any]] = []
     with DevicePool.start(["sim:v100"], sim_actors=1, max_restarts=0) as pool:
-        pid = ray.get(pool.actors("sim:v100")[0].pid.remote())
+        pid = actor_pid(pool.actors("sim:v100")[0])
 
         def kill_after_first(batch: list[dict[str, Any]]) -> None:
             if not rows:

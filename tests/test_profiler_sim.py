@@ -15,8 +15,8 @@ from ios_ray.ir import GRAPH_INPUT, Graph, Value
 from ios_ray.profiler.jobs import MeasureJob, ModelSource
 from ios_ray.store.schema import STORE_SCHEMA
 from ios_ray.gpu_sheets import SHEETS
-from ios_ray.profiler.sim import stage_kernels, stage_latency_ms
-from ios_ray.profiler.simulated import STAGE_OVERHEAD_S, SimBackend
+from ios_ray.profiler.sim_model import stage_kernels, stage_latency_ms
+from ios_ray.profiler.sim_backend import STAGE_OVERHEAD_S, SimBackend
 from ios_ray.scheduler.baselines import sequential
 from ios_ray.scheduler import SearchParams, plan_graph
 from ios_ray.scheduler.dp import optimize_graph

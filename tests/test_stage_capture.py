@@ -18,11 +18,11 @@ from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
 from ios_ray.profiler.fingerprint import CPU_TIMING, GPU_TIMING, cpu_info
 from ios_ray.profiler.jobs import MeasureJob, ModelSource, local_identity, make_row
-from ios_ray.profiler.protocol import DEFAULT_PROTOCOL, STAGE_COPIES, Timing
+from ios_ray.profiler.timing import DEFAULT_PROTOCOL, STAGE_COPIES, Timing
 from ios_ray.profiler.timing import time_stage
 from ios_ray.runtime import Program, ScheduleRunner
 from ios_ray.runtime.cuda_graph import CapturedForward, CaptureError, capture
-from ios_ray.runtime.graph_timing import BACKLOG_CYCLES, graph_samples_ms
+from ios_ray.runtime.timing import BACKLOG_CYCLES, graph_samples_ms
 from ios_ray.runtime.streams import StreamPool
 from ios_ray.stage import Stage, StageKeys
 from tests.fake_cuda import REPLAY_START_MS, UNJOINED, FakeCuda, FakeStream

@@ -15,14 +15,15 @@ import torch
 from ios_ray.devices import parse_device
 from ios_ray.frontend import import_model, import_module
 from ios_ray.profiler.fingerprint import GPU_TIMING
-from ios_ray.profiler.jobs import MeasureJob, ModelSource
+from ios_ray.profiler.jobs import MeasureJob
 from ios_ray.profiler.real import RealBackend, random_inputs
 from ios_ray.profiler.timing import time_stage
 from ios_ray.runtime import Program, compile_stage, make_lanes
-from ios_ray.runtime.graph_timing import graph_samples_ms
+from ios_ray.runtime.timing import graph_samples_ms
 from ios_ray.runtime.stages import InlineStage, MergeStage, ParallelStage
 from ios_ray.runtime.timing import samples_ms
 from ios_ray.stage import Stage, StageKeys
+from tests.helpers import spec_source
 from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -95,7 +96,7 @@ def test_the_real_backend_times_gpu_stages_in_graphs_and_names_the_protocol() ->
     backend = RealBackend(parse_device("cuda"), warmup=1, repeat=4)
     assert backend.start().info["timing"] == GPU_TIMING
     row = backend.measure(MeasureJob(keys.key(stage), stage, keys.describe_json(stage), graph,
-                                     ModelSource.of_spec("squeezenet"), 2))
+                                     spec_source("squeezenet"), 2))
     assert row["samples"] == row["repeat"] == 4 and row["warmup"] == 1 and row["median_ms"] > 0
     assert json.loads(row["device_info"])["timing"] == GPU_TIMING
     assert "uncaptured" not in json.loads(row["device_info"])
@@ -108,7 +109,7 @@ def test_the_real_backend_measures_stages_in_half_precision(dtype: str) -> None:
     keys = StageKeys(graph)
     backend = RealBackend(parse_device("cuda"), warmup=1, repeat=4)
     row = backend.measure(MeasureJob(keys.key(stage), stage, keys.describe_json(stage), graph,
-                                     ModelSource.of_spec("squeezenet"), 8, dtype))
+                                     spec_source("squeezenet"), 8, dtype))
     assert row["dtype"] == dtype and row["median_ms"] > 0
     assert "uncaptured" not in json.loads(row["device_info"])
 
@@ -121,5 +122,5 @@ def test_the_real_backend_measures_channels_last_stages_in_graphs() -> None:
                   Stage("concurrent", (("fire2.expand1x1",), ("fire2.expand3x3",)))):
         assert keys.describe(stage)["memory_format"] == "channels_last"
         row = backend.measure(MeasureJob(keys.key(stage), stage, keys.describe_json(stage), graph,
-                                         ModelSource.of_spec("squeezenet"), 8, "float16"))
+                                         spec_source("squeezenet"), 8, "float16"))
         assert row["median_ms"] > 0 and "uncaptured" not in json.loads(row["device_info"])

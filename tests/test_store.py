@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from ios_ray.errors import UserError
 from ios_ray.store import LatencyStore, open_store, rows_to_table
 from ios_ray.app.store_cli import store_app
-from tests.store_writer import FINGERPRINT, fake_keys, fake_rows
+from tests.store_writer import FINGERPRINT, fake_keys, fake_rows, missing
 
 BAD_FILES = ("corrupt", "other_version", "not_a_store", "text")
 
@@ -100,7 +100,7 @@ def test_lookup_matches_fingerprint_batch_and_dtype_exactly(store_path: Path) ->
     assert store.lookup(["a", "b"], "another", 1) == {"a": 5.0}
     assert store.lookup(["a", "b"], FINGERPRINT, 8) == {"b": 7.0}
     assert store.lookup(["a"], FINGERPRINT, 1, dtype="float16") == {}
-    assert store.missing(["c", "a", "c", "b"], "another", 1) == ["c", "b"]
+    assert missing(store, ["c", "a", "c", "b"], "another", 1) == ["c", "b"]
 
 
 def test_query_filters_by_device_batch_and_model(store_path: Path) -> None:
@@ -157,7 +157,7 @@ def test_a_killed_writer_loses_at_most_the_batch_in_flight_and_a_rerun_fills_the
     survived = stored_keys(store)
     assert 3 * batch_rows <= len(survived) < len(keys)
     assert survived == keys[: len(survived)] and len(survived) % batch_rows == 0
-    todo = store.missing(keys, FINGERPRINT, 1)
+    todo = missing(store, keys, FINGERPRINT, 1)
     assert len(todo) == len(keys) - len(survived)
     store.put(fake_rows(todo))
     assert stored_keys(store) == keys

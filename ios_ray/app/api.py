@@ -18,24 +18,23 @@ The ``ios-ray search`` command is a thin layer over :func:`search`: the same cal
 
 from __future__ import annotations
 
+import inspect
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ContextManager, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Sequence
 
 import torch
 from torch import nn
 
-from ios_ray.app.job import (DEFAULT_MEASURE, SearchOutcome, SearchProgress, SearchRequest, run_search,
-                             schedule_path)
-from ios_ray.app.progress import RichSearchProgress, SilentProgress
-from ios_ray.devices import DEFAULT_SIM_ACTORS
-from ios_ray.dtypes import dtype_name, memory_format_name, module_dtype
+from ios_ray.app.job import SearchOutcome, run_search
+from ios_ray.app.progress import RichSearchProgress, SearchProgress, SilentProgress
+from ios_ray.app.options import api_doc, api_parameters
+from ios_ray.app.request import SearchRequest
+from ios_ray.dtypes import dtype_name, module_dtype
 from ios_ray.errors import UserError
 from ios_ray.runtime import ScheduledModule
-from ios_ray.schedule import Schedule, save_schedule
-from ios_ray.scheduler import SearchParams
-from ios_ray.store import DEFAULT_STORE_PATH
+from ios_ray.schedule import Schedule, save_schedule, schedule_path
 
 if TYPE_CHECKING:
     from ios_ray.app.compiled_search import CompiledSearchResult
@@ -99,69 +98,37 @@ class SearchResult:
 
 
 def search(
-    model: nn.Module | str,
-    devices: Sequence[str] | str = ("cpu",),
-    batches: Sequence[int] | int = (1,),
-    *,
-    store: str | Path = DEFAULT_STORE_PATH,
-    out: str | Path | None = None,
-    input_shape: Sequence[int] | None = None,
-    name: str | None = None,
-    r: int | None = 3,
-    s: int | None = 8,
-    strategies: Sequence[str] = ("concurrent", "merge"),
-    address: str | None = None,
-    sim_actors: int = DEFAULT_SIM_ACTORS,
-    warmup: int | None = None,
-    repeat: int | None = None,
-    check_rounds: int = 10,
-    measure: str = DEFAULT_MEASURE,
-    budget: int | None = None,
-    dtype: str | torch.dtype | None = None,
-    memory_format: str | torch.memory_format | None = None,
-    progress: bool | SearchProgress = True,
-    torch_compile: bool = False,
+    model: nn.Module | str, devices: Sequence[str] | str = ("cpu",), batches: Sequence[int] | int = (1,), *,
+    progress: bool | SearchProgress = True, torch_compile: bool = False, **options: Any,
 ) -> SearchResult | CompiledSearchResult:
     """Find the fastest schedule of ``model`` for every device and batch size, measuring only what the store lacks.
 
-    ``model`` is an ``nn.Module`` object or a spec (a zoo name, ``package.module:factory``); ``input_shape`` is the
-    per-sample input shape (default: the spec's, the object's ``input_shape`` attribute, else 3x224x224). Devices
-    are labels such as ``cpu``, ``cuda``, ``v100`` or ``sim:v100``. Measurements go to the DuckDB file ``store``
-    and are reused by every later search; ``out``, if given, also receives the schedule files. Without ``address``
-    Ray starts locally in this process; ``"auto"`` or ``"ray://host:port"`` joins a cluster. ``r`` and ``s`` bound
-    the units per group and the groups per stage. ``check_rounds`` rounds of the end-to-end check time the DP's
-    schedule against the sequential one on each measured device and keep the faster (0: no check). ``measure``:
-    ``"lazy"`` measures only the stages that can change the schedule, round by round (see
-    :mod:`ios_ray.scheduler.lazy`), ``"all"`` every candidate stage; ``budget`` caps the stages per device and batch
-    a lazy search uses. ``dtype`` (``float32``, ``float16`` or ``bfloat16``) is what every stage is measured and
-    the schedules are made in: by default the dtype of a model object's parameters, float32 for a spec (``sim:``
-    devices take float32 only). ``memory_format`` (``contiguous`` or ``channels_last``, or torch's) is the layout the
-    model's 4-D weights and activations are measured in: by default a model object's own, contiguous for a spec.
-    ``progress`` shows progress bars (in a terminal or a notebook), or takes an object of the ``SearchProgress``
-    protocol. ``torch_compile=True`` searches instead each graph ``torch.compile(model, backend="ios_ray")`` hands
-    the backend at each batch size (a :class:`~ios_ray.app.compiled_search.CompiledSearchResult`), so that a compile
-    later only looks its schedules up.
+    ``model`` is an ``nn.Module`` object or a spec (a zoo name, ``package.module:factory``...). Devices are labels
+    such as ``cpu``, ``cuda``, ``v100`` or ``sim:v100``. Measurements go to the DuckDB file ``store`` and are reused
+    by every later search. ``progress`` shows progress bars (in a terminal or a notebook), or takes an object of the
+    ``SearchProgress`` protocol. ``torch_compile=True`` searches instead each graph ``torch.compile(model,
+    backend="ios_ray")`` hands the backend at each batch size (a
+    :class:`~ios_ray.app.compiled_search.CompiledSearchResult`), so that a compile later only looks its schedules up.
+    The options (:class:`~ios_ray.app.options.SearchOptions`):
+
+{options}
     """
     if torch_compile:
         from ios_ray.app.compiled_search import search_graphs
 
-        options = dict(devices=devices, store=store, out=out, r=r, s=s, strategies=strategies, address=address,
-                       sim_actors=sim_actors, warmup=warmup, repeat=repeat, check_rounds=check_rounds, measure=measure,
-                       budget=budget, dtype=dtype, memory_format=memory_format, progress=progress)
-        return search_graphs(model, _as_tuple(batches), input_shape, name, search, options)
-    request = SearchRequest(
-        model=model, devices=_as_tuple(devices), batches=_as_tuple(batches), store=Path(store),
-        out=Path(out) if out is not None else None, name=name,
-        input_shape=tuple(input_shape) if input_shape is not None else None,
-        params=SearchParams(r=r, s=s, strategies=tuple(strategies)),  # type: ignore[arg-type]
-        address=address, sim_actors=sim_actors, warmup=warmup, repeat=repeat, check_rounds=check_rounds,
-        measure=measure, budget=budget, dtype=dtype_name(dtype) if dtype is not None else None,
-        memory_format=memory_format_name(memory_format) if memory_format is not None else None,
-    )
+        return search_graphs(model, _as_tuple(batches), options.pop("input_shape", None), options.pop("name", None),
+                             search, {"devices": devices, "progress": progress, **options})
+    request = SearchRequest(model=model, devices=_as_tuple(devices), batches=_as_tuple(batches), **options)
     with _progress(progress) as shown:
         outcomes = run_search(request, shown)
     first = outcomes[0].schedule
     return SearchResult(first.model, tuple(first.input_shape or ()), tuple(outcomes))
+
+
+search.__doc__ = (search.__doc__ or "").replace("{options}", api_doc())
+search.__signature__ = inspect.signature(search).replace(parameters=[  # type: ignore[attr-defined]
+    *list(inspect.signature(search).parameters.values())[:3], *api_parameters(),
+    inspect.signature(search).parameters["progress"], inspect.signature(search).parameters["torch_compile"]])
 
 
 def optimize(

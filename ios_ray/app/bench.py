@@ -25,11 +25,11 @@ import torch
 from torch import nn
 
 from ios_ray.app.evaluation import Lookup, predicted_ms
-from ios_ray.dtypes import (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, example_input, in_memory_format, module_dtype,
-                            torch_dtype)
+from ios_ray.dtypes import example_input, in_memory_format, module_dtype, torch_dtype
 from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import Imported, import_module, output_tensor
 from ios_ray.ir import Graph
+from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT
 from ios_ray.runtime import Program, ScheduleRunner, read_schedules
 from ios_ray.runtime.cuda_graph import CapturedForward
 from ios_ray.runtime.schedule_set import pick_batch

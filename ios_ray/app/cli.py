@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from enum import Enum
+from inspect import signature as signature_of
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.table import Table
 
 from ios_ray.app.cli_util import (CommandLine, at_least_one, debug_option, make_console, parse_batches,
                                   parse_input_shape, parse_list, store_lookup, user_errors)
-from ios_ray.devices import DEFAULT_SIM_ACTORS
+from ios_ray.app.options import DEFAULT_OUT, cli_parameters, from_cli
 from ios_ray.errors import UserError
 from ios_ray.store import DEFAULT_STORE_PATH
+from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, DEFAULT_R, DEFAULT_S, is_simulated
 
 if TYPE_CHECKING:
     import torch
 
     from ios_ray.app.bench import BenchResult
+    from ios_ray.runtime import ScheduledModule
+    from ios_ray.schedule import Schedule
 
 app = CommandLine(
     help="ios-ray: find and deploy the fastest inter-operator schedule of a CNN per device and batch size.",
@@ -37,27 +40,6 @@ INPUT_SHAPE_HELP = "per-sample input shape CxHxW, e.g. 3x299x299 (default: the m
 DTYPE_HELP = "float32, float16 or bfloat16: the precision the model runs in"
 MEMORY_FORMAT_HELP = "contiguous (NCHW) or channels_last (NHWC): the layout of the model's 4-D weights and activations"
 STORE_HELP = "latency store file (DuckDB)"
-DEFAULT_OUT = Path("schedules")
-
-
-class StrategyChoice(str, Enum):
-    """Which stage strategies the search may use."""
-
-    both = "both"
-    concurrent = "concurrent"
-    merge = "merge"
-
-    @property
-    def strategies(self) -> tuple[str, ...]:
-        """The strategy names for SearchParams."""
-        return ("concurrent", "merge") if self is StrategyChoice.both else (self.value,)
-
-
-class MeasureChoice(str, Enum):
-    """Which stages the search measures."""
-
-    lazy = "lazy"
-    all = "all"
 
 
 @app.command()
@@ -76,8 +58,8 @@ def models() -> None:
 @user_errors
 def inspect(
     model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
-    r: int = typer.Option(3, "-r", help="pruning: max units per group"),
-    s: int = typer.Option(8, "-s", help="pruning: max groups per stage"),
+    r: int = typer.Option(DEFAULT_R, "-r", help="pruning: max units per group"),
+    s: int = typer.Option(DEFAULT_S, "-s", help="pruning: max groups per stage"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
 ) -> None:
@@ -99,52 +81,23 @@ def inspect(
     console.print(report["opaque"]["summary"])
 
 
-@app.command()
-@user_errors
 def search(
     model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
     devices: str = typer.Option("cpu", "--devices", "-d",
                                 help="comma-separated device labels, e.g. v100,k80 or sim:v100"),
     batches: str = typer.Option("1", "--batches", "-b", help="comma-separated batch sizes, e.g. 1,32,128"),
-    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
-    out: Path = typer.Option(DEFAULT_OUT, "--out", help="folder for OUT/<model>/<device>/bs<batch>.json"),
-    r: int = typer.Option(3, "-r", help="pruning: max units per group"),
-    s: int = typer.Option(8, "-s", help="pruning: max groups per stage"),
-    strategy: StrategyChoice = typer.Option(StrategyChoice.both, "--strategy", help="stage strategies to consider"),
-    address: Optional[str] = typer.Option(None, "--address", help="join a Ray cluster (auto or ray://...); "
-                                          "default: start Ray locally in-process"),
-    sim_actors: int = typer.Option(DEFAULT_SIM_ACTORS, "--sim-actors",
-                                   help="actors per sim: device where no node offers its GPU"),
-    warmup: Optional[int] = typer.Option(None, "--warmup", help="untimed runs per stage (default: cpu 3 calls; "
-                                         "gpu 3 replays of its CUDA graph)"),
-    repeat: Optional[int] = typer.Option(None, "--repeat", help="timed runs per stage (default: cpu 10 calls; "
-                                         "gpu 10 replays of a graph of 8 copies)"),
-    check_rounds: int = typer.Option(10, "--check-rounds", help="rounds of the end-to-end check that times the IOS "
-                                     "and sequential schedules whole and keeps the faster (0: no check)"),
-    input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
-    measure: MeasureChoice = typer.Option(MeasureChoice.lazy, "--measure", help="lazy: only the stages that can "
-                                          "change the schedule, round by round; all: every candidate stage"),
-    budget: Optional[int] = typer.Option(None, "--budget", help="lazy: at most this many stages per device and "
-                                         "batch (stored ones included)"),
-    dtype: str = typer.Option("float32", "--dtype", help=DTYPE_HELP + " (stages are measured in it; schedules "
-                              "other than float32 are written as bs<batch>-<dtype>.json)"),
-    memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP + " (stages are "
-                                      "measured in it; channels_last schedules are bs<batch>[-<dtype>]-channels_last"
-                                      ".json)"),
     torch_compile: bool = typer.Option(False, "--torch-compile", help="search each graph torch.compile(model, "
                                        "backend='ios_ray') hands the backend, so that the compile only looks up"),
+    **options: Any,
 ) -> None:
     """Find the fastest schedule of a model for every device and batch size, measuring only what is new."""
     from ios_ray.app.api import search as run
     from ios_ray.app.progress import RichSearchProgress
-    from ios_ray.dtypes import settings_named
+    from ios_ray.vocabulary import settings_named
 
     with RichSearchProgress(console) as progress:
-        result = run(model, parse_list(devices, "--devices"), parse_batches(batches), store=store, out=out,
-                     input_shape=parse_input_shape(input_shape), r=r, s=s, strategies=strategy.strategies,
-                     address=address, sim_actors=sim_actors, warmup=warmup, repeat=repeat, check_rounds=check_rounds,
-                     measure=measure.value, budget=budget, dtype=dtype, memory_format=memory_format,
-                     progress=progress, torch_compile=torch_compile)
+        result = run(model, parse_list(devices, "--devices"), parse_batches(batches), progress=progress,
+                     torch_compile=torch_compile, **from_cli(options))
     settings = settings_named(result.schedules[0].dtype, result.schedules[0].memory_format)
     in_dtype = f" in {' '.join(settings)}" if settings else ""
     table = Table(*(["graph"] if torch_compile else []), "device", "batch", "IOS ms", "seq ms", "speedup", "measured / planned", "cached", "wall s", "source",
@@ -152,20 +105,25 @@ def search(
                   title=f"ios-ray search: {model}{in_dtype} (predicted: sums of stages)")
     for o in result:
         check = o.end_to_end
-        table.add_row(*([o.schedule.model] if torch_compile else []), o.device, str(o.batch), f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x",
-                      f"{o.measured} / {o.planned}", str(o.cached), f"{o.wall_s:.1f}", o.source,
+        table.add_row(*([o.schedule.model] if torch_compile else []), o.device, str(o.batch),
+                      f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x", f"{o.measured} / {o.planned}", str(o.cached), f"{o.wall_s:.1f}", o.source,
                       "-" if check is None else f"{check.dp_ms:.3f} / {check.sequential_ms:.3f}",
                       "IOS" if check is None or check.kept == "dp" else "sequential")
     console.print(table)
     for why in getattr(result, "skipped", ()):
         console.print(f"not scheduled (runs as Dynamo hands it over): {why}")
-    console.print(f"schedules written under {out}/")
+    console.print(f"schedules written under {options['out']}/")
     again = sum(o.schedule.params.get("measure", {}).get("remeasured", 0) for o in result)
     if again:
         console.print(f"measured again: {again} stored stage(s) of a unit alone, far slower than a stage containing "
                       "it (an outlier from a burst of load)")
     if any(o.end_to_end is not None and o.end_to_end.kept == "sequential" for o in result):
         console.print("kept sequential: the IOS schedule ran slower end to end than the sequential one there")
+
+
+search.__signature__ = signature_of(search).replace(parameters=[  # type: ignore[attr-defined]
+    *list(signature_of(search).parameters.values())[:4], *cli_parameters()])
+app.command()(user_errors(search))
 
 
 @app.command()
@@ -175,14 +133,12 @@ def show(
     svg: Optional[Path] = typer.Option(None, "--svg", help="also draw the stages and groups into this SVG file"),
 ) -> None:
     """Print a schedule's stages and groups, and optionally draw them as a picture."""
-    from ios_ray.dtypes import torch_dtype
     from ios_ray.frontend import import_model
     from ios_ray.schedule import check_schedule, read_schedule
     from ios_ray.app.show import schedule_svg, schedule_text
 
     plan = read_schedule(schedule)
-    graph = import_model(plan.model, input_shape=plan.input_shape, dtype=torch_dtype(plan.dtype),
-                         memory_format=plan.memory_format).graph
+    graph = import_model(plan.model, plan.input_shape, plan.dtype, plan.memory_format).graph
     check_schedule(plan, graph, where=str(schedule))
     print(schedule_text(plan, graph))
     if svg is not None:
@@ -203,39 +159,28 @@ def run(
     device: str = typer.Option("cpu", "--device", help="torch device to run on: cpu or cuda[:i]"),
     repeat: int = typer.Option(20, "--repeat", help="timed runs"),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
-    dtype: str = typer.Option("float32", "--dtype", help=DTYPE_HELP),
-    memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP),
+    dtype: str = typer.Option(DEFAULT_DTYPE, "--dtype", help=DTYPE_HELP),
+    memory_format: str = typer.Option(DEFAULT_MEMORY_FORMAT, "--memory-format", help=MEMORY_FORMAT_HELP),
     any_device: bool = typer.Option(False, "--any-device", help="where no schedule fits --device, run one made for "
                                     "another device (a sim: plan, say) to check that it computes the model: a "
                                     "correctness check, without latency"),
 ) -> None:
     """Run a model with its schedules (ScheduledModule), check the output against eager, print the latency."""
-    import warnings
-
     import torch
 
-    from ios_ray.app.bench import TF32_TOLERANCE, model_tolerance, output_tolerance, relative_error
+    from ios_ray.app.bench import relative_error
     from ios_ray.dtypes import in_memory_format, memory_format_name, to_memory_format, torch_dtype
-    from ios_ray.frontend import output_tensor
-    from ios_ray.models import resolve_model
-    from ios_ray.runtime import ScheduledModule, device_rank, measure_latency
+    from ios_ray.frontend import load_model, output_tensor
+    from ios_ray.runtime import ScheduledModule, device_rank
 
     parse_batches(str(batch))
     at_least_one(repeat=repeat)
     target, precision, layout = _torch_device(device), torch_dtype(dtype), memory_format_name(memory_format)
-    spec = resolve_model(model, input_shape=parse_input_shape(input_shape))
-    torch.manual_seed(0)
-    module = to_memory_format(spec.build().eval().to(target, precision), layout)
-    scheduled = ScheduledModule(module, schedules, input_shape=spec.input_shape, any_device=any_device)
-    x = in_memory_format(torch.randn(batch, *spec.input_shape, device=target, dtype=precision), layout)
-    with warnings.catch_warnings(record=True) as caught:  # said below in a line of its own, or in the error
-        warnings.simplefilter("always")
-        chosen = scheduled.schedule_for(x)
-    if chosen is None:
-        hint = "" if any_device else (", or pass --any-device to check that a schedule made for another device "
-                                      "computes the model")
-        raise UserError(f"no schedule under {schedules} fits device {device!r}; run `ios-ray search` for it "
-                        f"first{hint}.")
+    loaded = load_model(model, parse_input_shape(input_shape))
+    module = to_memory_format(loaded.module.eval().to(target, precision), layout)
+    scheduled = ScheduledModule(module, schedules, input_shape=loaded.input_shape, any_device=any_device)
+    x = in_memory_format(torch.randn(batch, *loaded.input_shape, device=target, dtype=precision), layout)
+    chosen, caught = _schedule_for(scheduled, x, f"no schedule under {schedules} fits device {device!r}", any_device)
     with torch.inference_mode():
         expected = output_tensor(module(x))
         error = relative_error(output_tensor(scheduled(x)), expected)
@@ -248,23 +193,57 @@ def run(
     else:
         for note in caught:
             console.print(f"note: {note.message}")
-        median, p10, p90 = measure_latency(scheduled, x, warmup=3, repeat=repeat, device=target)
-        eager, _, _ = measure_latency(module, x, warmup=3, repeat=repeat, device=target)
         predicted = chosen.predicted_latency or float("nan")
         console.print(f"schedule: {settings}, predicted {predicted:.3f} ms {chosen.source} at batch {chosen.batch})")
         if chosen.end_to_end is not None:
             console.print(f"search's end-to-end check: {chosen.end_to_end.summary()}")
-    floor = output_tolerance(target, precision)
-    tf32 = precision == torch.float32 and floor == TF32_TOLERANCE
+    limit = _print_error(module, x, expected, error)
+    if not checked_only:
+        _print_latency(scheduled, module, x, repeat)
+    if error > limit:
+        raise typer.Exit(1)
+
+
+def _print_latency(scheduled: "ScheduledModule", module: "torch.nn.Module", x: "torch.Tensor", repeat: int) -> None:
+    """Time the scheduled module and eager on ``x`` and print both."""
+    from ios_ray.runtime import measure_latency
+
+    median, p10, p90 = measure_latency(scheduled, x, warmup=3, repeat=repeat, device=x.device)
+    eager, _, _ = measure_latency(module, x, warmup=3, repeat=repeat, device=x.device)
+    console.print(f"latency at batch {x.shape[0]}: {median:.3f} ms (p10 {p10:.3f}, p90 {p90:.3f}); eager {eager:.3f} "
+                  "ms")
+
+
+def _schedule_for(scheduled: "ScheduledModule", x: "torch.Tensor", missing: str, any_device: bool
+                  ) -> tuple["Schedule", list]:
+    """The schedule a ScheduledModule runs for ``x``, and the warnings choosing it gave; UserError (``missing``, and
+    how to go on) where none fits."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:  # said in a line of its own, or in the error
+        warnings.simplefilter("always")
+        chosen = scheduled.schedule_for(x)
+    if chosen is None:
+        hint = "" if any_device else (", or pass --any-device to check that a schedule made for another device "
+                                      "computes the model")
+        raise UserError(f"{missing}; run `ios-ray search` for it first{hint}.")
+    return chosen, list(caught)
+
+
+def _print_error(module: "torch.nn.Module", x: "torch.Tensor", expected: "torch.Tensor", error: float) -> float:
+    """Print the scheduled output's error against eager with its tolerance (:func:`~ios_ray.app.bench.model_tolerance`)
+    and return the tolerance."""
+    import torch
+
+    from ios_ray.app.bench import TF32_TOLERANCE, model_tolerance, output_tolerance
+
+    floor = output_tolerance(x.device, x.dtype)
+    tf32 = x.dtype == torch.float32 and floor == TF32_TOLERANCE
     tolerance = model_tolerance(module, x, expected, floor, " with TF32 on" if tf32 else "")
     verdict = "ok" if error <= tolerance.limit else "MISMATCH"
     console.print(f"output vs eager: max relative error {error:.2e} ({verdict}, tolerance {tolerance.limit:.1e}: "
                   f"{tolerance.rule()})")
-    if not checked_only:
-        console.print(f"latency at batch {batch}: {median:.3f} ms (p10 {p10:.3f}, p90 {p90:.3f}); eager {eager:.3f} "
-                      "ms")
-    if error > tolerance.limit:
-        raise typer.Exit(1)
+    return tolerance.limit
 
 
 @app.command()
@@ -281,8 +260,8 @@ def bench(
                                                "or on a GPU reduce-overhead (default: each mode)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON (rows and notes) instead of tables"),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
-    dtype: str = typer.Option("float32", "--dtype", help=DTYPE_HELP + " (the schedules of that dtype are used)"),
-    memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP + " (the schedules "
+    dtype: str = typer.Option(DEFAULT_DTYPE, "--dtype", help=DTYPE_HELP + " (the schedules of that dtype are used)"),
+    memory_format: str = typer.Option(DEFAULT_MEMORY_FORMAT, "--memory-format", help=MEMORY_FORMAT_HELP + " (the schedules "
                                       "of that format are used)"),
 ) -> None:
     """Eager, the sequential, greedy and IOS schedules and torch.compile, measured side by side (on a GPU also
@@ -293,15 +272,14 @@ def bench(
 
     from ios_ray.app.bench import bench_model, compile_modes_for
     from ios_ray.dtypes import memory_format_name, to_memory_format, torch_dtype
-    from ios_ray.models import resolve_model
+    from ios_ray.frontend import load_model
 
     target, precision, layout = _bench_target(device), torch_dtype(dtype), memory_format_name(memory_format)
     modes = compile_modes_for(target.type, compile_mode) if compile_ else ()
-    spec = resolve_model(model, input_shape=parse_input_shape(input_shape))
-    torch.manual_seed(0)
-    module = to_memory_format(spec.build().eval().to(target, precision), layout)
+    loaded = load_model(model, parse_input_shape(input_shape))
+    module = to_memory_format(loaded.module.eval().to(target, precision), layout)
     report: dict[str, list] = {"rows": [], "notes": []}
-    for result in bench_model(module, spec.name, spec.input_shape, device, target, parse_batches(batches), schedules,
+    for result in bench_model(module, loaded.name, loaded.input_shape, device, target, parse_batches(batches), schedules,
                               store_lookup(store), rounds, modes):
         if not as_json:
             _print_bench_table(result)
@@ -339,7 +317,7 @@ def evaluate(
     """Cross-evaluate schedules (the paper's Table 3): the schedule made for X run on Y, for every X and Y."""
     at_least_one(rounds=rounds)
     from ios_ray.app.evaluation import cross_evaluate, local_measures, settings_of, winners_hold
-    from ios_ray.dtypes import settings_named, torch_dtype
+    from ios_ray.vocabulary import settings_named
     from ios_ray.frontend import import_model
     from ios_ray.runtime import read_schedules
 
@@ -352,7 +330,7 @@ def evaluate(
         raise UserError(f"no schedules of model {model!r} under {schedules}.")
     lookup = store_lookup(store) or (lambda keys, fingerprint, batch, dtype: {})
     for name, shape, dtype, layout in models:
-        graph = import_model(name, input_shape=shape, dtype=torch_dtype(dtype), memory_format=layout).graph
+        graph = import_model(name, shape, dtype, layout).graph
         mine = [s for s in found if s.model == name and s.graph_fingerprint == graph.fingerprint and s.dtype == dtype]
         cells = cross_evaluate(mine, graph, lookup, local_measures(name, rounds, shape, dtype, layout))
         settings = settings_of(mine)
@@ -395,7 +373,7 @@ def _bench_target(label: str) -> "torch.device":
     """The torch device that runs the schedules of a device label: the CPU for ``cpu``, else a CUDA GPU."""
     import torch
 
-    if label.startswith("sim:"):
+    if is_simulated(label):
         raise UserError(f"{label!r} is simulated and bench measures on this machine; compare simulated schedules "
                         "by prediction with `ios-ray evaluate --schedules DIR`.")
     if label == "cpu" or label.startswith("cuda"):

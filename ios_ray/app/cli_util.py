@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from ios_ray.errors import UserError
-from ios_ray.schedule import MAX_BATCH
+from ios_ray.vocabulary import checked_batches
 
 if TYPE_CHECKING:
     from ios_ray.app.evaluation import Lookup
@@ -72,16 +72,12 @@ def user_errors(command: F) -> F:
 
 
 def parse_batches(text: str) -> list[int]:
-    """Parse ``1,32,128`` into positive batch sizes; anything else is a UserError."""
+    """Parse ``1,32,128`` into batch sizes (:func:`~ios_ray.vocabulary.checked_batches`); anything else is a UserError."""
     try:
         batches = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise UserError(f"--batches takes comma-separated positive integers, not {text!r}.") from None
-    if not batches or any(b <= 0 for b in batches):
-        raise UserError(f"batch sizes must be positive integers, got {text!r}.")
-    if any(b > MAX_BATCH for b in batches):
-        raise UserError(f"batch sizes must be at most {MAX_BATCH:,}, got {text!r}.")
-    return batches
+    return list(checked_batches(batches))
 
 
 def parse_input_shape(text: str | None) -> tuple[int, ...] | None:

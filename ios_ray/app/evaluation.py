@@ -15,6 +15,7 @@ from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.schedule import Schedule
 from ios_ray.stage import StageKeys
+from ios_ray.vocabulary import is_simulated
 
 Setting = tuple[str, int]
 #: Measures a schedule end to end at a batch size on a local device; returns the median latency in ms.
@@ -59,7 +60,7 @@ def cross_evaluate(
                 cells.append(Cell(made_for, (device, batch), measure[device](schedule, batch), "measured"))
                 continue
             total = predicted_ms(schedule, keys, lookup, batch, fingerprints[device])
-            cells.append(Cell(made_for, (device, batch), total, "simulated" if device.startswith("sim:") else "predicted"))
+            cells.append(Cell(made_for, (device, batch), total, "simulated" if is_simulated(device) else "predicted"))
     return cells
 
 
@@ -99,8 +100,7 @@ def local_measures(
     def on(device: str) -> Measure:
         def measure(schedule: Schedule, batch: int) -> float:
             if device not in programs:
-                imported = import_model(model, input_shape=input_shape, dtype=torch_dtype(dtype),
-                                        memory_format=memory_format)
+                imported = import_model(model, input_shape, dtype, memory_format)
                 programs[device] = Program.from_imported(imported, device)
             program = programs[device]
             runner = ScheduleRunner(program, schedule, device)

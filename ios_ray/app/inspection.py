@@ -8,9 +8,10 @@ from typing import Any
 from ios_ray.frontend import opaque_report
 from ios_ray.ir import Graph
 from ios_ray.scheduler import SearchParams, count_block, plan_graph
+from ios_ray.vocabulary import DEFAULT_R, DEFAULT_S
 
 
-def inspect_graph(graph: Graph, r: int | None = 3, s: int | None = 8) -> dict[str, Any]:
+def inspect_graph(graph: Graph, r: int | None = DEFAULT_R, s: int | None = DEFAULT_S) -> dict[str, Any]:
     """A JSON-able report: per block units n, width d, and states, transitions, candidate stages unpruned and pruned;
     the opaque units (``opaque``: count, shares of units and FLOPs, most frequent op kinds, and a one-line summary).
 

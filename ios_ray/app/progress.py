@@ -1,4 +1,5 @@
-"""Rich progress bars for ``ios-ray search``: one bar per device (stages measured of total, cached, rate, ETA).
+"""Where a search reports progress (:class:`SearchProgress`), and the rich progress bars of ``ios-ray search``: one
+bar per device (stages measured of total, cached, rate, ETA).
 
 Before the bars, a spinner says what the search is doing (importing the model and planning its stages, with the
 lazy search's states, transitions and stage relations; then starting the devices): seconds on small models, a
@@ -7,6 +8,8 @@ minute or two on the largest (PNASNet-5 Large: 120,000 stages).
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
@@ -14,6 +17,23 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
 from ios_ray.frontend import opaque_report
 from ios_ray.ir import Graph
 from ios_ray.scheduler import Plan
+
+
+class SearchProgress(Protocol):
+    """Where the search reports progress (the CLI draws rich progress bars)."""
+
+    def planned(self, graph: Graph, plan: Plan) -> None:
+        """The model is imported and its candidate stages are known."""
+
+    def device_started(self, device: str, total: int, cached: int) -> None:
+        """A device has ``total`` stages to measure (in this round, for a lazy search: once per round); ``cached``
+        more were found in the store."""
+
+    def advanced(self, device: str, done: int, total: int) -> None:
+        """``done`` of ``total`` stages of a device are measured."""
+
+    def checking(self, device: str, batch: int) -> None:
+        """The DP and sequential schedules of (device, batch) are being timed end to end."""
 
 
 class RichSearchProgress:

@@ -39,7 +39,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from ios_ray.dtypes import DEFAULT_MEMORY_FORMAT, module_memory_format, to_memory_format
+from ios_ray.dtypes import converted, dtype_name, example_input, module_memory_format
 from ios_ray.errors import UserError, first_line
 from ios_ray.frontend.capture import CaptureError, capture, output_example, record_shapes
 from ios_ray.frontend.report import OPAQUE_WARNING_SHARE, OpaqueReport, opaque_report
@@ -50,9 +50,10 @@ from ios_ray.frontend.sizes import fold_sizes
 from ios_ray.frontend.trace import defaulted_arguments, propagate, record_batch_layout, trace
 from ios_ray.frontend.units import build_graph
 from ios_ray.ir import Graph
+from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT
 
-__all__ = ["CAPTURES", "Imported", "OPAQUE_WARNING_SHARE", "OpaqueReport", "OutputStructure", "capture_forward", "import_model",
-           "import_module", "opaque_report", "output_tensor"]
+__all__ = ["CAPTURES", "Imported", "Model", "OPAQUE_WARNING_SHARE", "OpaqueReport", "OutputStructure",
+           "capture_forward", "import_model", "import_module", "load_model", "opaque_report", "output_tensor"]
 
 
 @dataclass
@@ -125,16 +126,41 @@ def _traced_forward(module: nn.Module, example_input: torch.Tensor, name: str, f
     return gm, output
 
 
+@dataclass(frozen=True)
+class Model:
+    """A model as a search knows it: its name, its module (as given, or built from the spec, not converted), its
+    per-sample input shape, and the spec it was built from (None for a module object)."""
+
+    name: str
+    module: nn.Module
+    input_shape: tuple[int, ...]
+    spec: str | None = None
+
+
+def load_model(model: str | nn.Module, input_shape: Sequence[int] | None = None, name: str | None = None) -> Model:
+    """Build a model spec (a zoo name, ``torchvision:NAME``, ``timm:NAME``, ``package.module:factory``) with the
+    global seed fixed at 0, so that the driver and every actor bind the same weights, or take a module object.
+    ``input_shape`` and ``name`` default to the spec's (for an object: its ``input_shape`` attribute, else 3x224x224,
+    and its class name)."""
+    from ios_ray.models import DEFAULT_INPUT_SHAPE, resolve_model
+
+    if isinstance(model, str):
+        spec = resolve_model(model, input_shape=input_shape)
+        torch.manual_seed(0)
+        return Model(name or spec.name, spec.build(), tuple(input_shape or spec.input_shape), model)
+    if isinstance(model, nn.Module):
+        shape = input_shape or getattr(model, "input_shape", DEFAULT_INPUT_SHAPE)
+        return Model(name or type(model).__name__, model, tuple(shape))
+    raise UserError(f"model must be an nn.Module or a model spec string, not a {type(model).__name__}.")
+
+
 def import_model(
-    spec: str, batch: int = 1, input_shape: Sequence[int] | None = None, dtype: torch.dtype = torch.float32,
+    model: str | nn.Module | Model, input_shape: Sequence[int] | None = None, dtype: str | torch.dtype = DEFAULT_DTYPE,
     memory_format: str = DEFAULT_MEMORY_FORMAT,
 ) -> Imported:
-    """Build a model spec (a zoo name, ``torchvision:NAME``, ``timm:NAME`` or ``package.module:factory``), convert it
-    to ``dtype`` and ``memory_format`` and import it with a random input of this batch size and per-sample
-    ``input_shape`` (default: the spec's own)."""
-    from ios_ray.models import resolve_model
-
-    model = resolve_model(spec, input_shape=input_shape)
-    torch.manual_seed(0)
-    example = torch.randn(batch, *model.input_shape).to(dtype)
-    return import_module(to_memory_format(model.build().to(dtype), memory_format), example, model.name)
+    """Import a model (a spec or a module object, as :func:`load_model` takes it, or what it gave) in ``dtype`` and
+    ``memory_format`` (a converted copy where the module holds others) with a seeded batch-1 example input: the one
+    way the driver, the actors, the CLI and the reports turn a model into a graph."""
+    loaded = model if isinstance(model, Model) else load_model(model, input_shape)
+    held = converted(loaded.module, dtype_name(dtype), memory_format)
+    return import_module(held, example_input(held, loaded.input_shape), loaded.name)

@@ -201,6 +201,7 @@ def _batch_symbol(program: torch.export.ExportedProgram) -> sympy.Symbol | None:
 def _writes_through_aliases(program: torch.export.ExportedProgram) -> bool:
     """Whether an op writes in place where the frontend's out-of-place rewrite would not reach every reader: into a
     view (or a tensor that has views), or with no out-of-place form the frontend knows."""
+    order = {node: i for i, node in enumerate(program.graph.nodes)}
     for node in program.graph.nodes:
         if node.op != "call_function" or not aten.is_in_place(node.target):
             continue
@@ -208,9 +209,35 @@ def _writes_through_aliases(program: torch.export.ExportedProgram) -> bool:
         form = aten.as_torch_call(node.target, node.args, node.kwargs, 1)
         if form is aten.IDENTITY:
             continue  # it writes nothing: dropout outside training
-        if form in (None, aten.DROP) or not isinstance(first, fx.Node) or _aliased(first):
+        if form in (None, aten.DROP) or not isinstance(first, fx.Node):
+            return True
+        if _aliased(first) and not _view_of_a_spent_tensor(first, order[node], order):
             return True
     return False
+
+
+def _view_of_a_spent_tensor(view: fx.Node, written_at: int, order: dict[fx.Node, int]) -> bool:
+    """Whether ``view`` is a view (with no views of its own; through a chain of views nothing else reads) of a
+    computed tensor that nothing reads after position ``written_at`` but through ``view``: a write into it then reaches no other reader (GhostNet's
+    ``cat(...)[:, :c]`` followed by ``+=``), so the out-of-place rewrite stays exact."""
+    if any(aten.is_view(user.target) for user in view.users):
+        return False
+    while view.target is not operator.getitem and aten.is_view(view.target):  # up a chain of views to its base
+        base = view.args[0]
+        if not isinstance(base, fx.Node) or base.op != "call_function" or base.target is operator.getitem:
+            return False
+        if not aten.is_view(base.target):
+            return not any(_read_after(user, written_at, order) for user in base.users if user is not view)
+        if len(base.users) > 1:
+            return False
+        view = base
+    return False
+
+
+def _read_after(node: fx.Node, position: int, order: dict[fx.Node, int]) -> bool:
+    """Whether ``node`` comes after ``position``, or is a view that something after it reads."""
+    return order[node] > position or \
+        (aten.is_view(node.target) and any(_read_after(user, position, order) for user in node.users))
 
 
 def _aliased(node: fx.Node) -> bool:

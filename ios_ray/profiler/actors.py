@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,10 +38,6 @@ class ProfilerActor:
             return Hello(self.label, self.backend.start())
         except UserError as error:
             return Hello(self.label, None, str(error))
-
-    def pid(self) -> int:
-        """This actor's process id (tests kill it to exercise recovery)."""
-        return os.getpid()
 
     def prepare(self, model: ModelSource, graph: Graph, dtype: str) -> str | None:
         """Build a model on the device in ``dtype`` before measuring it; the one sentence saying why it cannot be,

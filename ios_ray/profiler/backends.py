@@ -29,7 +29,7 @@ class Backend(Protocol):
 def make_backend(spec: DeviceSpec, warmup: int | None = None, repeat: int | None = None) -> Backend:
     """The backend for a device: the sim model for ``sim:`` labels, else real execution through the runtime."""
     if spec.simulated:
-        from ios_ray.profiler.simulated import SimBackend
+        from ios_ray.profiler.sim_backend import SimBackend
 
         return SimBackend(spec, warmup, repeat)
     from ios_ray.profiler.real import RealBackend

@@ -20,7 +20,8 @@ from typing import Any, Mapping, Sequence
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ios_ray.devices import DEFAULT_SIM_ACTORS, GPU_MODELS, DeviceSpec
+from ios_ray.devices import GPU_MODELS, DeviceSpec
+from ios_ray.vocabulary import DEFAULT_SIM_ACTORS, is_simulated
 from ios_ray.errors import UserError
 
 #: A fraction of a resource that Ray counts once per node (``accelerator_type:*``), requested per actor.
@@ -84,7 +85,7 @@ def offered_labels(nodes: Sequence[Node]) -> list[str]:
         if node.is_driver and node.count("GPU"):
             labels.add("cuda")
         labels.update(g for g in GPU_MODELS if _gpu_units(node, g))
-    return sorted(labels, key=lambda label: (label not in ("cpu", "cuda"), label.startswith("sim"), label))
+    return sorted(labels, key=lambda label: (label not in ("cpu", "cuda"), is_simulated(label), label))
 
 
 def check_offered(specs: Sequence[DeviceSpec], nodes: Sequence[Node]) -> None:

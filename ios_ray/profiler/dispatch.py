@@ -30,8 +30,8 @@ ProgressCallback = Callable[[str, int, int], None]
 
 #: Batches one actor may hold at once (one running, one queued behind it).
 MAX_IN_FLIGHT = 2
-#: Largest batch of stages sent in one call.
-MAX_BATCH = 32
+#: The most stages sent to an actor in one call.
+MAX_STAGES_PER_CALL = 32
 #: Aim for at least this many batches per actor, so that the tail of a run stays balanced.
 BATCHES_PER_ACTOR = 4
 #: Seconds between tries of an actor that Ray is restarting.
@@ -106,7 +106,7 @@ class Dispatcher:
         """Deduplicate a device's jobs, cut them into batches and queue them."""
         unique = list({job.measurement: job for job in jobs}.values())
         actors = sum(1 for s in self.slots if s.label == label)
-        size = batch_size or min(MAX_BATCH, max(1, math.ceil(len(unique) / (actors * BATCHES_PER_ACTOR))))
+        size = batch_size or min(MAX_STAGES_PER_CALL, max(1, math.ceil(len(unique) / (actors * BATCHES_PER_ACTOR))))
         self.queues[label].extend(unique[i:i + size] for i in range(0, len(unique), size))
         self.report.total[label] = len(unique)
         self.report.done[label] = 0

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from ios_ray.devices import DeviceSpec, parse_device
 from ios_ray.errors import first_line
 from ios_ray.ir import content_hash
-from ios_ray.profiler.protocol import STAGE_COPIES
+from ios_ray.profiler.timing import STAGE_COPIES
 
 
 def device_fingerprint(
@@ -39,7 +39,7 @@ def device_fingerprint(
 #: The version of the CPU timing protocol, part of a CPU's fingerprint: rows timed another way are not reused.
 CPU_TIMING = "primed-1"
 #: The GPU timing protocol, part of a GPU's fingerprint: each stage captured STAGE_COPIES times into a CUDA graph
-#: and its replays, enqueued behind a spin kernel, timed with events (:mod:`ios_ray.runtime.graph_timing`); rows
+#: and its replays, enqueued behind a spin kernel, timed with events (:mod:`ios_ray.runtime.timing`); rows
 #: timed eagerly, or before the spin (version 1), are not reused.
 GPU_TIMING = f"graph-x{STAGE_COPIES}-2"
 

@@ -10,10 +10,10 @@ from datetime import datetime, timezone
 from typing import Any, Literal, Mapping
 
 from ios_ray.ir import Graph
-from ios_ray.models import resolve_model
-from ios_ray.profiler.protocol import Timing
+from ios_ray.profiler.timing import Timing
 from ios_ray.schedule import Schedule
 from ios_ray.stage import Stage
+from ios_ray.vocabulary import DEFAULT_DTYPE
 
 Source = Literal["measured", "simulated"]
 
@@ -25,12 +25,6 @@ class ModelSource:
     input_shape: tuple[int, ...]
     spec: str | None = None
     module_ref: Any = None
-
-    @staticmethod
-    def of_spec(spec: str, input_shape: tuple[int, ...] | None = None) -> "ModelSource":
-        """The source of a model spec (its own input shape unless ``input_shape`` overrides it)."""
-        shape = tuple(input_shape) if input_shape is not None else resolve_model(spec).input_shape
-        return ModelSource(spec, shape, spec=spec)
 
     @property
     def key(self) -> str:
@@ -56,7 +50,7 @@ class MeasureJob:
     graph: Graph
     model: ModelSource
     batch: int
-    dtype: str = "float32"
+    dtype: str = DEFAULT_DTYPE
 
     @property
     def measurement(self) -> tuple[str, int, str]:
@@ -75,7 +69,7 @@ class CheckJob:
     batch: int
     rounds: int
     warmup: int = 2
-    dtype: str = "float32"
+    dtype: str = DEFAULT_DTYPE
 
 
 @dataclass(frozen=True)

@@ -11,29 +11,18 @@ from __future__ import annotations
 
 
 import ray
-import torch
 from torch import nn
 
-from ios_ray.dtypes import example_input, to_memory_format, torch_dtype
 from ios_ray.errors import UserError, first_line
-from ios_ray.frontend import Imported, import_module
-from ios_ray.models import resolve_model
+from ios_ray.frontend import Imported, import_model, load_model
 from ios_ray.profiler.jobs import ModelSource
 
 
 def import_source(source: ModelSource, dtype: str, memory_format: str) -> Imported:
-    """Build or fetch the model of a source, convert it to ``dtype`` and ``memory_format`` and import it there (its
-    graph can depend on both, as on the driver) with a seeded batch-1 input on the CPU; UserError where it cannot."""
-    module = (_fetch(source) if source.spec is None else _build(source)).to(torch_dtype(dtype))
-    module = to_memory_format(module, memory_format)
-    return import_module(module, example_input(module, source.input_shape), source.name)
-
-
-def _build(source: ModelSource) -> nn.Module:
-    """The module of a spec, built with the global seed fixed so every actor gets the same weights."""
-    spec = resolve_model(source.spec or "", input_shape=source.input_shape)
-    torch.manual_seed(0)
-    return spec.build()
+    """Build (seeded, as on the driver) or fetch the model of a source and import it in ``dtype`` and
+    ``memory_format`` (its graph can depend on both, as on the driver); UserError where it cannot."""
+    model = load_model(source.spec if source.spec is not None else _fetch(source), source.input_shape, source.name)
+    return import_model(model, dtype=dtype, memory_format=memory_format)
 
 
 def _fetch(source: ModelSource) -> nn.Module:

@@ -3,7 +3,7 @@
 In phases, so that the driver can skip what the store already holds and check the schedules it then makes::
 
     pool = DevicePool.start(["v100", "sim:k80"])       # fails within seconds if no node offers a label
-    fingerprints = pool.fingerprints()                   # {label: fingerprint}, to look up in the store
+    identities = pool.identities()                       # {label: fingerprint and info}, to look up the store
     pool.prepare(model, graph, "float32")                # every actor builds the model (fails early if it cannot)
     report = pool.measure({label: missing_jobs}, on_rows, on_progress)
     medians = pool.time_schedules(label, CheckJob(model, graph, (dp, sequential), batch, rounds))
@@ -21,7 +21,7 @@ import ray
 from ray.actor import ActorHandle
 from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
-from ios_ray.devices import DEFAULT_SIM_ACTORS, DeviceSpec, parse_device
+from ios_ray.devices import DeviceSpec, parse_device
 from ios_ray.errors import UserError
 from ios_ray.profiler.actors import Hello, start_actor
 from ios_ray.profiler.cluster import check_offered, live_nodes, plan_all
@@ -29,6 +29,7 @@ from ios_ray.profiler.dispatch import (RESTART_POLL_S, RESTART_TIMEOUT_S, Dispat
                                       RowsCallback, task_error)
 from ios_ray.ir import Graph
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource
+from ios_ray.vocabulary import DEFAULT_SIM_ACTORS
 
 #: Seconds to wait for a device's actors to start and fingerprint their device.
 START_TIMEOUT_S = 60.0
@@ -68,10 +69,6 @@ class DevicePool:
             _kill([actor for _, actor in actors])
             raise
         return cls(hellos, max_restarts)
-
-    def fingerprints(self) -> dict[str, str]:
-        """The device fingerprint of every label (all actors of a label share it)."""
-        return {label: identity.fingerprint for label, identity in self._identities.items()}
 
     def identities(self) -> dict[str, DeviceIdentity]:
         """Fingerprint, device info, host and source of every label."""

@@ -1,10 +1,10 @@
 """Keeping freed CPU memory in the process, so that large activations are not faulted in again on every pass.
 
 glibc's malloc serves large blocks with fresh ``mmap``'ed pages and returns them to the OS when freed, so each
-forward pass on a CPU page-faults its large activations in again: SqueezeNet's first conv at batch 8 took 39 ms
-that way against 9 ms with the memory kept. Worse, which blocks are ``mmap``'ed depends on what the process freed
-before (glibc raises its threshold as it goes), so the same stage timed in a long-lived profiler actor and in a
-fresh deployment process differed by up to 45%, and the DP picked stages by that noise.
+forward pass on a CPU page-faults its large activations in again, and which blocks are ``mmap``'ed depends on what
+the process freed before (glibc raises its threshold as it goes): the same stage would time differently in a
+long-lived profiler actor and in a fresh deployment process (bench/RESULTS.md, "Where the figures in docstrings
+went", has the figures).
 
 :func:`keep_freed_memory` turns that off for the whole process: no ``mmap`` for allocations and no trimming of the
 heap, so the memory of a pass is reused by the next. The price is that the process keeps its peak memory. It is

@@ -1,7 +1,7 @@
 """Capturing work into CUDA graphs: the one capture routine, and whole forwards replayed per input shape.
 
 :func:`capture` is how ios-ray captures anything (a whole forward here, a profiled stage in
-:mod:`~ios_ray.runtime.graph_timing`): the work first runs eagerly on the capture stream, after the caller's
+:mod:`~ios_ray.runtime.timing`): the work first runs eagerly on the capture stream, after the caller's
 pending work (lazy initialisations such as cuBLAS workspaces and kernel loading must not happen inside a capture),
 then one call is captured with ``torch.cuda.graph`` on that same stream, in ``thread_local`` error mode (Ray's
 and torch's own threads may call CUDA meanwhile), one capture in the process at a time. Multi-stream work is

@@ -20,7 +20,7 @@ from typing import Mapping, Protocol
 
 import torch
 
-from ios_ray.errors import UserError
+from ios_ray.errors import InternalError
 from ios_ray.ir import Value
 from ios_ray.runtime.merge import MergedConv, merge_convs
 from ios_ray.runtime.program import Env, Program
@@ -147,7 +147,8 @@ def compile_stage(program: Program, stage: Stage, device: torch.device, lanes: L
         raise ValueError(f"the program is bound to {program.device}, not {device}; build it for {device}")
     if stage.strategy == "merge":
         if any(len(g) != 1 for g in stage.groups):
-            raise UserError(f"merge stage {[list(g) for g in stage.groups]} must have one conv per group.")
+            raise InternalError(f"merge stage {[list(g) for g in stage.groups]} must have one conv per group "
+                                "(check_schedule refuses such a schedule file).")
         units = stage.units
         return MergeStage(stage, program, program.graph.unit(units[0]).inputs[0], merge_convs(program, units))
     groups = tuple(GroupRun.of(program, tuple(g)) for g in stage.groups)

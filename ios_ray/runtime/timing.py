@@ -1,16 +1,34 @@
-"""Timing calls on a device: one sample, a run of samples after a warm-up, and their median, p10 and p90 in ms.
+"""Timing calls on a device: one sample, a run of samples after a warm-up, their median, p10 and p90 in ms, and a
+stage's samples inside a CUDA graph.
 
-The profiler times CPU stages with it (and GPU stages that cannot be captured: GPU stages are timed inside CUDA
-graphs, :mod:`~ios_ray.runtime.graph_timing`), and ``ios-ray run``/``bench`` and the search's end-to-end check time
-whole models with it (it lives in the runtime because the runtime may not import the profiler).
+The profiler times stages with it, and ``ios-ray run``/``bench`` and the search's end-to-end check time whole models
+with it (it lives in the runtime because the runtime may not import the profiler).
 
 * On a GPU a sample is the time between two CUDA events on the current stream, synchronised on the end event
   only, so nothing inside the timed call is forced to wait for the device.
 * On a CPU a sample is a ``time.perf_counter_ns`` interval. The profiler runs :func:`cpu_primer` before each
-  call of a stage, as the op before it would in a pass. Timed this way, warm, the stages of a schedule sum to
-  within 10% of the measured forward pass (SqueezeNet at batch 1 and 8, Inception V3 at batch 1, on a 2-core
-  EPYC) once freed memory stays in the process (:mod:`~ios_ray.runtime.allocator`); flushing the cache before
-  each sample overshot by up to 16%.
+  call of a stage, as the op before it would in a pass, and freed memory stays in the process
+  (:mod:`~ios_ray.runtime.allocator`), so that the stages of a schedule sum to about its forward pass
+  (bench/RESULTS.md has the figures).
+
+Timing a stage on a GPU as a deployed schedule runs it (:func:`graph_samples_ms`): copies of it captured into one
+CUDA graph, replays timed with events. A deployed schedule runs as one CUDA graph
+(:class:`~ios_ray.runtime.executor.ScheduleRunner`), so no host launches a kernel between its stages. A stage timed eagerly, with events around the Python call that launches its
+kernels, is at small batch mostly that launch time (the host launches more slowly than a modern GPU runs small
+kernels), and a DP fed such timings would optimise launch overhead instead of the GPU's work. So on a GPU:
+
+1. the stage runs once eagerly on the capture stream, then ``copies`` calls of it, back to back, are captured into
+   one graph (:func:`~ios_ray.runtime.cuda_graph.capture`; a parallel stage forks its side streams from the capture
+   stream and joins them back, as in the runtime, so each copy starts after the previous one's join, as a stage
+   starts after the previous stage in a pass);
+2. a spin kernel of about half a millisecond is enqueued (:data:`BACKLOG_CYCLES`), then ``warmup`` replays, then
+   ``repeat`` replays each followed by an event, with no synchronisation in between: the device works through a
+   backlog while the host enqueues (the spin makes one even where a replay takes the device less time than the
+   host takes to launch it, and wakes a GPU that idled while the stage was captured), so the interval between two
+   events is the device's time for one replay, not the host's time to launch it;
+3. a sample is such an interval over ``copies``, which spreads the replay's own start-up cost on the device;
+4. the graph is reset: its private memory pool is released (torch returns it to the driver at the next capture,
+   which empties the cache first).
 """
 
 from __future__ import annotations
@@ -20,6 +38,8 @@ import time
 from typing import Callable, Mapping
 
 import torch
+
+from ios_ray.runtime.cuda_graph import capture
 
 def sample_ms(fn: Callable[[], object], device: torch.device) -> float:
     """Time one call of ``fn`` on ``device`` in ms."""
@@ -116,3 +136,47 @@ def measure_latency(
 ) -> tuple[float, float, float]:
     """Call ``fn(x)`` ``warmup`` times untimed, then ``repeat`` times timed; returns (median, p10, p90) in ms."""
     return summary_ms(samples_ms(lambda: fn(x), device, warmup, repeat))
+
+
+#: GPU clock cycles the spin kernel before the replays runs: about 0.5 ms at an H100's 1.98 GHz boost clock, time
+#: enough for the host to enqueue a stage's replays and events behind it.
+BACKLOG_CYCLES = 1_000_000
+
+
+def graph_samples_ms(
+    fn: Callable[[], object], stream: torch.cuda.Stream, warmup: int, repeat: int, copies: int
+) -> list[float]:
+    """The device time in ms of one call of ``fn``, per timed replay of a graph holding ``copies`` calls of it,
+    captured on ``stream``; raises :class:`~ios_ray.runtime.cuda_graph.CaptureError` where ``fn`` cannot be captured."""
+    if repeat < 1 or warmup < 0 or copies < 1:
+        raise ValueError(f"need repeat >= 1, warmup >= 0 and copies >= 1, got repeat={repeat}, warmup={warmup}, "
+                         f"copies={copies}")
+
+    def calls() -> None:
+        for _ in range(copies):
+            fn()
+
+    with torch.cuda.device(stream.device), torch.inference_mode():
+        graph, _ = capture(calls, stream, warmup=1, warm=fn)
+        try:
+            return _replay_samples_ms(graph, stream.device, warmup, repeat, copies)
+        finally:
+            graph.reset()
+
+
+def _replay_samples_ms(
+    graph: torch.cuda.CUDAGraph, device: torch.device, warmup: int, repeat: int, copies: int
+) -> list[float]:
+    """Behind a spin kernel, replay ``warmup`` times, then ``repeat`` times between events, all enqueued before one
+    synchronisation."""
+    stream = torch.cuda.current_stream(device)
+    torch.cuda._sleep(BACKLOG_CYCLES)
+    for _ in range(warmup):
+        graph.replay()
+    marks = [torch.cuda.Event(enable_timing=True) for _ in range(repeat + 1)]
+    marks[0].record(stream)
+    for mark in marks[1:]:
+        graph.replay()
+        mark.record(stream)
+    marks[-1].synchronize()
+    return [start.elapsed_time(end) / copies for start, end in zip(marks, marks[1:])]

@@ -95,33 +95,25 @@ class LazyRound:
 
 
 @dataclass(frozen=True)
-class LazySpace:
-    """What does not change between rounds: numbered stages, their relations, the blocks as arrays (identical ones
-    once: ``copies`` counts them, ``block_of`` maps each of the graph's blocks to its arrays), and the plan of the
-    search (as :func:`~ios_ray.scheduler.plan.plan_graph` gives it, found by the same walk)."""
+class SearchSpace:
+    """The search space of a graph as arrays, built once: numbered stages, the blocks as arrays (identical ones
+    once: ``copies`` counts them, ``arrays_of`` maps each of the graph's blocks to its arrays), and the plan of the
+    search (as :func:`~ios_ray.scheduler.plan.plan_graph` gives it, found by the same walk). Every search solves its
+    DP over measured stages here (:meth:`optimize`): one DP path, one tie-break."""
 
     graph: Graph
     params: SearchParams
     planned: tuple[PlannedStage, ...]
-    relations: StageRelations
     blocks: tuple[BlockArrays, ...]
     copies: tuple[int, ...]
-    block_of: tuple[int, ...]
-    seeds: np.ndarray
+    arrays_of: tuple[int, ...]
     plan: Plan
 
     @staticmethod
-    def build(graph: Graph, params: SearchParams, keys: StageKeys | None = None) -> LazySpace:
-        """The lazy space of ``graph`` under ``params``."""
-        index = StageIndex(keys or StageKeys(graph))
-        arrays = [BlockArrays.of(space, index.add) for space in block_spaces(graph, params)]
-        found = [(a.counts, [index.planned[n] for n in np.unique(a.candidates[a.candidates >= 0])]) for a in arrays]
-        plan = plan_found(graph, params, index.keys, found)
-        relations = relate(index)
-        blocks, copies, block_of = _unique(arrays)
-        seeds = np.concatenate([relations.one_group, relations.pairs])
-        return LazySpace(graph, params, tuple(index.planned), relations, blocks, copies, block_of, np.sort(seeds),
-                         plan)
+    def build(graph: Graph, params: SearchParams, keys: StageKeys | None = None) -> SearchSpace:
+        """The search space of ``graph`` under ``params``."""
+        index, arrays, plan = _walk(graph, params, keys)
+        return SearchSpace(graph, params, tuple(index.planned), *_unique(arrays), plan)
 
     @functools.cached_property
     def keys(self) -> list[str]:
@@ -151,11 +143,29 @@ class LazySpace:
     def optimize(self, table: Mapping[str, float]) -> GraphResult:
         """The DP's best schedule of every block over the stages ``table`` has (by key): what
         :func:`~ios_ray.scheduler.dp.optimize_graph` finds with every other stage at ``inf``, from the arrays
-        instead of walking the spaces again (on PNASNet-5 Large, under a second instead of half a minute)."""
+        instead of walking the spaces again."""
         latency = self.vector(table)
         latency[np.isnan(latency)] = math.inf
         return GraphResult(tuple(_best_schedule(BlockSpace(self.graph, block, self.params), self.blocks[unique],
-                                                latency) for block, unique in zip(self.graph.blocks, self.block_of)))
+                                                latency) for block, unique in zip(self.graph.blocks, self.arrays_of)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class LazySpace(SearchSpace):
+    """What does not change between the lazy search's rounds: the search space, with the stages its estimates
+    relate (numbered after the planned ones) and the seeds, measured first."""
+
+    relations: StageRelations
+    seeds: np.ndarray
+
+    @staticmethod
+    def build(graph: Graph, params: SearchParams, keys: StageKeys | None = None) -> LazySpace:
+        """The lazy space of ``graph`` under ``params``."""
+        index, arrays, plan = _walk(graph, params, keys)
+        relations = relate(index)
+        seeds = np.concatenate([relations.one_group, relations.pairs])
+        return LazySpace(graph, params, tuple(index.planned), *_unique(arrays), plan, relations=relations,
+                         seeds=np.sort(seeds))
 
 
 def next_round(space: LazySpace, table: Mapping[str, float], params: LazyParams = LazyParams()) -> LazyRound:
@@ -280,13 +290,21 @@ def _best_schedule(space: BlockSpace, arrays: BlockArrays, latency: np.ndarray) 
                        SearchStats(counts.states, counts.transitions, counts.stages))
 
 
+def _walk(graph: Graph, params: SearchParams, keys: StageKeys | None) -> tuple[StageIndex, list[BlockArrays], Plan]:
+    """Number the candidate stages of every block, build its arrays, and the plan they make."""
+    index = StageIndex(keys or StageKeys(graph))
+    arrays = [BlockArrays.of(space, index.add) for space in block_spaces(graph, params)]
+    found = [(a.counts, [index.planned[n] for n in np.unique(a.candidates[a.candidates >= 0])]) for a in arrays]
+    return index, arrays, plan_found(graph, params, index.keys, found)
+
+
 def _unique(arrays: list[BlockArrays]) -> tuple[tuple[BlockArrays, ...], tuple[int, ...], tuple[int, ...]]:
     """Blocks with the same transitions, endings and candidate stages, once each, with how many times each occurs,
     and for each block the index of its unique arrays."""
     found: dict[str, int] = {}
     unique: list[BlockArrays] = []
     copies: list[int] = []
-    block_of: list[int] = []
+    arrays_of: list[int] = []
     for block in arrays:
         transitions = block.by_state
         parts = [a.tobytes() for a in (transitions.state, transitions.rest, transitions.ending, block.candidates)]
@@ -297,5 +315,5 @@ def _unique(arrays: list[BlockArrays]) -> tuple[tuple[BlockArrays, ...], tuple[i
             found[digest] = len(unique)
             unique.append(block)
             copies.append(1)
-        block_of.append(found[digest])
-    return tuple(unique), tuple(copies), tuple(block_of)
+        arrays_of.append(found[digest])
+    return tuple(unique), tuple(copies), tuple(arrays_of)

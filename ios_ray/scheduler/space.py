@@ -14,7 +14,8 @@ from ios_ray.errors import UserError
 from ios_ray.ir import Block, Graph
 from ios_ray.scheduler.dag import BlockDag
 from ios_ray.scheduler.endings import endings
-from ios_ray.stage import STRATEGIES, Stage, Strategy, can_merge
+from ios_ray.stage import Stage, can_merge
+from ios_ray.vocabulary import DEFAULT_R, DEFAULT_S, STRATEGIES, Strategy
 
 
 @dataclass(frozen=True)
@@ -26,9 +27,9 @@ class SearchParams:
     still allowed as a single-unit concurrent stage when it has one unit, or no schedule would exist.
     """
 
-    r: int | None = 3
-    s: int | None = 8
-    strategies: tuple[Strategy, ...] = ("concurrent", "merge")
+    r: int | None = DEFAULT_R
+    s: int | None = DEFAULT_S
+    strategies: tuple[Strategy, ...] = STRATEGIES
 
     def __post_init__(self) -> None:
         for name in ("r", "s"):

@@ -73,6 +73,7 @@ from ios_ray.store.schema import (
     create_statements,
     quote,
 )
+from ios_ray.vocabulary import DEFAULT_DTYPE
 
 _CATALOG = "store"
 _COLUMNS = ", ".join(quote(name) for name in STORE_SCHEMA.names)
@@ -118,18 +119,11 @@ class LatencyStore:
         return table.num_rows
 
     def lookup(
-        self, stage_keys: Sequence[str], device_fingerprint: str, batch: int, dtype: str = "float32"
+        self, stage_keys: Sequence[str], device_fingerprint: str, batch: int, dtype: str = DEFAULT_DTYPE
     ) -> dict[str, float]:
         """Return stage_key -> median_ms for the keys measured on exactly this fingerprint, batch and dtype."""
         found = self._rows_for(stage_keys, device_fingerprint, batch, dtype, "stage_key, median_ms")
         return dict(zip(found["stage_key"].to_pylist(), found["median_ms"].to_pylist()))
-
-    def missing(
-        self, stage_keys: Sequence[str], device_fingerprint: str, batch: int, dtype: str = "float32"
-    ) -> list[str]:
-        """Return the keys (first-seen order, no repeats) not yet in the store for this fingerprint, batch, dtype."""
-        found = self.lookup(stage_keys, device_fingerprint, batch, dtype)
-        return [key for key in dict.fromkeys(stage_keys) if key not in found]
 
     def query(self, device: str | None = None, batch: int | None = None, model: str | None = None) -> pa.Table:
         """Return the rows matching every filter given (device label, batch, model), sorted."""

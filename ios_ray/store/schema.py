@@ -16,13 +16,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ios_ray.errors import UserError
-from ios_ray.schedule import SOURCES
+from ios_ray.vocabulary import SIM_PREFIX, SOURCES, STRATEGIES
 
 FORMAT_NAME = "ios-ray-latency-store"
 FORMAT_VERSION = 1
 KEY_COLUMNS = ("stage_key", "device_fingerprint", "batch", "dtype")
-STRATEGIES = ("concurrent", "merge")
-SIM_PREFIX = "sim:"
 JSON_COLUMNS = ("device_info", "stage")
 
 STORE_SCHEMA = pa.schema(

@@ -40,6 +40,7 @@ from ios_ray.errors import UserError
 from ios_ray.gpu_sheets import SHEETS, GpuSheet
 from ios_ray.ir import Graph, Shape, Unit, Value
 from ios_ray.stage import Stage, can_merge
+from ios_ray.vocabulary import DEFAULT_DTYPE
 
 SIM_MODEL = "ios-ray-sim"
 SIM_VERSION = 2
@@ -94,10 +95,10 @@ def sim_parameters(gpu: str) -> dict[str, Any]:
     }
 
 
-def stage_latency_ms(graph: Graph, stage: Stage, batch: int, gpu: str, dtype: str = "float32") -> float:
+def stage_latency_ms(graph: Graph, stage: Stage, batch: int, gpu: str, dtype: str = DEFAULT_DTYPE) -> float:
     """The predicted latency (ms) of one stage at a batch size on a simulated GPU."""
     sheet = _sheet(gpu)
-    if dtype != "float32":
+    if dtype != DEFAULT_DTYPE:
         raise UserError(f"the sim model covers float32 only, not {dtype!r}; sim devices take float32.")
     groups = _longest_first([[_cost(k, sheet) for k in group] for group in stage_kernels(graph, stage, batch)])
     sync = sheet.launch_us * 1e-6 * (STAGE_SYNC_LAUNCHES + STREAM_JOIN_LAUNCHES * (len(groups) - 1))

@@ -10,8 +10,8 @@ from ios_ray.profiler.fingerprint import device_fingerprint
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource, local_identity, make_row
-from ios_ray.profiler.protocol import Timing, resolve_protocol
-from ios_ray.profiler.sim import sim_parameters, stage_latency_ms
+from ios_ray.profiler.timing import Timing, resolve_protocol
+from ios_ray.profiler.sim_model import sim_parameters, stage_latency_ms
 
 #: Fixed host-side cost of measuring one stage (building inputs, compiling the stage), slept per stage.
 STAGE_OVERHEAD_S = 0.002

@@ -1,0 +1,158 @@
+"""How a search chooses what to measure, behind one interface: per setting (device, batch) it is asked what to
+measure next (:meth:`Measuring.ask`), told what was sent (:meth:`Measuring.record`), and asked for the schedule
+(:meth:`Measuring.solve`).
+
+:class:`Exhaustive` (``measure="all"``) measures every planned stage the store lacks. :class:`Lazy` (the default)
+measures in rounds: the scheduler's pure :func:`~ios_ray.scheduler.next_round` reads a setting's stored latencies
+and names the stages that can still change its schedule, until none can (each schedule is then the exhaustive DP's,
+as far as the lower bounds hold) or the budget is spent. Both solve the DP over measured stages the same way
+(:meth:`~ios_ray.scheduler.SearchSpace.optimize`). On a measured device both also measure again a stored unit alone
+whose latency is an outlier (:mod:`~ios_ray.scheduler.outliers`), once per search.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from ios_ray.errors import UserError
+from ios_ray.profiler import DeviceIdentity
+from ios_ray.scheduler import (GraphResult, LazyParams, LazyRound, LazySpace, PlannedStage, SearchParams,
+                               SearchSpace, inflated, next_round, unit_parts)
+from ios_ray.stage import StageKeys
+
+#: On a measured device, lower bounds sit this fraction below what they come from (timing noise); 0 on ``sim:``.
+LAZY_MARGIN = 0.1
+
+
+@dataclass
+class Setting:
+    """One (device, batch) of a search and what the search knows of it: the latencies the store held when last
+    read, how many stages the search sent to measure, the units alone it measured again as outliers, and the lazy
+    search's last round."""
+
+    identity: DeviceIdentity
+    batch: int
+    table: dict[str, float] = dataclasses.field(default_factory=dict)
+    measured: int = 0
+    remeasured: set[str] = dataclasses.field(default_factory=set)
+    round: LazyRound | None = None
+
+    @property
+    def device(self) -> str:
+        """The device label."""
+        return self.identity.label
+
+    @property
+    def simulated(self) -> bool:
+        """Whether the setting's latencies come from the sim model, not a device."""
+        return self.identity.source == "simulated"
+
+
+class Measuring:
+    """What the two ways of measuring share: the search space, the stage keys, and the outliers."""
+
+    mode = ""
+
+    def __init__(self, space: SearchSpace, keys: StageKeys) -> None:
+        self.space = space
+        self.stage_keys = keys
+
+    @property
+    def keys(self) -> list[str]:
+        """Every stage key this search may look up or measure."""
+        return self.space.keys
+
+    @functools.cached_property
+    def measurable(self) -> Mapping[str, PlannedStage]:
+        """Every stage the search may measure, by key (the planned ones and those the lazy estimates relate)."""
+        return {**{p.key: p for p in self.space.planned}, **self.space.plan.stages}
+
+    @functools.cached_property
+    def unit_parts(self) -> Mapping[str, tuple[str, ...]]:
+        """For every stage of several units the search may measure, the keys of its units alone."""
+        return unit_parts(self.measurable, self.stage_keys)
+
+    def ask(self, setting: Setting, round_size: int) -> list[str]:
+        """The stage keys to measure next for a setting (from its ``table``), outliers measured again included."""
+        asked = self._next(setting, round_size)
+        if not setting.simulated:
+            asked += self._outliers(setting)
+        return asked
+
+    def record(self, setting: Setting, keys: Sequence[str]) -> None:
+        """Count the stages sent to measure for a setting (outliers measured again count apart)."""
+        setting.measured += sum(key not in setting.remeasured for key in keys)
+
+    def solve(self, setting: Setting) -> tuple[GraphResult, dict[str, object]]:
+        """The DP's schedule over the setting's measured stages, and what its file records of the measuring."""
+        record = {"mode": self.mode, "stages": len(setting.table), "planned": len(self.space.plan.stages),
+                  **self._record(setting), "remeasured": len(setting.remeasured)}
+        return self.space.optimize(setting.table), record
+
+    def _outliers(self, setting: Setting) -> list[str]:
+        """Units alone whose stored latency is an outlier and that this search has not measured again yet; they
+        are marked as measured again."""
+        again = [key for key in inflated(setting.table, self.unit_parts) if key not in setting.remeasured]
+        setting.remeasured.update(again)
+        return again
+
+    def _next(self, setting: Setting, round_size: int) -> list[str]:
+        raise NotImplementedError
+
+    def _record(self, setting: Setting) -> dict[str, object]:
+        raise NotImplementedError
+
+
+class Exhaustive(Measuring):
+    """Measure every planned stage the store lacks, all at once."""
+
+    mode = "all"
+
+    def __init__(self, keys: StageKeys, params: SearchParams) -> None:
+        super().__init__(SearchSpace.build(keys.graph, params, keys), keys)
+
+    @property
+    def keys(self) -> list[str]:
+        """The planned stages' keys."""
+        return list(self.space.plan.stages)
+
+    def _next(self, setting: Setting, round_size: int) -> list[str]:
+        return [key for key in self.keys if key not in setting.table]
+
+    def _record(self, setting: Setting) -> dict[str, object]:
+        missing = len(self.keys) - len(setting.table)
+        if missing:
+            raise UserError(f"the store lacks {missing} stage latencies for {setting.device} at batch "
+                            f"{setting.batch}; rerun the search to measure them.")
+        return {}
+
+
+class Lazy(Measuring):
+    """Measure in rounds only the stages that can still change a setting's schedule, up to ``budget`` per setting."""
+
+    mode = "lazy"
+    space: LazySpace
+
+    def __init__(self, keys: StageKeys, params: SearchParams, budget: int | None) -> None:
+        super().__init__(LazySpace.build(keys.graph, params, keys), keys)
+        self.budget = budget
+
+    def _next(self, setting: Setting, round_size: int) -> list[str]:
+        margin = 0.0 if setting.simulated else LAZY_MARGIN
+        setting.round = next_round(self.space, setting.table, LazyParams(margin, round_size, self.budget))
+        return list(setting.round.measure)
+
+    def _record(self, setting: Setting) -> dict[str, object]:
+        found = setting.round
+        assert found is not None, "a lazy setting is solved after it was asked"
+        if not math.isfinite(found.upper):
+            raise UserError(f"a budget of {self.budget} stages ends before {setting.device} at batch "
+                            f"{setting.batch} has a schedule of measured stages (every unit alone and every one- and "
+                            "two-group stage come first); raise the budget.")
+        return {"certified": found.certified, "lower_ms": found.lower, "upper_ms": found.upper,
+                "calibration": found.calibration, "audited": found.audited,
+                "audit_population": found.audit_population, "margin": 0.0 if setting.simulated else LAZY_MARGIN}

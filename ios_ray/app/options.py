@@ -1,0 +1,173 @@
+"""The options of a search, declared once: :class:`SearchOptions` (each with its default and a one-line help) is what
+``ios_ray.search`` takes as keywords (:func:`api_parameters`), what :class:`~ios_ray.app.request.SearchRequest`
+holds, and what ``ios-ray search`` offers as ``--options`` (:func:`cli_parameters`). It loads neither torch nor the
+scheduler until a search is made, so the command line starts quickly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from ios_ray.store import DEFAULT_STORE_PATH
+from ios_ray.vocabulary import (DEFAULT_CHECK_ROUNDS, DEFAULT_MEASURE, DEFAULT_R, DEFAULT_S, DEFAULT_SIM_ACTORS,
+                                STRATEGIES)
+
+if TYPE_CHECKING:
+    from ios_ray.scheduler import SearchParams
+
+#: Where ``ios-ray search`` writes schedules unless told (the API writes none unless given ``out``).
+DEFAULT_OUT = Path("schedules")
+#: A command-line form's default where it is the option's own.
+_OWN = object()
+
+
+@dataclass(frozen=True)
+class CliForm:
+    """How an option reads on the command line, where not as its Python form: its flags, its type and default
+    there, and the function that turns that into the Python value."""
+
+    flags: tuple[str, ...] = ()
+    kind: Any = None
+    default: Any = _OWN
+    parse: Callable[[Any], Any] | None = None
+
+
+def _option(default: Any, help: str, cli: CliForm | None = CliForm()) -> Any:  # noqa: A002 - typer's word
+    """A field of :class:`SearchOptions`: its default, its help, and its command-line form (None: API only)."""
+    return dataclasses.field(default=default, metadata={"help": help, "cli": cli})
+
+
+class StrategyChoice(str, Enum):
+    """Which stage strategies the search may use, on the command line."""
+
+    both = "both"
+    concurrent = "concurrent"
+    merge = "merge"
+
+
+class MeasureChoice(str, Enum):
+    """Which stages the search measures, on the command line."""
+
+    lazy = "lazy"
+    all = "all"
+
+
+def _strategies(choice: StrategyChoice) -> tuple[str, ...]:
+    return STRATEGIES if choice is StrategyChoice.both else (choice.value,)
+
+
+def _input_shape(text: str | None) -> tuple[int, ...] | None:
+    from ios_ray.app.cli_util import parse_input_shape
+
+    return parse_input_shape(text)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchOptions:
+    """How to search: every option of ``ios_ray.search`` and ``ios-ray search`` but the model, devices and batches.
+    Values are taken in any spelling the help names and kept in one (paths as ``Path``, dtypes by name...)."""
+
+    store: Path = _option(DEFAULT_STORE_PATH, "latency store file (DuckDB): every measurement, reused by later searches")
+    out: Optional[Path] = _option(None, "folder for OUT/<model>/<device>/bs<batch>.json (None: no files)",
+                                  CliForm(default=DEFAULT_OUT))
+    input_shape: Optional[tuple[int, ...]] = _option(
+        None, "per-sample input shape CxHxW, e.g. 3x299x299 (default: the model's own)",
+        CliForm(kind=Optional[str], parse=_input_shape))
+    name: Optional[str] = _option(None, "the model's name in schedules (default: the spec's, or the class name)",
+                                  None)
+    r: Optional[int] = _option(DEFAULT_R, "pruning: max units per group", CliForm(flags=("-r",)))
+    s: Optional[int] = _option(DEFAULT_S, "pruning: max groups per stage", CliForm(flags=("-s",)))
+    strategies: tuple[str, ...] = _option(
+        STRATEGIES, "stage strategies to consider (concurrent, merge)",
+        CliForm(flags=("--strategy",), kind=StrategyChoice, default=StrategyChoice.both, parse=_strategies))
+    address: Optional[str] = _option(None, "join a Ray cluster (auto or ray://...); default: start Ray locally "
+                                     "in-process")
+    sim_actors: int = _option(DEFAULT_SIM_ACTORS, "actors per sim: device where no node offers its GPU")
+    warmup: Optional[int] = _option(None, "untimed runs per stage (default: cpu 3 calls; gpu 3 replays of its CUDA "
+                                    "graph)")
+    repeat: Optional[int] = _option(None, "timed runs per stage (default: cpu 10 calls; gpu 10 replays of a graph of "
+                                    "8 copies)")
+    check_rounds: int = _option(DEFAULT_CHECK_ROUNDS, "rounds of the end-to-end check that times the IOS and "
+                                "sequential schedules whole and keeps the faster (0: no check)")
+    measure: str = _option(DEFAULT_MEASURE, "lazy: only the stages that can change the schedule, round by round; "
+                           "all: every candidate stage", CliForm(kind=MeasureChoice, default=MeasureChoice.lazy,
+                                                                 parse=lambda choice: choice.value))
+    budget: Optional[int] = _option(None, "lazy: at most this many stages per device and batch (stored ones "
+                                    "included)")
+    dtype: Optional[str] = _option(None, "float32, float16 or bfloat16: the precision stages are measured in "
+                                   "(default: a model object's own, float32 for a spec; other than float32 the files "
+                                   "are bs<batch>-<dtype>.json)")
+    memory_format: Optional[str] = _option(None, "contiguous (NCHW) or channels_last (NHWC): the layout stages are "
+                                           "measured in (default: a model object's own, contiguous for a spec; "
+                                           "channels_last files are bs<batch>[-<dtype>]-channels_last.json)")
+
+    def __post_init__(self) -> None:
+        """Keep every value in one spelling: paths as ``Path``, shapes and strategies as tuples, canonical names."""
+        from ios_ray.dtypes import dtype_name, memory_format_name  # torch: loaded when a search is made, not by the CLI
+
+        tidy = {"store": Path(self.store), "out": None if self.out is None else Path(self.out),
+                "input_shape": None if self.input_shape is None else tuple(self.input_shape),
+                "strategies": tuple(self.strategies),
+                "dtype": None if self.dtype is None else dtype_name(self.dtype),
+                "memory_format": None if self.memory_format is None else memory_format_name(self.memory_format)}
+        for name, value in tidy.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def params(self) -> SearchParams:
+        """The DP's bounds and strategies (UserError where they are not valid)."""
+        from ios_ray.scheduler import SearchParams
+
+        return SearchParams(r=self.r, s=self.s, strategies=self.strategies)  # type: ignore[arg-type]
+
+    @property
+    def options(self) -> SearchOptions:
+        """These options alone (a request's, without its model, devices and batches)."""
+        return SearchOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(SearchOptions)})
+
+
+def api_parameters() -> list[inspect.Parameter]:
+    """``ios_ray.search``'s keyword parameters, one per option, with its default."""
+    return [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+            for f in dataclasses.fields(SearchOptions)]
+
+
+def api_doc() -> str:
+    """One line per option for ``ios_ray.search``'s docstring."""
+    return "\n".join(f"    ``{f.name}``: {f.metadata['help']}." for f in dataclasses.fields(SearchOptions))
+
+
+def cli_parameters() -> list[inspect.Parameter]:
+    """``ios-ray search``'s options, one typer option per option with a command-line form."""
+    import typer
+
+    found = []
+    for f in dataclasses.fields(SearchOptions):
+        cli: CliForm | None = f.metadata["cli"]
+        if cli is None:
+            continue
+        flags = cli.flags or ("--" + f.name.replace("_", "-"),)
+        default = f.default if cli.default is _OWN else cli.default
+        kind = cli.kind or _cli_type(f.type)
+        found.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
+                                       default=typer.Option(default, *flags, help=f.metadata["help"])))
+    return found
+
+
+def from_cli(values: dict[str, Any]) -> dict[str, Any]:
+    """The Python values of the options ``ios-ray search`` was given."""
+    forms = {f.name: f.metadata["cli"] for f in dataclasses.fields(SearchOptions)}
+    return {name: forms[name].parse(value) if forms[name].parse else value for name, value in values.items()}
+
+
+def _cli_type(annotation: str) -> Any:
+    """The type typer reads an option as, from its annotation's text (``from __future__ import annotations``)."""
+    return {"Path": Path, "Optional[Path]": Optional[Path], "Optional[int]": Optional[int], "int": int,
+            "Optional[str]": Optional[str], "str": str}[annotation]
+
+

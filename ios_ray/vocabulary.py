@@ -1,0 +1,65 @@
+"""The words and defaults every layer shares, in one torch-free home.
+
+The names a schedule file, the latency store, the scheduler, the API and the CLI all use (stage strategies, how a
+search measures, dtypes, memory formats, where a latency comes from, the ``sim:`` prefix of device labels) and the
+defaults of a search (the pruning bounds ``r`` and ``s``, the rounds of the end-to-end check) are written here once.
+It imports nothing of torch, Ray or DuckDB, so the scheduler and the store read it as the API does.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Literal
+
+from ios_ray.errors import UserError
+
+#: How a stage runs its groups: at once (``concurrent``), or as one wider conv (``merge``).
+Strategy = Literal["concurrent", "merge"]
+STRATEGIES: tuple[Strategy, ...] = ("concurrent", "merge")
+
+#: The pruning bounds of the search: the most units per group (``r``) and groups per stage (``s``), as in the paper.
+DEFAULT_R = 3
+DEFAULT_S = 8
+
+#: How a search measures: ``all`` planned stages, or ``lazy``: only those that can change the schedule.
+MEASURE_MODES = ("all", "lazy")
+DEFAULT_MEASURE = "lazy"
+#: Rounds of the end-to-end check that times the IOS and the sequential schedule whole (0: no check).
+DEFAULT_CHECK_ROUNDS = 10
+#: Actors a ``sim:`` device gets where no node offers its GPU.
+DEFAULT_SIM_ACTORS = 2
+
+#: The dtypes a schedule (and a stored measurement) can be made for, by their names in files.
+DTYPE_NAMES = ("float32", "float16", "bfloat16")
+DEFAULT_DTYPE = "float32"
+#: The memory formats a schedule can be made for (NCHW, NHWC), by their names in files and graphs.
+MEMORY_FORMAT_NAMES = ("contiguous", "channels_last")
+DEFAULT_MEMORY_FORMAT = "contiguous"
+
+#: Where a latency comes from: a device, or the sim model.
+SOURCES = ("measured", "simulated")
+#: What every label of a simulated device starts with (``sim:v100``).
+SIM_PREFIX = "sim:"
+
+#: The largest batch size a schedule (and a stored measurement) can be made for: the store keeps it in 32 bits.
+MAX_BATCH_SIZE = 2**31 - 1
+
+
+def is_simulated(device: str) -> bool:
+    """Whether a (canonical) device label names a simulated device: ``sim:<gpu>``."""
+    return device.startswith(SIM_PREFIX)
+
+
+def checked_batches(batches: Iterable[object]) -> tuple[int, ...]:
+    """The batch sizes, in order and without repeats; UserError unless there is at least one and each is an integer
+    from 1 to :data:`MAX_BATCH_SIZE`."""
+    found = tuple(batches)
+    if not found or any(type(b) is not int or not 0 < b <= MAX_BATCH_SIZE for b in found):  # type: ignore[operator]
+        raise UserError(f"batch sizes must be integers from 1 to {MAX_BATCH_SIZE:,}, not {list(found)}.")
+    return tuple(dict.fromkeys(found))  # type: ignore[arg-type]
+
+
+def settings_named(dtype: str, memory_format: str) -> tuple[str, ...]:
+    """The dtype and the memory format, in that order, where they are not the defaults (float32, contiguous): what
+    file names and titles add, e.g. ``("float16", "channels_last")``."""
+    defaults = (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT)
+    return tuple(setting for setting, default in zip((dtype, memory_format), defaults) if setting != default)
