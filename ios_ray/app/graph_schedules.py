@@ -30,7 +30,8 @@ from ios_ray.dtypes import dtype_name
 from ios_ray.ir import Graph
 from ios_ray.runtime import device_rank, read_schedules
 from ios_ray.schedule import BlockSchedule, Schedule
-from ios_ray.scheduler import LAZY_MARGIN, LazyParams, LazySpace, SearchParams, next_round, sequential_stages
+from ios_ray.app.measuring import LAZY_MARGIN
+from ios_ray.scheduler import LazyParams, LazySpace, SearchParams, next_round, sequential_stages
 
 
 @dataclass(frozen=True)
