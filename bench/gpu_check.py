@@ -335,7 +335,10 @@ def search_step(
     store."""
     budget = min(measure_s, timeout - SEARCH_OVERHEAD_S[device])
     warmup, repeat = search_protocol(check, calibration, device, batch, budget)
-    rounds = 2 if check.setup.quick else 10
+    from ios_ray.paired import least_rounds
+    from ios_ray.vocabulary import DEFAULT_CHECK_ROUNDS
+
+    rounds = least_rounds() if check.setup.quick else DEFAULT_CHECK_ROUNDS
     done = check.python(["-m", "ios_ray", "search", "--model", check.setup.model, "--devices", device, "--batches",
                          str(batch), "--store", str(store), "--out", str(out), "--warmup", str(warmup), "--repeat",
                          str(repeat), "--check-rounds", str(rounds), "--dtype", dtype, "--memory-format",
@@ -349,7 +352,8 @@ def search_step(
     if store == check.setup.store and store.stat().st_size <= KEEP_STORE_BYTES:
         shutil.copyfile(store, check.setup.out / "latency.duckdb")
     return (f"{found['stages']} stages ({found['uncaptured']} uncaptured) with warmup {warmup}, repeat {repeat}; "
-            f"check DP {found['dp_ms']:.3f} ms, sequential {found['sequential_ms']:.3f} ms; kept {found['kept']}")
+            f"check DP {found['dp_ms']:.3f} ms, sequential {found['sequential_ms']:.3f} ms in {found['rounds']} "
+            f"rounds; {found['decision']}")
 
 
 def search_figures(store: Path, schedule_path: Path, device: str, batch: int) -> dict[str, Any]:
@@ -366,6 +370,7 @@ def search_figures(store: Path, schedule_path: Path, device: str, batch: int) ->
     return {"stages": len(rows), "uncaptured": sum("uncaptured" in json.loads(info) for info in rows),
             "dp_predicted_ms": check.dp_predicted_ms, "sequential_predicted_ms": check.sequential_predicted_ms,
             "dp_ms": check.dp_ms, "sequential_ms": check.sequential_ms, "kept": check.kept,
+            "rounds": check.rounds, "decision": check.decision,
             "kept_over_predicted": _ratio(kept_ms, schedule.predicted_latency),
             "sequential_over_dp": _ratio(check.sequential_ms, check.dp_ms)}
 
@@ -392,8 +397,15 @@ def bench_step(
     rows = {row["name"]: row for row in found["rows"]}
     ios = "IOS + graph" if setup.device == "cuda" else "IOS"
     return (f"{len(rows)} variants; {ios} {rows[ios]['median_ms']:.3f} ms, "
-            f"{rows[ios]['speedup_vs_sequential']:.2f}x sequential, {rows[ios]['speedup']:.2f}x eager"
+            f"{rows[ios]['speedup_vs_sequential']:.2f}x sequential ({_span(rows[ios], 'vs_sequential')}), "
+            f"{rows[ios]['speedup']:.2f}x eager ({_span(rows[ios], 'speedup')})"
             + "".join(f"; {note}" for note in found["notes"]))
+
+
+def _span(row: dict[str, Any], name: str) -> str:
+    """A bench row's interval of one speedup, in words."""
+    low, high = row.get(f"{name}_low"), row.get(f"{name}_high")
+    return "no interval" if low is None or high is None else f"{low:.2f}-{high:.2f}"
 
 
 def profile_step(check: Check, timeout: float) -> str:

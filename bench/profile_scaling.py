@@ -2,13 +2,18 @@
 
 The stages are the first ``STAGES`` candidate stages (by key) that the planner lists for Inception V3 at
 r=3, s=8, at batch 1 under the default GPU timing protocol. A sim actor takes as long as measuring would take
-on the device, so the speedup shows what the dispatch loop delivers. Actor start-up is not timed.
+on the device, so the speedup shows what the dispatch loop delivers. Actor start-up is not timed. Each round runs
+every actor count once, the order reversed from round to round, and a speedup is the median of its per-round ratios
+with their 95% interval (:func:`~ios_ray.paired.median_interval`): the target is met only where the whole interval
+clears it.
 
-Run: python bench/profile_scaling.py   (exit code 1 when the target is missed)
+Run: python bench/profile_scaling.py [--rounds N]   (exit code 1 when the target is missed)
 """
 
 from __future__ import annotations
 
+import argparse
+import statistics
 import sys
 import time
 
@@ -17,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ios_ray.frontend import import_model
+from ios_ray.paired import REPORT_CONFIDENCE, median_interval, percent, ratios_of
 from ios_ray.profiler import DevicePool, MeasureJob, ModelSource
 from ios_ray.scheduler.plan import plan_graph
 from ios_ray.scheduler.space import SearchParams
@@ -50,23 +56,31 @@ def stages_per_second(jobs: list[MeasureJob], actors: int) -> float:
 
 def main() -> int:
     """Run the comparison and print the table; 0 when 4 actors reach the target speedup."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=6, help="rounds, each measuring with every actor count")
+    args = parser.parse_args()
     jobs = planned_jobs()
     ray.init(address="local", num_cpus=2, object_store_memory=100 * 1024 * 1024, include_dashboard=False)
+    rates: dict[int, list[float]] = {n: [] for n in ACTOR_COUNTS}
     try:
-        rates = {n: stages_per_second(jobs, n) for n in ACTOR_COUNTS}
+        for index in range(args.rounds):
+            for n in ACTOR_COUNTS if index % 2 == 0 else reversed(ACTOR_COUNTS):
+                rates[n].append(stages_per_second(jobs, n))
     finally:
         ray.shutdown()
-    table = Table(title=f"Profiler scaling: {len(jobs)} {MODEL} stages on {DEVICE}, batch {BATCH}")
-    for column in ("actors", "stages/s", "speedup vs 1", "target", "result"):
+    table = Table(title=f"Profiler scaling: {len(jobs)} {MODEL} stages on {DEVICE}, batch {BATCH}, {args.rounds} "
+                        "rounds")
+    for column in ("actors", "stages/s (median)", "speedup vs 1", f"{percent(REPORT_CONFIDENCE)} interval",
+                   "target", "result"):
         table.add_column(column, justify="right")
     passed = True
-    for n, rate in rates.items():
-        speedup = rate / rates[1]
+    for n, found in rates.items():
+        speedup = median_interval(ratios_of(found, rates[1]), REPORT_CONFIDENCE)
         target = TARGET_SPEEDUP if n == max(ACTOR_COUNTS) else None
-        ok = target is None or speedup >= target
+        ok = target is None or speedup.clears(least=target)
         passed &= ok
-        table.add_row(str(n), f"{rate:.1f}", f"{speedup:.2f}x", f">= {target}x" if target else "-",
-                      ("PASS" if ok else "FAIL") if target else "-")
+        table.add_row(str(n), f"{statistics.median(found):.1f}", f"{speedup.median:.2f}x", speedup.span,
+                      f">= {target}x" if target else "-", ("PASS" if ok else "FAIL") if target else "-")
     Console().print(table)
     return 0 if passed else 1
 

@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
+from ios_ray.paired import FASTER, SLOWER, WITHIN_NOISE, RatioInterval, percent
 from ios_ray.stage import Stage
 from ios_ray.vocabulary import (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, DTYPE_NAMES, MAX_BATCH_SIZE, SOURCES,
                                 STRATEGIES, settings_named)
@@ -49,30 +50,55 @@ class BlockSchedule:
 
 @dataclass(frozen=True)
 class EndToEnd:
-    """The search's end-to-end check: the DP's schedule and the sequential one timed whole, side by side, on the
-    device, beside their predictions (sums of stage latencies); the file keeps the faster (the DP's on a tie)."""
+    """The search's end-to-end check: the DP's schedule and the sequential one timed whole in paired rounds on the
+    device (:mod:`ios_ray.paired`), their median times beside their predictions (sums of stage latencies), and the
+    ratio DP / sequential with its interval. The file keeps the DP's schedule only where that interval lies wholly
+    below 1. ``ratio`` is None in files written before checks were paired; theirs kept the lower median."""
 
     rounds: int
     dp_ms: float
     sequential_ms: float
     dp_predicted_ms: float | None = None
     sequential_predicted_ms: float | None = None
+    ratio: RatioInterval | None = None
 
     @property
     def kept(self) -> str:
         """``"dp"`` or ``"sequential"``."""
-        return "sequential" if self.sequential_ms < self.dp_ms else "dp"
+        if self.ratio is None:
+            return "sequential" if self.sequential_ms < self.dp_ms else "dp"
+        return "dp" if self.ratio.verdict == FASTER else "sequential"
+
+    @property
+    def reason(self) -> str:
+        """Why the kept schedule was kept: ``faster beyond noise``, ``within noise``, ``IOS slower beyond noise``."""
+        if self.ratio is None:
+            return "lower median, unpaired check"
+        return {FASTER: "faster beyond noise", SLOWER: "IOS slower beyond noise",
+                WITHIN_NOISE: "within noise"}[self.ratio.verdict]
+
+    @property
+    def decision(self) -> str:
+        """The decision in words: ``kept sequential: within noise, 0.98-1.03``."""
+        kept = "kept IOS" if self.kept == "dp" else "kept sequential"
+        return f"{kept}: {self.reason}" + ("" if self.ratio is None else f", {self.ratio.span}")
 
     def summary(self) -> str:
-        """One line: both end-to-end times and which schedule was kept."""
-        kept = "the DP schedule" if self.kept == "dp" else "sequential"
-        return f"DP schedule {self.dp_ms:.3f} ms, sequential {self.sequential_ms:.3f} ms; kept {kept}"
+        """One line: both end-to-end times, the ratio with its interval and rounds, and the decision."""
+        times = f"DP schedule {self.dp_ms:.3f} ms, sequential {self.sequential_ms:.3f} ms"
+        if self.ratio is None:
+            return f"{times} ({self.rounds} rounds); {self.decision}"
+        return (f"{times}; DP / sequential {self.ratio.median:.3f} ({percent(self.ratio.confidence)} interval "
+                f"{self.ratio.span}, {self.rounds} rounds); {self.decision}")
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON form."""
-        return {"rounds": self.rounds, "dp_ms": self.dp_ms, "sequential_ms": self.sequential_ms,
-                "dp_predicted_ms": self.dp_predicted_ms, "sequential_predicted_ms": self.sequential_predicted_ms,
-                "kept": self.kept}
+        found = {"rounds": self.rounds, "dp_ms": self.dp_ms, "sequential_ms": self.sequential_ms,
+                 "dp_predicted_ms": self.dp_predicted_ms, "sequential_predicted_ms": self.sequential_predicted_ms}
+        if self.ratio is not None:
+            found |= {"ratio": self.ratio.median, "ratio_low": self.ratio.low, "ratio_high": self.ratio.high,
+                      "confidence": self.ratio.confidence}
+        return found | {"kept": self.kept, "decision": self.decision}
 
 
 @dataclass(frozen=True)
@@ -154,6 +180,17 @@ def _ms(value: Any) -> str | None:
     return None if fine else "a number of milliseconds"
 
 
+def _ratio_or_null(value: Any) -> str | None:
+    fine = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                             and value > 0)
+    return None if fine else "a positive number or null"
+
+
+def _confidence(value: Any) -> str | None:
+    fine = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.5 <= value < 1
+    return None if fine else "a number from 0.5 to below 1"
+
+
 def _ms_or_null(value: Any) -> str | None:
     return None if value is None or _ms(value) is None else "a number of milliseconds or null"
 
@@ -197,6 +234,8 @@ _END_TO_END_FIELDS: dict[str, tuple[Check, bool]] = {
     "rounds": (lambda v: None if _is_int(v) and v > 0 else "a whole number above 0", True),
     "dp_ms": (_ms, True), "sequential_ms": (_ms, True), "dp_predicted_ms": (_ms_or_null, False),
     "sequential_predicted_ms": (_ms_or_null, False), "kept": (_one_of(("dp", "sequential")), False),
+    "ratio": (_ratio_or_null, False), "ratio_low": (_ratio_or_null, False), "ratio_high": (_ratio_or_null, False),
+    "confidence": (_confidence, False), "decision": (_text, False),
 }
 _BLOCK_FIELDS: dict[str, tuple[Check, bool]] = {
     "block": (lambda v: None if _is_int(v) and v >= 0 else "a whole number from 0", True),
@@ -220,7 +259,7 @@ def schedule_defects(data: Any) -> list[str]:
     check = data.get("end_to_end")
     if check is not None:
         defects += ["end_to_end is not an object or null"] if not isinstance(check, dict) else \
-            _field_defects(check, _END_TO_END_FIELDS, "end_to_end.")
+            _field_defects(check, _END_TO_END_FIELDS, "end_to_end.") + _interval_defects(check)
     blocks = data.get("blocks")
     if not isinstance(blocks, list):
         return defects + [f"blocks is {_shown(blocks)}, not a list"]
@@ -234,6 +273,22 @@ def schedule_defects(data: Any) -> list[str]:
             defects += _field_defects(stage, _STAGE_FIELDS, f"{where}.") if isinstance(stage, dict) else \
                 [f"{where} is {_shown(stage)}, not an object"]
     return defects
+
+
+def _interval_defects(check: Mapping[str, Any]) -> list[str]:
+    """The defects of a paired check's ratio and interval taken together (each field alone is checked apart)."""
+    ratio, low, high = (check.get(k) for k in ("ratio", "ratio_low", "ratio_high"))
+    if any(_ratio_or_null(v) is not None for v in (ratio, low, high)):
+        return []
+    if ratio is None:
+        return [] if low is None and high is None else ["end_to_end.ratio_low and ratio_high are set without a ratio"]
+    if "confidence" not in check:
+        return ["end_to_end.confidence is missing (a check with a ratio has one)"]
+    if (low is None) != (high is None):
+        return ["end_to_end.ratio_low and ratio_high are not both numbers or both null"]
+    if low is not None and not low <= ratio <= high:
+        return [f"end_to_end's interval {_shown(low)}-{_shown(high)} does not hold its ratio {_shown(ratio)}"]
+    return []
 
 
 def _field_defects(data: Mapping[str, Any], fields: Mapping[str, tuple[Check, bool]], where: str) -> list[str]:
@@ -287,11 +342,16 @@ def schedule_from_json(data: Mapping[str, Any]) -> Schedule:
 
 
 def _end_to_end(data: Mapping[str, Any] | None) -> EndToEnd | None:
-    """The end-to-end check of a schedule file, where it has one."""
+    """The end-to-end check of a schedule file, where it has one (its ratio where the check was paired)."""
     if data is None:
         return None
     predicted = [None if data.get(k) is None else float(data[k]) for k in ("dp_predicted_ms", "sequential_predicted_ms")]
-    return EndToEnd(int(data["rounds"]), float(data["dp_ms"]), float(data["sequential_ms"]), *predicted)
+    rounds = int(data["rounds"])
+    ratio = None
+    if data.get("ratio") is not None:
+        low, high = (None if data.get(k) is None else float(data[k]) for k in ("ratio_low", "ratio_high"))
+        ratio = RatioInterval(float(data["ratio"]), low, high, float(data["confidence"]), rounds)
+    return EndToEnd(rounds, float(data["dp_ms"]), float(data["sequential_ms"]), *predicted, ratio)
 
 
 def schedule_path(

@@ -2,7 +2,7 @@
 
 The names a schedule file, the latency store, the scheduler, the API and the CLI all use (stage strategies, how a
 search measures, dtypes, memory formats, where a latency comes from, the ``sim:`` prefix of device labels) and the
-defaults of a search (the pruning bounds ``r`` and ``s``, the rounds of the end-to-end check) are written here once.
+defaults of a search (the pruning bounds ``r`` and ``s``, the rounds, confidence and time cap of the end-to-end check) are written here once.
 It imports nothing of torch, Ray or DuckDB, so the scheduler and the store read it as the API does.
 """
 
@@ -23,8 +23,12 @@ DEFAULT_S = 8
 #: How a search measures: ``all`` planned stages, or ``lazy``: only those that can change the schedule.
 MEASURE_MODES = ("all", "lazy")
 DEFAULT_MEASURE = "lazy"
-#: Rounds of the end-to-end check that times the IOS and the sequential schedule whole (0: no check).
-DEFAULT_CHECK_ROUNDS = 10
+#: The end-to-end check, which times the IOS and the sequential schedule whole in paired rounds: at most this many
+#: rounds (0: no check), and the confidence of its interval of IOS / sequential.
+DEFAULT_CHECK_ROUNDS = 28
+DEFAULT_CHECK_CONFIDENCE = 0.999
+#: The end-to-end check goes on to its next look only where it would reach it within this many seconds.
+DEFAULT_CHECK_SECONDS = 60.0
 #: Actors a ``sim:`` device gets where no node offers its GPU.
 DEFAULT_SIM_ACTORS = 2
 

@@ -60,6 +60,7 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 def main(store: str, out: str) -> None:
     """Search, deploy, save and optimize a TwoBranch defined in ``__main__``; print what came out as JSON."""
     import ios_ray
+    from ios_ray.paired import least_rounds
 
     torch.manual_seed(0)
     model = TwoBranch().eval()
@@ -71,7 +72,7 @@ def main(store: str, out: str) -> None:
     with torch.no_grad():
         expected = model(x)
         deployed = relative_error(result.deploy(model)(x), expected)
-        optimized = ios_ray.optimize(model, x, store=store, check_rounds=2, progress=False)
+        optimized = ios_ray.optimize(model, x, store=store, check_rounds=least_rounds(), progress=False)
         found = relative_error(optimized(x), expected)
     ray_after_optimize = _ray_address()
     [outcome] = result.outcomes

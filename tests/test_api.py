@@ -26,6 +26,8 @@ from ios_ray.frontend import import_module
 from ios_ray.runtime import read_schedules
 from ios_ray.schedule import read_schedule
 from ios_ray.store import LatencyStore
+from ios_ray.paired import LookPlan, least_rounds, percent
+from ios_ray.vocabulary import DEFAULT_CHECK_CONFIDENCE
 from tests.api_model import INPUT_SHAPE, DtypeCast, TwoBranch
 from tests.helpers import ios_ray_here
 from tests.test_search_cli import search_table
@@ -112,6 +114,11 @@ def test_a_model_object_whose_code_is_missing_on_a_node_fails_in_one_sentence(
     ({"devices": ["tpu"]}, "unknown device 'tpu'"),
     ({"repeat": 0}, "repeat must be at least 1, not 0"),
     ({"check_rounds": -1}, "check_rounds must be at least 0, not -1"),
+    ({"check_rounds": least_rounds() - 1},
+     rf"check_rounds must be 0 \(no check\) or at least {least_rounds()}: fewer rounds give no "
+     rf"{percent(DEFAULT_CHECK_CONFIDENCE)} interval"),
+    ({"check_rounds": 40, "check_confidence": 1.0}, r"check_confidence must be at least 0.5 and below 1 \(e.g. 0.99\)"),
+    ({"check_seconds": 0}, r"check_seconds must be above 0 \(or None: no time cap\), not 0"),
     ({"input_shape": (3, 0, 8)}, "input_shape must be positive sizes"),
     ({"r": 0}, "pruning bound r must be a positive integer"),
     ({"out": "{file}"}, "is a file; pass a folder"),
@@ -134,12 +141,15 @@ def test_a_half_model_object_is_measured_stored_and_deployed_in_its_own_dtype(ra
     torch.manual_seed(0)
     model = TwoBranch().eval().to(torch.bfloat16)
     store = tmp_path / "s.duckdb"
-    options = {"input_shape": INPUT_SHAPE, "store": store, "check_rounds": 2, "warmup": 1, "repeat": 3,
+    options = {"input_shape": INPUT_SHAPE, "store": store, "check_rounds": least_rounds(), "warmup": 1, "repeat": 3,
                "progress": False}
     result = ios_ray.search(model, "cpu", 2, **options)
     [outcome] = result
     assert outcome.schedule.dtype == "bfloat16" and outcome.measured > 0 and outcome.end_to_end is not None
     assert "input 3x16x16, bfloat16" in repr(result)
+    check = outcome.end_to_end
+    assert check.ratio is not None and check.rounds >= LookPlan.planned(least_rounds()).looks[0]
+    assert f"ratio {check.ratio.median:.3f} in {check.rounds} rounds; {check.decision}" in repr(result)
     assert set(LatencyStore(store, create=False).query(device="cpu")["dtype"].to_pylist()) == {"bfloat16"}
     [path] = result.save(tmp_path / "out")
     assert path.name == "bs2-bfloat16.json" and read_schedule(path).dtype == "bfloat16"
@@ -162,7 +172,8 @@ def test_a_model_whose_graph_depends_on_its_dtype_is_imported_in_it_everywhere(r
     model = DtypeCast().eval().half()
     assert (import_module(model, example_input(model, INPUT_SHAPE)).graph.fingerprint
             != import_module(DtypeCast(), example_input(DtypeCast(), INPUT_SHAPE)).graph.fingerprint)
-    result = ios_ray.search(model, "cpu", 2, input_shape=INPUT_SHAPE, store=tmp_path / "s.duckdb", check_rounds=1,
+    result = ios_ray.search(model, "cpu", 2, input_shape=INPUT_SHAPE, store=tmp_path / "s.duckdb",
+                            check_rounds=least_rounds(),
                             warmup=0, repeat=1, progress=False)
     assert result["cpu", 2].schedule.dtype == "float16" and result["cpu", 2].measured > 0
     x = torch.randn(2, *INPUT_SHAPE).half()

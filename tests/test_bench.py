@@ -26,16 +26,23 @@ def sleeper(ms: float) -> Variant:
     return Variant(f"{ms:g} ms", forward)
 
 
-def test_rows_give_speedups_over_eager_and_over_the_named_baseline(small_graph: Graph) -> None:
+def test_rows_give_speedups_with_intervals_over_eager_and_over_the_named_baseline(small_graph: Graph) -> None:
     eager, baseline, fast = sleeper(30), sleeper(20), sleeper(10)
     rows = bench_rows([eager, baseline, fast], torch.ones(2), StageKeys(small_graph), None, baseline="20 ms",
-                      warmup=0, rounds=3)
+                      warmup=0, rounds=6)
     by_name = {row.name: row for row in rows}
     assert by_name["30 ms"].speedup == 1.0 and by_name["20 ms"].speedup_vs_sequential == 1.0
     assert by_name["10 ms"].speedup > by_name["10 ms"].speedup_vs_sequential > 1.2
+    # six rounds give a 95% interval (the smallest and largest ratio), which a clear speedup clears
+    fast_row = by_name["10 ms"]
+    assert fast_row.confidence == 0.95 and len(fast_row.samples_ms) == 6
+    assert 1.2 < fast_row.vs_sequential_low <= fast_row.speedup_vs_sequential <= fast_row.vs_sequential_high
+    ratios = sorted(e / f for e, f in zip(by_name["30 ms"].samples_ms, fast_row.samples_ms))
+    assert (fast_row.speedup_low, fast_row.speedup_high) == (ratios[0], ratios[-1])
     assert all(row.error == 0.0 and row.predicted_ms is None for row in rows)
     unnamed = bench_rows([eager, fast], torch.ones(2), StageKeys(small_graph), None, warmup=0, rounds=1)
     assert [row.speedup_vs_sequential for row in unnamed] == [None, None]
+    assert unnamed[1].speedup_low is None  # one round gives no interval
 
 
 def test_a_compiler_that_fails_is_a_note(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -67,12 +67,17 @@ def test_a_command_past_its_time_limit_is_interrupted_and_keeps_its_output() -> 
     assert done.stdout.splitlines() == [str(ROOT), "stored"]  # this tree first; Ctrl-C lets the child finish
 
 
+#: How a machine's speed moved over the rounds of a fake bench: every variant alike in a round.
+DRIFT = (1.0, 1.1, 0.95, 1.05, 0.9, 1.2)
+
+
 def bench_rows(ios: float, seq: float, eager: float, compiled: float | None, predicted: float) -> dict:
-    rows = [{"name": "eager", "median_ms": eager, "predicted_ms": None},
-            {"name": "sequential + graph", "median_ms": seq, "predicted_ms": seq},
-            {"name": "IOS + graph", "median_ms": ios, "predicted_ms": predicted}]
+    def row(name: str, ms: float, predicted_ms: float | None) -> dict:
+        return {"name": name, "median_ms": ms, "predicted_ms": predicted_ms, "samples_ms": [ms * d for d in DRIFT]}
+
+    rows = [row("eager", eager, None), row("sequential + graph", seq, seq), row("IOS + graph", ios, predicted)]
     if compiled is not None:
-        rows.append({"name": "torch.compile reduce-overhead", "median_ms": compiled, "predicted_ms": None})
+        rows.append(row("torch.compile reduce-overhead", compiled, None))
     return {"rows": rows, "notes": []}
 
 
@@ -86,6 +91,14 @@ def test_targets_are_judged_from_the_figures_and_missing_ones_are_said_so() -> N
     assert results["IOS + graph vs sequential + graph, batch 1"] == "PASS"  # 1.3 >= 1.2
     assert results["IOS + graph vs eager, batch 1"] == "PASS"  # 1.6 >= 1.5
     assert results["IOS + graph vs torch.compile reduce-overhead, batch 1"] == "MISS"  # 0.9 < 1.0
+    assert found["IOS + graph vs sequential + graph, batch 1"].shown == "1.300 (1.30-1.30)"
+    # a speedup whose median clears its target but whose interval does not is missed
+    noisy = bench_rows(ios=1.0, seq=1.3, eager=1.6, compiled=0.9, predicted=1.05)
+    noisy["rows"][2]["samples_ms"] = [1.0, 1.0, 1.0, 1.0, 1.0, 1.2]
+    noisy["rows"][1]["samples_ms"] = [1.3] * 6
+    report["bench"]["1"] = noisy
+    assert {t.what: t.result for t in targets(report)}["IOS + graph vs sequential + graph, batch 1"] == "MISS"
+    report["bench"]["1"] = bench_rows(ios=1.0, seq=1.3, eager=1.6, compiled=0.9, predicted=1.05)
     assert found["IOS + graph: measured / predicted, batch 1"].figure == pytest.approx(0.952)
     assert results["IOS + graph: measured / predicted, batch 1"] == "PASS"
     assert results["search's check, batch 1: kept schedule measured / predicted"] == "MISS"  # 1.2 > 1.1

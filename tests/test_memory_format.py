@@ -24,6 +24,7 @@ from ios_ray.schedule import BlockSchedule, Schedule, check_schedule, read_sched
 from ios_ray.scheduler import sequential_stages
 from ios_ray.stage import Stage, StageKeys
 from ios_ray.store import LatencyStore
+from ios_ray.paired import least_rounds
 from tests.api_model import INPUT_SHAPE, TwoBranch
 from tests.helpers import ios_ray_here
 
@@ -180,7 +181,7 @@ def test_a_channels_last_model_object_is_searched_stored_and_deployed_in_nhwc(ra
     torch.manual_seed(0)
     model = TwoBranch().eval().to(memory_format=NHWC)
     store = tmp_path / "s.duckdb"
-    options = {"input_shape": INPUT_SHAPE, "store": store, "check_rounds": 2, "warmup": 1, "repeat": 3,
+    options = {"input_shape": INPUT_SHAPE, "store": store, "check_rounds": least_rounds(), "warmup": 1, "repeat": 3,
                "progress": False}
     result = ios_ray.search(model, "cpu", 2, **options)
     [outcome] = result
@@ -205,7 +206,8 @@ def test_a_channels_last_model_object_is_searched_stored_and_deployed_in_nhwc(ra
 def test_the_cli_searches_runs_and_shows_a_channels_last_model(ray_local: None, tmp_path: Path) -> None:
     common = ["--model", "squeezenet", "--input-shape", "3x64x64"]
     done = ios_ray_here("search", *common, "--devices", "cpu", "--memory-format", "nhwc", "--store", "s.duckdb",
-                        "--out", "out", "--warmup", "0", "--repeat", "1", "--check-rounds", "1", cwd=tmp_path)
+                        "--out", "out", "--warmup", "0", "--repeat", "1", "--check-rounds", str(least_rounds()),
+                        cwd=tmp_path)
     assert done.returncode == 0, done.stdout
     assert "squeezenet in channels_last" in done.stdout
     path = tmp_path / "out" / "squeezenet" / "cpu" / "bs1-channels_last.json"

@@ -26,6 +26,7 @@ from ios_ray.frontend import import_model, import_module, opaque_report
 from ios_ray.models import resolve_model
 from ios_ray.runtime import Program
 from ios_ray.scheduler import SearchParams, plan_graph
+from ios_ray.paired import least_rounds
 from tests.helpers import ios_ray_here, relative_error
 from tests.test_idiom_models import assert_clean
 
@@ -188,7 +189,8 @@ def test_real_library_models_import_clean_and_equal_eager(spec: str) -> None:
 def test_cli_searches_and_runs_a_torchvision_model_end_to_end(tmp_path: Path) -> None:
     spec = "torchvision:resnet_style"
     search = ios_ray_cli("search", "--model", spec, "--devices", "cpu", "--batches", "1", "--store",
-                         str(tmp_path / "store.duckdb"), "--out", str(tmp_path / "schedules"), "--check-rounds", "2")
+                         str(tmp_path / "store.duckdb"), "--out", str(tmp_path / "schedules"), "--check-rounds",
+                         str(least_rounds()))
     assert search.returncode == 0, search.stderr
     assert f"{spec}: 15 units" in search.stdout and "warning" not in search.stdout
     assert (tmp_path / "schedules" / spec / "cpu" / "bs1.json").exists()

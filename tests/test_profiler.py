@@ -17,6 +17,7 @@ from ios_ray.devices import parse_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
+from ios_ray.paired import LookPlan
 from ios_ray.profiler import CheckJob, DevicePool, MeasureJob, ModelSource
 from ios_ray.profiler.timing import DEFAULT_PROTOCOL, Timing
 from ios_ray.profiler.real import RealBackend, random_inputs
@@ -93,25 +94,26 @@ def whole_schedules(graph: Graph, model: str) -> tuple[Schedule, Schedule]:
     )
 
 
-def test_real_backend_times_whole_schedules() -> None:
+def test_real_backend_times_two_whole_schedules_in_paired_rounds() -> None:
     graph = import_model("squeezenet").graph
     backend = RealBackend(parse_device("cpu"))
-    medians = backend.time_schedules(CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), 2, rounds=3))
-    assert len(medians) == 2 and all(m > 0 for m in medians)
+    timing = backend.time_schedules(CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), 2, rounds=8))
+    assert timing.rounds in LookPlan.planned(8).looks and len(timing.second_ms) == timing.rounds
+    assert all(ms > 0 for ms in (*timing.first_ms, *timing.second_ms)) and timing.ratio.rounds == timing.rounds
     # The same forward pass either way: greedy's threads may cost or gain, but not an order of magnitude.
-    assert 0.2 < medians[1] / medians[0] < 5
+    assert 0.2 < timing.ratio.median < 5
 
     other = import_model("inception_v3").graph
     with pytest.raises(UserError, match="another graph"):
-        backend.time_schedules(CheckJob(SQUEEZENET, graph, whole_schedules(other, "squeezenet"), 2, rounds=1))
+        backend.time_schedules(CheckJob(SQUEEZENET, graph, whole_schedules(other, "squeezenet"), 2, rounds=8))
 
 
 def test_pool_times_schedules_where_the_device_is_real(ray_local: None) -> None:
     graph = import_model("squeezenet").graph
-    job = CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), 1, rounds=2)
+    job = CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), 1, rounds=8)
     with DevicePool.start(["cpu", "sim:v100"], warmup=0, repeat=1) as pool:
-        medians = pool.time_schedules("cpu", job)
-        assert len(medians) == 2 and all(m > 0 for m in medians)
+        timing = pool.time_schedules("cpu", job)
+        assert timing.rounds >= LookPlan.planned(8).looks[0] and timing.ratio.median > 0
         with pytest.raises(UserError, match=r"^sim:v100 is simulated, so its schedules cannot be timed end to end\.$"):
             pool.time_schedules("sim:v100", job)
 
@@ -127,9 +129,9 @@ def test_an_actor_killed_during_the_end_to_end_check_is_given_the_check_again(ra
         started = time.monotonic()
         killer.start()
         if restarts:
-            medians = pool.time_schedules("cpu", job)
+            timing = pool.time_schedules("cpu", job)
             assert time.monotonic() - started > kill_after_s  # the kill came while the check ran
-            assert len(medians) == 2 and all(m > 0 for m in medians)
+            assert timing.rounds == 2 and all(ms > 0 for ms in (*timing.first_ms, *timing.second_ms))
             assert actor_pid(actor) != pid  # restarted, and the check given to it again
             return
         with pytest.raises(UserError) as error:

@@ -38,12 +38,13 @@ def test_samples_run_the_primer_untimed_before_every_call() -> None:
     assert len(samples) == 3 and max(samples) < 15  # the 20 ms sleeps before each call are not in the samples
 
 
-def test_interleaved_samples_alternate_and_rewarm() -> None:
+def test_interleaved_samples_alternate_their_order_and_rewarm() -> None:
     calls: list[str] = []
-    samples = interleaved_samples_ms({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, "cpu",
-                                     warmup=1, rounds=2)
-    assert calls == ["a", "b"] + ["a", "a", "b", "b"] * 2  # warm-up, then an untimed call before each timed one
-    assert {name: len(times) for name, times in samples.items()} == {"a": 2, "b": 2}
+    samples = interleaved_samples_ms({"a": lambda: calls.append("a"), "b": lambda: calls.append("b"),
+                                      "c": lambda: calls.append("c")}, "cpu", warmup=1, rounds=3)
+    # warm-up; then c b a | a b c | c b a: each timed call follows an untimed one of its own, or its own timed call
+    assert calls == ["a", "b", "c"] + ["c", "b", "b", "a", "a"] + ["a", "b", "b", "c", "c"] + ["c", "b", "b", "a", "a"]
+    assert {name: len(times) for name, times in samples.items()} == {"a": 3, "b": 3, "c": 3}
     with pytest.raises(ValueError):
         interleaved_samples_ms({"a": lambda: None}, "cpu", warmup=0, rounds=0)
 

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from ios_ray.errors import UserError
+from ios_ray.paired import RatioInterval
 from ios_ray.frontend import import_model
 from ios_ray.schedule import (BlockSchedule, EndToEnd, Schedule, check_schedule, load_schedule, read_schedule,
                               save_schedule)
 from ios_ray.scheduler import SearchParams, SyntheticCost, optimize_graph, sequential
-from ios_ray.app.job import keep_faster
+from ios_ray.app.check import keep_faster
 from ios_ray.stage import Stage
 from tests.helpers import ios_ray_here
 
@@ -39,27 +40,52 @@ def test_round_trip_keeps_everything(tmp_path: Path, squeezenet_schedule: Schedu
     assert {s["strategy"] for b in data["blocks"] for s in b["stages"]} <= {"concurrent", "merge"}
 
 
-def test_the_end_to_end_check_keeps_the_faster_schedule_and_round_trips(
+def test_the_end_to_end_check_keeps_the_dp_schedule_only_where_it_is_faster_beyond_noise_and_round_trips(
     tmp_path: Path, squeezenet_schedule: Schedule
 ) -> None:
     graph = import_model("squeezenet").graph
     plain = Schedule("squeezenet", graph.fingerprint, "cpu", 8,
                      tuple(sequential(graph, b, SyntheticCost(graph)) for b in graph.blocks))
-    slower_dp = keep_faster(squeezenet_schedule, plain, EndToEnd(10, dp_ms=5.0, sequential_ms=4.0, dp_predicted_ms=3.5,
-                                                                 sequential_predicted_ms=4.1))
-    assert slower_dp.stages == plain.stages and slower_dp.end_to_end.kept == "sequential"
-    for dp_ms in (3.0, 4.0):  # faster, or a tie: the DP's schedule stays
-        kept = keep_faster(squeezenet_schedule, plain, EndToEnd(10, dp_ms=dp_ms, sequential_ms=4.0))
-        assert kept.stages == squeezenet_schedule.stages and kept.end_to_end.kept == "dp"
+    checks = {
+        "kept IOS: faster beyond noise, 0.93-0.99": RatioInterval(0.96, 0.93, 0.99, 0.99, 12),
+        "kept sequential: within noise, 0.98-1.03": RatioInterval(0.99, 0.98, 1.03, 0.99, 18),
+        "kept sequential: IOS slower beyond noise, 1.04-1.10": RatioInterval(1.07, 1.04, 1.10, 0.99, 12),
+        "kept sequential: within noise, no interval": RatioInterval(0.9, None, None, 0.99, 6),
+    }
+    for decision, ratio in checks.items():
+        # the medians say the DP's schedule ran faster every time: the interval alone decides
+        check = EndToEnd(ratio.rounds, dp_ms=3.9, sequential_ms=4.0, dp_predicted_ms=3.5, sequential_predicted_ms=4.1,
+                         ratio=ratio)
+        kept = keep_faster(squeezenet_schedule, plain, check)
+        assert check.decision == decision
+        assert kept.stages == (squeezenet_schedule if check.kept == "dp" else plain).stages
+        assert kept.end_to_end == check and (check.kept == "dp") == decision.startswith("kept IOS")
+        assert f"DP / sequential {ratio.median:.3f} (99% interval {ratio.span}, {ratio.rounds} rounds)" in (
+            check.summary())
 
-    path = tmp_path / "bs8.json"
-    save_schedule(slower_dp, path)
+        path = tmp_path / "bs8.json"
+        save_schedule(kept, path)
+        assert read_schedule(path) == kept
     assert json.loads(path.read_text())["end_to_end"] == {
-        "rounds": 10, "dp_ms": 5.0, "sequential_ms": 4.0, "dp_predicted_ms": 3.5, "sequential_predicted_ms": 4.1,
-        "kept": "sequential"}
-    assert read_schedule(path) == slower_dp
+        "rounds": 6, "dp_ms": 3.9, "sequential_ms": 4.0, "dp_predicted_ms": 3.5, "sequential_predicted_ms": 4.1,
+        "ratio": 0.9, "ratio_low": None, "ratio_high": None, "confidence": 0.99, "kept": "sequential",
+        "decision": "kept sequential: within noise, no interval"}
     save_schedule(squeezenet_schedule, path)
     assert json.loads(path.read_text())["end_to_end"] is None and read_schedule(path).end_to_end is None
+
+
+def test_a_schedule_file_from_before_paired_checks_still_loads_and_keeps_what_it_kept(
+    tmp_path: Path, squeezenet_schedule: Schedule
+) -> None:
+    data = squeezenet_schedule.to_json()
+    for dp_ms, kept in ((5.0, "sequential"), (3.0, "dp")):
+        data["end_to_end"] = {"rounds": 10, "dp_ms": dp_ms, "sequential_ms": 4.0, "dp_predicted_ms": 3.5,
+                              "sequential_predicted_ms": 4.1, "kept": kept}
+        path = tmp_path / "old.json"
+        path.write_text(json.dumps(data))
+        check = read_schedule(path).end_to_end
+        assert check is not None and check.ratio is None and check.kept == kept and check.rounds == 10
+        assert check.decision == f"kept {'IOS' if kept == 'dp' else 'sequential'}: lower median, unpaired check"
 
 
 def test_mismatches_are_rejected(tmp_path: Path, squeezenet_schedule: Schedule) -> None:
@@ -109,6 +135,10 @@ def test_cli_rejects_corrupt_or_foreign_schedules(tmp_path: Path, squeezenet_sch
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+#: A paired check's ``end_to_end`` as a search writes it.
+PAIRED = {"rounds": 19, "dp_ms": 3.9, "sequential_ms": 4.0, "ratio": 0.97, "ratio_low": 0.95, "ratio_high": 0.99,
+          "confidence": 0.999, "kept": "dp", "decision": "kept IOS: faster beyond noise, 0.95-0.99"}
+
 #: Hand edits of a schedule file, by the field they spoil (path in the JSON, new value) and what the sentence says.
 HAND_EDITS = {
     "latency a word": (("blocks", 0, "stages", 0, "latency_ms"), "fast",
@@ -126,6 +156,17 @@ HAND_EDITS = {
     "model missing": (("model",), None, "model is null, not a string"),
     "check not timed": (("end_to_end",), {"rounds": 3, "dp_ms": "x", "sequential_ms": 1.0},
                         'end_to_end.dp_ms is "x", not a number of milliseconds'),
+    "ratio a word": (("end_to_end",), {**PAIRED, "ratio": "fast"},
+                     'end_to_end.ratio is "fast", not a positive number or null'),
+    "confidence a percentage": (("end_to_end",), {**PAIRED, "confidence": 99.9},
+                                "end_to_end.confidence is 99.9, not a number from 0.5 to below 1"),
+    "ratio without confidence": (("end_to_end",), {k: v for k, v in PAIRED.items() if k != "confidence"},
+                                 "end_to_end.confidence is missing"),
+    "interval beside its ratio": (("end_to_end",), {**PAIRED, "ratio_low": 1.02, "ratio_high": 1.1},
+                                  "end_to_end's interval 1.02-1.1 does not hold its ratio 0.97"),
+    "half an interval": (("end_to_end",), {**PAIRED, "ratio_high": None},
+                         "end_to_end.ratio_low and ratio_high are not both numbers or both null"),
+    "decision a number": (("end_to_end",), {**PAIRED, "decision": 1}, "end_to_end.decision is 1, not a string"),
 }
 
 

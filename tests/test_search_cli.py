@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import statistics
 import signal
 import subprocess
 import sys
@@ -25,6 +26,8 @@ import pytest
 
 from ios_ray.schedule import read_schedule
 from ios_ray.store import LatencyStore
+from ios_ray.paired import LookPlan, least_rounds
+from ios_ray.vocabulary import DEFAULT_CHECK_ROUNDS
 from tests.helpers import ios_ray_here
 
 #: Seconds a bad command may take to fail (importing torch alone takes about two on this machine; one that fails
@@ -379,14 +382,19 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path, ray_local: 
     assert searched.returncode == 0, searched.stderr
     total = planned_stages(searched.stdout)
     [row] = search_table(searched.stdout)
-    assert row == TableRow("cpu", 1, total, 0, "measured", row.kept) and row.kept in ("IOS", "sequential")
+    assert row == TableRow("cpu", 1, total, 0, "measured", row.kept)
     assert store_rows(store) == [{"device": "cpu", "batch": 1, "dtype": "float32", "source": "measured", "rows": total}]
     schedule = out / "squeezenet" / "cpu" / "bs1.json"
     assert schedule.is_file()
-    # The end-to-end check timed both schedules whole and the file keeps the faster.
+    # The end-to-end check timed both schedules whole in paired rounds, and the file keeps the DP's schedule only where
+    # the interval of DP / sequential lies wholly below 1; the table says so in the same words.
     check = read_schedule(schedule).end_to_end
-    assert check is not None and check.rounds == 10 and check.dp_ms > 0 and check.sequential_ms > 0
-    assert (check.kept == "sequential") == (check.sequential_ms < check.dp_ms) == (row.kept == "sequential")
+    assert check is not None and check.ratio is not None and check.dp_ms > 0 and check.sequential_ms > 0
+    assert check.rounds in LookPlan.planned(DEFAULT_CHECK_ROUNDS).looks and check.ratio.rounds == check.rounds
+    assert (check.kept == "dp") == (check.ratio.high is not None and check.ratio.high < 1)
+    assert row.kept == f"{'IOS' if check.kept == 'dp' else 'sequential'}: {check.reason}"
+    assert f"cpu batch 1: IOS / sequential {check.ratio.median:.3f} in {check.rounds} rounds" in searched.stdout
+    assert check.decision in searched.stdout
     assert check.sequential_predicted_ms is not None and check.dp_predicted_ms is not None
     assert check.dp_predicted_ms <= check.sequential_predicted_ms * (1 + 1e-9)  # the DP never predicts worse
     if check.kept == "sequential":
@@ -409,8 +417,10 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path, ray_local: 
     assert report["notes"] == ["torch.compile skipped (--no-compile)"]
     assert rows["eager"]["predicted_ms"] is None and rows["eager"]["speedup"] == 1.0
     assert rows["sequential"]["speedup_vs_sequential"] == 1.0 and rows["sequential"]["baseline"] == "sequential"
-    assert rows["IOS"]["speedup_vs_sequential"] == pytest.approx(rows["sequential"]["median_ms"]
-                                                                 / rows["IOS"]["median_ms"])
+    # a speedup is the median of the per-round ratios, with its interval, from the samples each row carries
+    ratios = [s / i for s, i in zip(rows["sequential"]["samples_ms"], rows["IOS"]["samples_ms"])]
+    assert rows["IOS"]["speedup_vs_sequential"] == pytest.approx(statistics.median(ratios))
+    assert len(ratios) == 2 and rows["IOS"]["vs_sequential_low"] is None  # two rounds give no 95% interval
     for row in rows.values():
         assert (row["model"], row["device"], row["batch"], row["schedule_batch"]) == ("squeezenet", "cpu", 1, 1)
         assert 0 < row["p10_ms"] <= row["median_ms"] <= row["p90_ms"] and row["error"] <= 1e-5
@@ -443,7 +453,7 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path, ray_local: 
     shown = ios_ray_here("show", str(schedule), "--svg", str(picture), cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "block 0" in shown.stdout
-    assert f"end-to-end check (10 rounds): DP schedule {check.dp_ms:.3f} ms" in shown.stdout
+    assert f"end-to-end check: {check.summary()}" in shown.stdout
     root = ElementTree.parse(picture).getroot()
     assert root.tag == "{http://www.w3.org/2000/svg}svg"
     assert root.findall(".//{http://www.w3.org/2000/svg}rect")
@@ -456,7 +466,8 @@ def test_a_bfloat16_search_then_run_bench_evaluate_and_store_stats(tmp_path: Pat
     commands after the search run the model in it."""
     store, out, shape = tmp_path / "S.duckdb", tmp_path / "O", ("--input-shape", "3x64x64")
     searched = ios_ray_here("search", "--model", "squeezenet", "--devices", "cpu", "--batches", "2", "--store",
-                            str(store), "--out", str(out), "--dtype", "bf16", "--check-rounds", "2", *shape,
+                            str(store), "--out", str(out), "--dtype", "bf16",
+                            "--check-rounds", str(least_rounds()), *shape,
                             cwd=tmp_path)
     assert searched.returncode == 0, searched.stderr
     assert "ios-ray search: squeezenet in bfloat16" in searched.stdout

@@ -90,10 +90,12 @@ class SearchResult:
         lines = [f"SearchResult({self.model!r}, input {'x'.join(map(str, self.input_shape))}, {dtypes}):"]
         for o in self.outcomes:
             check = o.end_to_end
-            checked = "" if check is None else f"; end to end {check.dp_ms:.3f} / {check.sequential_ms:.3f} ms"
-            kept = "IOS" if check is None or check.kept == "dp" else "sequential"
+            ratio = "" if check is None or check.ratio is None else f", ratio {check.ratio.median:.3f}"
+            checked = "; kept IOS" if check is None else (
+                f"; end to end {check.dp_ms:.3f} / {check.sequential_ms:.3f} ms{ratio} in {check.rounds} rounds; "
+                f"{check.decision}")
             lines.append(f"  {o.device} batch {o.batch}: IOS {o.predicted_ms:.3f} ms, sequential "
-                         f"{o.sequential_ms:.3f} ms predicted ({o.source}){checked}; kept {kept}")
+                         f"{o.sequential_ms:.3f} ms predicted ({o.source}){checked}")
         return "\n".join(lines)
 
 

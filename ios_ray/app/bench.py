@@ -10,7 +10,9 @@ and IOS schedules, and ``torch.compile``. On a GPU, where launching kernels from
 small ones, the fair baseline is sequential execution without launch overhead: eager, eager captured whole in a
 CUDA graph, the sequential and greedy schedules in a graph, the IOS schedule without and with a graph, and
 ``torch.compile`` (default and ``mode="reduce-overhead"``, which replays CUDA graphs). Every row gives its speedup
-over eager and over the sequential schedule as deployed (:data:`SEQUENTIAL_BASELINE`).
+over eager and over the sequential schedule as deployed (:data:`SEQUENTIAL_BASELINE`), each the median of the
+per-round ratios with its interval (:func:`~ios_ray.paired.median_interval`; rounds pair the variants' samples), and
+its samples, so that any two rows give a paired speedup.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ios_ray.dtypes import example_input, in_memory_format, module_dtype, torch_
 from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import Imported, import_module, output_tensor
 from ios_ray.ir import Graph
+from ios_ray.paired import median_interval, ratios_of
 from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT
 from ios_ray.runtime import Program, ScheduleRunner, read_schedules
 from ios_ray.runtime.cuda_graph import CapturedForward
@@ -60,8 +63,9 @@ class Variant:
 
 @dataclass(frozen=True)
 class BenchRow:
-    """A variant's measured latency at one batch size, its speedups over eager and over the sequential baseline,
-    its prediction and its output error against eager."""
+    """A variant's measured latency at one batch size, its speedups over eager and over the sequential baseline
+    (medians of per-round ratios, with their interval at ``confidence``), its prediction, its output error against
+    eager, and its per-round samples."""
 
     name: str
     batch: int
@@ -69,9 +73,15 @@ class BenchRow:
     p10_ms: float
     p90_ms: float
     speedup: float
+    speedup_low: float | None
+    speedup_high: float | None
     speedup_vs_sequential: float | None
+    vs_sequential_low: float | None
+    vs_sequential_high: float | None
+    confidence: float
     predicted_ms: float | None
     error: float
+    samples_ms: tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -94,7 +104,7 @@ class BenchResult:
         title += f"{self.schedule.batch})"
         check = self.schedule.end_to_end
         if check is not None and check.kept == "sequential":
-            title += "; the search kept the sequential schedule, faster end to end there"
+            title += f"; the search {check.decision}"
         return title
 
 
@@ -225,26 +235,29 @@ def bench_rows(
     with torch.inference_mode():
         expected = variants[0].forward(x)
         errors = {v.name: relative_error(v.forward(x), expected) for v in variants}
-    timings = side_by_side(variants, x, warmup, rounds)
-    eager = timings[variants[0].name][0]
-    reference = timings[baseline][0] if baseline in timings else None
+    samples = side_by_side(variants, x, warmup, rounds)
+    eager = samples[variants[0].name]
+    reference = samples.get(baseline) if baseline is not None else None
     batch = x.shape[0]
-    return [
-        BenchRow(v.name, batch, *timings[v.name], eager / timings[v.name][0],
-                 reference / timings[v.name][0] if reference is not None else None,
-                 predicted_ms(v.schedule, keys, lookup, batch) if v.schedule is not None and lookup else None,
-                 errors[v.name])
-        for v in variants
-    ]
+    rows = []
+    for v in variants:
+        own = samples[v.name]
+        speedup = median_interval(ratios_of(eager, own))
+        versus = median_interval(ratios_of(reference, own)) if reference is not None else None
+        rows.append(BenchRow(
+            v.name, batch, *summary_ms(own), speedup.median, speedup.low, speedup.high,
+            None if versus is None else versus.median, None if versus is None else versus.low,
+            None if versus is None else versus.high, speedup.confidence,
+            predicted_ms(v.schedule, keys, lookup, batch) if v.schedule is not None and lookup else None,
+            errors[v.name], tuple(own)))
+    return rows
 
 
-def side_by_side(
-    variants: Sequence[Variant], x: torch.Tensor, warmup: int, rounds: int
-) -> dict[str, tuple[float, float, float]]:
-    """Median, p10 and p90 in ms of each variant, timed in interleaved rounds after ``warmup`` calls each (each
-    timed call preceded by an untimed call of the same variant)."""
+def side_by_side(variants: Sequence[Variant], x: torch.Tensor, warmup: int, rounds: int) -> dict[str, list[float]]:
+    """Each variant's ms per round, timed in interleaved rounds (:func:`~ios_ray.runtime.timing.alternating_rounds`)
+    after ``warmup`` calls each."""
     calls = {v.name: functools.partial(v.forward, x) for v in variants}
-    return {name: summary_ms(times) for name, times in interleaved_samples_ms(calls, x.device, warmup, rounds).items()}
+    return interleaved_samples_ms(calls, x.device, warmup, rounds)
 
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:

@@ -15,6 +15,7 @@ from ios_ray.app.cli_util import (CommandLine, at_least_one, debug_option, make_
                                   parse_input_shape, parse_list, store_lookup, user_errors)
 from ios_ray.app.options import DEFAULT_OUT, cli_parameters, from_cli
 from ios_ray.errors import UserError
+from ios_ray.paired import percent
 from ios_ray.store import DEFAULT_STORE_PATH
 from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, DEFAULT_R, DEFAULT_S, is_simulated
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
     from ios_ray.app.bench import BenchResult
     from ios_ray.runtime import ScheduledModule
-    from ios_ray.schedule import Schedule
+    from ios_ray.schedule import EndToEnd, Schedule
 
 app = CommandLine(
     help="ios-ray: find and deploy the fastest inter-operator schedule of a CNN per device and batch size.",
@@ -106,10 +107,14 @@ def search(
     for o in result:
         check = o.end_to_end
         table.add_row(*([o.schedule.model] if torch_compile else []), o.device, str(o.batch),
-                      f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x", f"{o.measured} / {o.planned}", str(o.cached), f"{o.wall_s:.1f}", o.source,
+                      f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x", f"{o.measured} / {o.planned}",
+                      str(o.cached), f"{o.wall_s:.1f}", o.source,
                       "-" if check is None else f"{check.dp_ms:.3f} / {check.sequential_ms:.3f}",
-                      "IOS" if check is None or check.kept == "dp" else "sequential")
+                      "IOS" if check is None else f"{'IOS' if check.kept == 'dp' else 'sequential'}: {check.reason}")
     console.print(table)
+    for o in result:
+        if o.end_to_end is not None:
+            console.print(f"{o.device} batch {o.batch}: {_checked(o.end_to_end)}")
     for why in getattr(result, "skipped", ()):
         console.print(f"not scheduled (runs as Dynamo hands it over): {why}")
     console.print(f"schedules written under {options['out']}/")
@@ -118,7 +123,16 @@ def search(
         console.print(f"measured again: {again} stored stage(s) of a unit alone, far slower than a stage containing "
                       "it (an outlier from a burst of load)")
     if any(o.end_to_end is not None and o.end_to_end.kept == "sequential" for o in result):
-        console.print("kept sequential: the IOS schedule ran slower end to end than the sequential one there")
+        console.print("kept sequential: the IOS schedule was not faster end to end beyond noise there (the interval "
+                      "of IOS / sequential did not lie wholly below 1)")
+
+
+def _checked(check: "EndToEnd") -> str:
+    """The end-to-end check in one line: the median ratio, its interval, the rounds, and the decision."""
+    if check.ratio is None:
+        return check.decision
+    return (f"IOS / sequential {check.ratio.median:.3f} in {check.rounds} rounds "
+            f"({percent(check.ratio.confidence)} interval {check.ratio.span}); {check.decision}")
 
 
 search.__signature__ = signature_of(search).replace(parameters=[  # type: ignore[attr-defined]
@@ -286,7 +300,8 @@ def bench(
             continue
         check = result.schedule.end_to_end
         context = {"model": result.model, "device": result.device, "schedule_batch": result.schedule.batch,
-                   "search_kept": check.kept if check is not None else None, "baseline": result.baseline}
+                   "search_kept": check.kept if check is not None else None,
+                   "search_decision": check.decision if check is not None else None, "baseline": result.baseline}
         report["rows"] += [{**context, **dataclasses.asdict(row)} for row in result.rows]
         report["notes"] += list(result.notes)
     if as_json:
@@ -294,16 +309,25 @@ def bench(
 
 
 def _print_bench_table(result: "BenchResult") -> None:
-    table = Table("variant", "median ms", "p10 ms", "p90 ms", "vs eager", f"vs {result.baseline}", "predicted ms",
-                  "max rel err", title=result.title)
+    confidence = f"{percent(result.rows[0].confidence)} interval"
+    table = Table("variant", "median ms", "p10 ms", "p90 ms", f"vs eager ({confidence})",
+                  f"vs {result.baseline} ({confidence})", "predicted ms", "max rel err", title=result.title)
     for row in result.rows:
         predicted = f"{row.predicted_ms:.3f}" if row.predicted_ms is not None else "-"
-        versus = f"{row.speedup_vs_sequential:.2f}x" if row.speedup_vs_sequential is not None else "-"
+        versus = _speedup_cell(row.speedup_vs_sequential, row.vs_sequential_low, row.vs_sequential_high)
         table.add_row(row.name, f"{row.median_ms:.3f}", f"{row.p10_ms:.3f}", f"{row.p90_ms:.3f}",
-                      f"{row.speedup:.2f}x", versus, predicted, f"{row.error:.1e}")
+                      _speedup_cell(row.speedup, row.speedup_low, row.speedup_high), versus, predicted,
+                      f"{row.error:.1e}")
     console.print(table)
     for note in result.notes:
         console.print(note)
+
+
+def _speedup_cell(speedup: float | None, low: float | None, high: float | None) -> str:
+    """A speedup with its interval: ``1.04x (1.01-1.06)``; ``-`` where there is none."""
+    if speedup is None:
+        return "-"
+    return f"{speedup:.2f}x ({low:.2f}-{high:.2f})" if low is not None and high is not None else f"{speedup:.2f}x (-)"
 
 
 @app.command()

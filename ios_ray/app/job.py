@@ -12,9 +12,12 @@ for more. The driver alone writes the store, batch by batch as results stream ba
 what it measured and a rerun resumes. The DP then reads the settings' latencies and never waits on a device.
 
 On a measured device the IOS schedule (the DP's) is then checked end to end: it and the sequential schedule run
-whole, side by side, on an actor of the device, and the file keeps the faster. Stages timed one at a time miss what
-happens between them (on a CPU, handing work to worker threads and back), so the sum of a schedule's stages can
-favour a schedule that is slower as a whole; the check makes sure a search never deploys one slower than sequential.
+whole, in paired rounds, on an actor of the device, and the file keeps the IOS schedule only where the interval of
+the ratio IOS / sequential lies wholly below 1 (:mod:`ios_ray.app.check`, :mod:`ios_ray.paired`); otherwise
+sequential (fewer threads and streams, the same speed). Stages timed one at a time miss what happens between them
+(on a CPU, handing work to worker threads and back), so the sum of a schedule's stages can favour a schedule that
+is slower as a whole; the check makes sure a search never deploys one slower than sequential, nor calls one faster
+on a coin flip.
 
 This module is the one place that joins Ray, the store and the scheduler; the Python API (:mod:`ios_ray.app.api`)
 is its only caller.
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from ios_ray.app.check import checked_end_to_end
 from ios_ray.app.measuring import Exhaustive, Lazy, Measuring, Setting
 from ios_ray.app.progress import SearchProgress
 from ios_ray.app.ray_session import ray_session
@@ -40,7 +44,7 @@ from ios_ray.devices import parse_device
 from ios_ray.dtypes import module_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import Model, import_model, load_model
-from ios_ray.profiler import CheckJob, DeviceIdentity, DevicePool, MeasureJob, ModelSource
+from ios_ray.profiler import DeviceIdentity, DevicePool, MeasureJob, ModelSource
 from ios_ray.schedule import EndToEnd, Schedule, save_schedule, schedule_path
 from ios_ray.scheduler import TableLatency, sequential
 from ios_ray.stage import StageKeys
@@ -53,7 +57,8 @@ class SearchOutcome:
     """The result for one (device, batch): the schedule kept, the DP's and the sequential schedule's predicted
     latency, how many stages were measured new and found stored (outliers measured again count in neither: the
     schedule's ``params["measure"]["remeasured"]``), where the file went (None: not written), and on a measured
-    device the end-to-end check (which of the two it kept)."""
+    device the end-to-end check (the ratio DP / sequential, its interval and rounds, which of the two it kept and
+    why: ``end_to_end.decision``)."""
 
     device: str
     batch: int
@@ -190,7 +195,7 @@ def _schedule_all(search: _Search, started: float, checker: tuple[DevicePool, Mo
         kept = ios
         if checker is not None and not setting.simulated and request.check_rounds > 0:
             progress.checking(setting.device, setting.batch)
-            kept = _checked_end_to_end(*checker, search, ios, plain)
+            kept = checked_end_to_end(*checker, search.model.graph, search.request, ios, plain)
         path = None
         if request.out is not None:
             path = schedule_path(request.out, search.model.name, setting.device, setting.batch, kept.dtype,
@@ -275,19 +280,3 @@ def _optimize(search: _Search, setting: Setting) -> tuple[Schedule, Schedule]:
     latency = TableLatency(search.measuring.stage_keys, setting.table, missing=math.inf)
     plain = dataclasses.replace(schedule, blocks=tuple(sequential(graph, block, latency) for block in graph.blocks))
     return schedule, plain
-
-
-def _checked_end_to_end(
-    pool: DevicePool, source: ModelSource, search: _Search, ios: Schedule, plain: Schedule
-) -> Schedule:
-    """Time the IOS schedule and the sequential one whole, side by side, on the device; keep the faster."""
-    rounds = search.request.check_rounds
-    job = CheckJob(source, search.model.graph, (ios, plain), ios.batch, rounds, dtype=ios.dtype)
-    ios_ms, sequential_ms = pool.time_schedules(ios.device, job)
-    return keep_faster(ios, plain, EndToEnd(rounds, ios_ms, sequential_ms, ios.predicted_latency,
-                                            plain.predicted_latency))
-
-
-def keep_faster(dp: Schedule, sequential: Schedule, check: EndToEnd) -> Schedule:
-    """The schedule the check found faster end to end (the DP's where they tie), carrying the check."""
-    return dataclasses.replace(sequential if check.kept == "sequential" else dp, end_to_end=check)

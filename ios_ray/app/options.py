@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ios_ray.store import DEFAULT_STORE_PATH
-from ios_ray.vocabulary import (DEFAULT_CHECK_ROUNDS, DEFAULT_MEASURE, DEFAULT_R, DEFAULT_S, DEFAULT_SIM_ACTORS,
-                                STRATEGIES)
+from ios_ray.vocabulary import (DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_SECONDS, DEFAULT_MEASURE,
+                                DEFAULT_R, DEFAULT_S, DEFAULT_SIM_ACTORS, STRATEGIES)
 
 if TYPE_CHECKING:
     from ios_ray.scheduler import SearchParams
@@ -92,8 +92,14 @@ class SearchOptions:
                                     "graph)")
     repeat: Optional[int] = _option(None, "timed runs per stage (default: cpu 10 calls; gpu 10 replays of a graph of "
                                     "8 copies)")
-    check_rounds: int = _option(DEFAULT_CHECK_ROUNDS, "rounds of the end-to-end check that times the IOS and "
-                                "sequential schedules whole and keeps the faster (0: no check)")
+    check_rounds: int = _option(DEFAULT_CHECK_ROUNDS, "most rounds of the end-to-end check, which times the IOS and "
+                                "sequential schedules whole in paired rounds and keeps IOS only where it is faster "
+                                "beyond noise (0: no check)")
+    check_confidence: float = _option(DEFAULT_CHECK_CONFIDENCE, "confidence of the check's interval of IOS / "
+                                      "sequential")
+    check_seconds: Optional[float] = _option(DEFAULT_CHECK_SECONDS, "the check goes on to its next look only where "
+                                             "it would reach it within this many seconds (None: no time cap)",
+                                             CliForm(kind=float))
     measure: str = _option(DEFAULT_MEASURE, "lazy: only the stages that can change the schedule, round by round; "
                            "all: every candidate stage", CliForm(kind=MeasureChoice, default=MeasureChoice.lazy,
                                                                  parse=lambda choice: choice.value))
@@ -168,6 +174,6 @@ def from_cli(values: dict[str, Any]) -> dict[str, Any]:
 def _cli_type(annotation: str) -> Any:
     """The type typer reads an option as, from its annotation's text (``from __future__ import annotations``)."""
     return {"Path": Path, "Optional[Path]": Optional[Path], "Optional[int]": Optional[int], "int": int,
-            "Optional[str]": Optional[str], "str": str}[annotation]
+            "Optional[str]": Optional[str], "str": str, "float": float, "Optional[float]": Optional[float]}[annotation]
 
 

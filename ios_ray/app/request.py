@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from ios_ray.app.check import check_the_check
 from ios_ray.app.options import SearchOptions
 from ios_ray.devices import parse_device
 from ios_ray.dtypes import dtype_name, memory_format_name, module_dtype, module_memory_format
@@ -40,6 +41,7 @@ def checked_request(request: SearchRequest) -> SearchRequest:
                                ("budget", request.budget, 1)):
         if value is not None and value < least:
             raise UserError(f"{name} must be at least {least}, not {value}.")
+    check_the_check(request)
     if request.measure not in MEASURE_MODES:
         raise UserError(f"measure must be one of {', '.join(MEASURE_MODES)}, not {request.measure!r}.")
     if request.input_shape is not None and (not request.input_shape or any(n < 1 for n in request.input_shape)):

@@ -27,7 +27,7 @@ def schedule_text(schedule: Schedule, graph: Graph | None = None) -> str:
              f"{schedule.source}): {len(schedule.stages)} stages{predicted}"]
     check = schedule.end_to_end
     if check is not None:
-        lines.append(f"end-to-end check ({check.rounds} rounds): {check.summary()}")
+        lines.append(f"end-to-end check: {check.summary()}")
     for block in schedule.blocks:
         lines.append(f"block {block.block}: {len(block.stages)} stages" +
                      (f", {block.latency:.3f} ms" if block.latency is not None else ""))

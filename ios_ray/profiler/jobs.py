@@ -13,7 +13,7 @@ from ios_ray.ir import Graph
 from ios_ray.profiler.timing import Timing
 from ios_ray.schedule import Schedule
 from ios_ray.stage import Stage
-from ios_ray.vocabulary import DEFAULT_DTYPE
+from ios_ray.vocabulary import DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_SECONDS, DEFAULT_DTYPE
 
 Source = Literal["measured", "simulated"]
 
@@ -60,16 +60,20 @@ class MeasureJob:
 
 @dataclass(frozen=True)
 class CheckJob:
-    """Whole schedules of one model to time end to end, side by side, at one batch size and dtype (the search's
-    check)."""
+    """Two whole schedules of one model (the DP's and the sequential one) to time end to end in paired rounds at one
+    batch size and dtype, the first over the second, until the interval of that ratio decides at ``confidence``,
+    after at most ``rounds`` rounds, or at the look past which ``max_seconds`` would run out (the search's check,
+    :func:`~ios_ray.runtime.compare.paired_timing`)."""
 
     model: ModelSource
     graph: Graph
-    schedules: tuple[Schedule, ...]
+    schedules: tuple[Schedule, Schedule]
     batch: int
-    rounds: int
+    rounds: int = DEFAULT_CHECK_ROUNDS
     warmup: int = 2
     dtype: str = DEFAULT_DTYPE
+    confidence: float = DEFAULT_CHECK_CONFIDENCE
+    max_seconds: float | None = DEFAULT_CHECK_SECONDS
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ In phases, so that the driver can skip what the store already holds and check th
     identities = pool.identities()                       # {label: fingerprint and info}, to look up the store
     pool.prepare(model, graph, "float32")                # every actor builds the model (fails early if it cannot)
     report = pool.measure({label: missing_jobs}, on_rows, on_progress)
-    medians = pool.time_schedules(label, CheckJob(model, graph, (dp, sequential), batch, rounds))
+    timing = pool.time_schedules(label, CheckJob(model, graph, (dp, sequential), batch))   # .ratio.verdict
     pool.shutdown()
 """
 
@@ -28,6 +28,7 @@ from ios_ray.profiler.cluster import check_offered, live_nodes, plan_all
 from ios_ray.profiler.dispatch import (RESTART_POLL_S, RESTART_TIMEOUT_S, Dispatcher, MeasureReport, ProgressCallback,
                                       RowsCallback, task_error)
 from ios_ray.ir import Graph
+from ios_ray.paired import PairedTiming
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource
 from ios_ray.vocabulary import DEFAULT_SIM_ACTORS
 
@@ -104,11 +105,11 @@ class DevicePool:
             self.shutdown()
         return report
 
-    def time_schedules(self, label: str, job: CheckJob) -> list[float]:
-        """Time whole schedules side by side on one actor of a label; the median latency of each in ms. An actor
-        that dies meanwhile gets the job again once Ray has restarted it (up to ``max_restarts`` times), then the
-        label's other actors do; UserError once every one has died for good (or stayed unavailable for
-        ``RESTART_TIMEOUT_S``)."""
+    def time_schedules(self, label: str, job: CheckJob) -> PairedTiming:
+        """Time two whole schedules in paired rounds on one actor of a label, until the interval of their ratio
+        decides (or the job's cap). An actor that dies meanwhile gets the job again once Ray has restarted it (up to
+        ``max_restarts`` times), then the label's other actors do; UserError once every one has died for good (or
+        stayed unavailable for ``RESTART_TIMEOUT_S``)."""
         for actor in self._actors[label]:
             deadline = time.monotonic() + RESTART_TIMEOUT_S
             while time.monotonic() < deadline:

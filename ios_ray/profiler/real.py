@@ -12,7 +12,6 @@ deployed schedule runs (:func:`~ios_ray.profiler.timing.time_stage`), captured o
 from __future__ import annotations
 
 import functools
-import statistics
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -23,13 +22,15 @@ from ios_ray.dtypes import in_memory_format, torch_dtype
 from ios_ray.profiler.fingerprint import cuda_problem, device_fingerprint
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
+from ios_ray.paired import LookPlan, PairedTiming
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource, local_identity, make_row
 from ios_ray.profiler.model_source import import_source
 from ios_ray.profiler.timing import time_stage
 from ios_ray.runtime.executor import ScheduleRunner
 from ios_ray.runtime.program import Program
 from ios_ray.runtime.stages import Lanes, compile_stage, make_lanes
-from ios_ray.runtime.timing import cpu_primer, interleaved_samples_ms
+from ios_ray.runtime.compare import paired_timing
+from ios_ray.runtime.timing import cpu_primer
 from ios_ray.stage import Stage
 
 
@@ -78,18 +79,17 @@ class RealBackend:
                                 self._capture_stream)
         return make_row(job, timing, identity)
 
-    def time_schedules(self, job: CheckJob) -> list[float]:
-        """The median end-to-end latency in ms of each schedule, run as deployed (a CUDA graph on a GPU) on one
-        random batch of the job's dtype, in interleaved rounds."""
+    def time_schedules(self, job: CheckJob) -> PairedTiming:
+        """The job's two schedules, run as deployed (a CUDA graph on a GPU) on one random batch of its dtype, timed in
+        paired rounds until the interval of the first over the second decides, or the job's cap."""
         identity = self.identity or self.start()
         program = self._program(job.model, job.graph, identity.host, job.dtype)
-        runners = {str(i): ScheduleRunner(program, s, self.device) for i, s in enumerate(job.schedules)}
         x = torch.randn(job.batch, *job.graph.input_shape, device=self.device, dtype=torch_dtype(job.dtype))
         x = in_memory_format(x, job.graph.memory_format)
+        first, second = (functools.partial(ScheduleRunner(program, s, self.device), x) for s in job.schedules)
+        plan = LookPlan.planned(job.rounds, job.confidence)
         with _fits(self.spec.label, job.model.name, job.batch):
-            samples = interleaved_samples_ms({name: functools.partial(run, x) for name, run in runners.items()},
-                                             self.device, job.warmup, job.rounds)
-        return [statistics.median(samples[name]) for name in runners]
+            return paired_timing(first, second, self.device, plan, job.warmup, job.max_seconds)
 
     def _program(self, model: ModelSource, graph: Graph, host: str, dtype: str) -> Program:
         """A model on this device in ``dtype`` and the graph's memory format, built once per model, dtype and format

@@ -33,13 +33,19 @@ kernels), and a DP fed such timings would optimise launch overhead instead of th
 
 from __future__ import annotations
 
+import functools
+import itertools
 import statistics
 import time
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 
 import torch
 
 from ios_ray.runtime.cuda_graph import capture
+
+#: Times one call of a callable in ms.
+Sampler = Callable[[Callable[[], object]], float]
+
 
 def sample_ms(fn: Callable[[], object], device: torch.device) -> float:
     """Time one call of ``fn`` on ``device`` in ms."""
@@ -92,28 +98,53 @@ def cpu_primer() -> Callable[[], object]:
     return lambda: torch.nn.functional.conv2d(x, weight)
 
 
+def alternating_rounds(
+    fns: Mapping[str, Callable[[], object]], device: torch.device | str, warmup: int, sample: Sampler | None = None,
+    rewarm: bool = True,
+) -> Iterator[dict[str, float]]:
+    """Rounds without end of several callables timed side by side, after ``warmup`` untimed calls of each: each
+    round times every callable once, in the reverse order and the given order by turns (the first round starts
+    with the callable warmed last), and yields its ms by name. Run it under ``torch.inference_mode()``.
+
+    Interleaving makes a noisy neighbour slow every callable alike instead of whichever ran then, and reversing
+    the order gives each position to each callable alike. With ``rewarm`` each timed call follows a call of the
+    same callable (an untimed one, or its own timed call of the round before where the order repeats it), so that
+    it finds its own weights in the cache and its own worker threads awake rather than the previous callable's:
+    for callables that hold weights of their own (eager against a schedule against a compiled model). Without, the
+    calls of a round run back to back; what the second of a round pays for following the other callable, each
+    callable pays in every other round. ``sample`` times one call in ms (default :func:`sample_ms` on ``device``;
+    tests pass a fake clock).
+    """
+    if warmup < 0:
+        raise ValueError(f"need warmup >= 0, got {warmup}")
+    timed = sample or functools.partial(sample_ms, device=torch.device(device))
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    last = names[-1] if warmup else None
+    for index in itertools.count():
+        found = {}
+        for name in reversed(names) if index % 2 == 0 else names:
+            if rewarm and name != last:
+                fns[name]()
+            found[name] = timed(fns[name])
+            last = name
+        yield found
+
+
 def interleaved_samples_ms(
     fns: Mapping[str, Callable[[], object]], device: torch.device | str, warmup: int, rounds: int
 ) -> dict[str, list[float]]:
-    """Several callables timed side by side: ``warmup`` untimed calls of each, then ``rounds`` rounds that time
-    each once; ms each, by name.
-
-    Interleaving makes a noisy neighbour slow every callable alike instead of whichever ran then; each timed call
-    follows an untimed call of the same callable, so that it finds its own weights in the cache rather than the
-    previous callable's.
-    """
-    if rounds < 1 or warmup < 0:
-        raise ValueError(f"need rounds >= 1 and warmup >= 0, got rounds={rounds}, warmup={warmup}")
-    device = torch.device(device)
+    """``rounds`` rounds of :func:`alternating_rounds`: ms each, by name, the i-th sample of each from round i (so
+    that samples pair by round)."""
+    if rounds < 1:
+        raise ValueError(f"need rounds >= 1, got rounds={rounds}")
     samples: dict[str, list[float]] = {name: [] for name in fns}
     with torch.inference_mode():
-        for fn in fns.values():
-            for _ in range(warmup):
-                fn()
-        for _ in range(rounds):
-            for name, fn in fns.items():
-                fn()
-                samples[name].append(sample_ms(fn, device))
+        for found in itertools.islice(alternating_rounds(fns, device, warmup), rounds):
+            for name, ms in found.items():
+                samples[name].append(ms)
     return samples
 
 

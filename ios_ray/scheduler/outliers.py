@@ -23,7 +23,11 @@ from ios_ray.stage import Stage, StageKeys
 
 #: How many times slower than a measured stage containing it, and by how many ms at least, a unit alone must be to
 #: be measured again: far beyond timing noise (a burst of load slowed a 0.1 ms conv to 17 ms here), so that a quiet
-#: store is never measured again.
+#: store is never measured again. Fixed, not derived from the device's spread: it detects gross errors rather than
+#: modelling noise. A machine whose rows spread widely is one where bursts are common, and a factor raised with the
+#: spread would hide exactly the outliers it is there to catch; a false alarm costs one unit measured once more per
+#: search, a miss a latency several times too high in every later search. Ordinary noise stays far below it: this
+#: machine's speed drifts by at most 25% (bench/RESULTS.md, prediction).
 SLOWER_THAN_CONTAINING = 3.0
 SLOWER_BY_MS = 0.05
 

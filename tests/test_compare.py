@@ -1,0 +1,113 @@
+"""The end-to-end check's loop on a fake clock: paired rounds in alternating order, stopping at a planned look once
+the interval decides, at the last look, or where the time cap would be passed; A/A checks never report a win."""
+
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+import pytest
+
+from ios_ray.paired import FASTER, SLOWER, WITHIN_NOISE, LookPlan
+from ios_ray.runtime.compare import paired_timing
+from ios_ray.runtime.timing import alternating_rounds
+from ios_ray.vocabulary import DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS
+
+
+class FakeMachine:
+    """A shared, drifting machine on a fake clock: a call of a callable takes its base time, times a drift both
+    calls of a round share (a slow random walk, as this kind of machine drifts by 5-25% over seconds), times noise of
+    its own; one call in twenty runs into a burst of load from elsewhere (2 to 5 times slower). The clock advances by
+    every call, timed or not."""
+
+    def __init__(self, base_ms: dict[str, float], seed: int) -> None:
+        self.base_ms = base_ms
+        self.random = random.Random(seed)
+        self.drift = 1.0
+        self.now_s = 0.0
+        self.last_ms = 0.0
+        self.calls: list[str] = []
+
+    def callable(self, name: str) -> Callable[[], None]:
+        """A callable that runs as ``name``, advancing the clock by the time it takes."""
+        def run() -> None:
+            self.calls.append(name)
+            self.last_ms = self._ms(name)
+            self.now_s += self.last_ms / 1e3
+        return run
+
+    def sample(self, fn: Callable[[], None]) -> float:
+        """Time one call in ms, as ``sample_ms`` does."""
+        fn()
+        return self.last_ms
+
+    def clock(self) -> float:
+        return self.now_s
+
+    def _ms(self, name: str) -> float:
+        self.drift = min(1.25, max(0.8, self.drift * self.random.gauss(1.0, 0.01)))
+        burst = self.random.uniform(2, 5) if self.random.random() < 0.05 else 1.0
+        return self.base_ms[name] * self.drift * burst * self.random.gauss(1.0, 0.02)
+
+
+def check(machine: FakeMachine, plan: LookPlan | None = None, max_seconds: float | None = None) -> object:
+    """One check of ``a`` against ``b`` on the machine, at the defaults unless told."""
+    plan = plan or LookPlan.planned(DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_CONFIDENCE)
+    return paired_timing(machine.callable("a"), machine.callable("b"), "cpu", plan, max_seconds=max_seconds,
+                         sample=machine.sample, clock=machine.clock)
+
+
+def test_twenty_aa_checks_in_a_row_never_report_a_win_for_either() -> None:
+    for seed in range(20):
+        timing = check(FakeMachine({"a": 13.0, "b": 13.0}, seed))
+        assert timing.ratio.verdict == WITHIN_NOISE, (seed, timing.ratio)
+        assert timing.rounds == DEFAULT_CHECK_ROUNDS  # never decided, so it ran to its last look
+
+
+def test_aa_checks_report_a_win_no_more_often_than_the_plan_allows() -> None:
+    plan = LookPlan.planned(DEFAULT_CHECK_ROUNDS, 0.9)  # a lax plan, so that wins are frequent enough to count
+    checks = 600
+    wins = sum(check(FakeMachine({"a": 5.0, "b": 5.0}, 1000 + seed), plan).ratio.verdict != WITHIN_NOISE
+               for seed in range(checks))
+    expected = plan.miss * checks
+    assert wins <= expected + 3 * (expected * (1 - plan.miss)) ** 0.5, (wins, expected)
+
+
+def test_a_ten_percent_slower_callable_is_decided_slower_and_a_faster_one_faster() -> None:
+    for seed in range(10):
+        slower = check(FakeMachine({"a": 14.3, "b": 13.0}, seed))
+        assert slower.ratio.verdict == SLOWER and slower.ratio.low > 1, (seed, slower.ratio)
+        faster = check(FakeMachine({"a": 11.7, "b": 13.0}, seed))
+        assert faster.ratio.verdict == FASTER and faster.ratio.high < 1, (seed, faster.ratio)
+    # a clear difference stops at an early look, before the cap
+    assert min(check(FakeMachine({"a": 20.0, "b": 10.0}, seed)).rounds for seed in range(10)) < DEFAULT_CHECK_ROUNDS
+
+
+def test_a_check_stops_at_the_look_past_which_the_time_cap_would_run_out() -> None:
+    plan = LookPlan.planned(DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_CONFIDENCE)
+    first, second = plan.looks[:2]
+    # a round is 2 calls of about 100 ms: the first look is reached whatever the cap, the second only with time
+    short = check(FakeMachine({"a": 100.0, "b": 100.0}, 0), plan, max_seconds=0.1)
+    assert short.rounds == first
+    roomy = check(FakeMachine({"a": 100.0, "b": 100.0}, 0), plan, max_seconds=1.0 * second)
+    assert roomy.rounds >= second
+    assert check(FakeMachine({"a": 100.0, "b": 100.0}, 0), plan, max_seconds=None).rounds == plan.max_rounds
+
+
+def test_a_checks_rounds_alternate_back_to_back_and_a_reports_rewarm() -> None:
+    machine = FakeMachine({"a": 1.0, "b": 1.0}, 0)
+    timing = paired_timing(machine.callable("a"), machine.callable("b"), "cpu", LookPlan.planned(8, 0.9),
+                           sample=machine.sample, clock=machine.clock)
+    # warm-up, then b a | a b | b a ...: two calls a round, the first of a round being the last one's callable
+    rounds = timing.rounds
+    assert machine.calls == ["a", "a", "b", "b"] + ["b", "a", "a", "b"] * (rounds // 2) + ["b", "a"] * (rounds % 2)
+    machine = FakeMachine({"a": 1.0, "b": 1.0}, 0)
+    found = alternating_rounds({"a": machine.callable("a"), "b": machine.callable("b")}, "cpu", 2, machine.sample)
+    [next(found) for _ in range(3)]
+    # rewarmed: each timed call follows a call of its own, untimed where the order does not repeat it
+    assert machine.calls == ["a", "a", "b", "b", "b", "a", "a", "a", "b", "b", "b", "a", "a"]
+
+
+def test_a_check_needs_a_warmup_of_zero_or_more() -> None:
+    with pytest.raises(ValueError, match="warmup"):
+        paired_timing(lambda: None, lambda: None, "cpu", LookPlan.planned(8), warmup=-1)
