@@ -54,8 +54,6 @@ from ios_ray.stage import StageKeys
 TOLERANCE = 1e-9
 #: Stages sampled to audit the composed bound before a schedule is certified (see the module docstring).
 AUDIT_SIZE = 64
-#: On a measured device, lower bounds sit this fraction below what they come from (timing noise); 0 on ``sim:``.
-LAZY_MARGIN = 0.1
 
 
 @dataclass(frozen=True)
