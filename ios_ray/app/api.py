@@ -22,7 +22,7 @@ import inspect
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ContextManager, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -35,6 +35,9 @@ from ios_ray.dtypes import dtype_name, module_dtype
 from ios_ray.errors import UserError
 from ios_ray.runtime import ScheduledModule
 from ios_ray.schedule import Schedule, save_schedule, schedule_path
+
+if TYPE_CHECKING:
+    from ios_ray.app.compiled_search import CompiledSearchResult
 
 
 @dataclass(frozen=True)
@@ -99,17 +102,25 @@ class SearchResult:
 
 def search(
     model: nn.Module | str, devices: Sequence[str] | str = ("cpu",), batches: Sequence[int] | int = (1,), *,
-    progress: bool | SearchProgress = True, **options: Any,
-) -> SearchResult:
+    progress: bool | SearchProgress = True, torch_compile: bool = False, **options: Any,
+) -> SearchResult | CompiledSearchResult:
     """Find the fastest schedule of ``model`` for every device and batch size, measuring only what the store lacks.
 
     ``model`` is an ``nn.Module`` object or a spec (a zoo name, ``package.module:factory``...). Devices are labels
     such as ``cpu``, ``cuda``, ``v100`` or ``sim:v100``. Measurements go to the DuckDB file ``store`` and are reused
     by every later search. ``progress`` shows progress bars (in a terminal or a notebook), or takes an object of the
-    ``SearchProgress`` protocol. The options (:class:`~ios_ray.app.options.SearchOptions`):
+    ``SearchProgress`` protocol. ``torch_compile=True`` searches instead each graph ``torch.compile(model,
+    backend="ios_ray")`` hands the backend at each batch size (a
+    :class:`~ios_ray.app.compiled_search.CompiledSearchResult`), so that a compile later only looks its schedules up.
+    The options (:class:`~ios_ray.app.options.SearchOptions`):
 
 {options}
     """
+    if torch_compile:
+        from ios_ray.app.compiled_search import search_graphs
+
+        return search_graphs(model, _as_tuple(batches), options.pop("input_shape", None), options.pop("name", None),
+                             search, {"devices": devices, "progress": progress, **options})
     request = SearchRequest(model=model, devices=_as_tuple(devices), batches=_as_tuple(batches), **options)
     with _progress(progress) as shown:
         outcomes = run_search(request, shown)
@@ -120,7 +131,7 @@ def search(
 search.__doc__ = (search.__doc__ or "").replace("{options}", api_doc())
 search.__signature__ = inspect.signature(search).replace(parameters=[  # type: ignore[attr-defined]
     *list(inspect.signature(search).parameters.values())[:3], *api_parameters(),
-    inspect.signature(search).parameters["progress"]])
+    inspect.signature(search).parameters["progress"], inspect.signature(search).parameters["torch_compile"]])
 
 
 def optimize(

@@ -89,6 +89,8 @@ def search(
     devices: str = typer.Option("cpu", "--devices", "-d",
                                 help="comma-separated device labels, e.g. v100,k80 or sim:v100"),
     batches: str = typer.Option("1", "--batches", "-b", help="comma-separated batch sizes, e.g. 1,32,128"),
+    torch_compile: bool = typer.Option(False, "--torch-compile", help="search each graph torch.compile(model, "
+                                       "backend='ios_ray') hands the backend, so that the compile only looks up"),
     **options: Any,
 ) -> None:
     """Find the fastest schedule of a model for every device and batch size, measuring only what is new."""
@@ -99,16 +101,18 @@ def search(
 
     with RichSearchProgress(console) as progress:
         result = run(model, parse_list(devices, "--devices"), parse_batches(batches), progress=progress,
-                     **from_cli(options))
+                     torch_compile=torch_compile, **from_cli(options))
     settings = settings_named(result.schedules[0].dtype, result.schedules[0].memory_format)
     in_dtype = f" in {' '.join(settings)}" if settings else ""
-    table = Table("device", "batch", "IOS ms", "seq ms", "speedup", "measured / planned", "cached", "wall s", "source",
-                  "end to end IOS / seq ms", "kept", "peak IOS / seq MB",
+    table = Table(*(["graph"] if torch_compile else []), "device", "batch", "IOS ms", "seq ms", "speedup",
+                  "measured / planned", "cached", "wall s", "source", "end to end IOS / seq ms", "kept",
+                  "peak IOS / seq MB",
                   title=f"ios-ray search: {model}{in_dtype} (predicted: sums of stages)")
     for o in result:
         check = o.end_to_end
-        table.add_row(o.device, str(o.batch), f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x",
-                      f"{o.measured} / {o.planned}", str(o.cached), f"{o.wall_s:.1f}", o.source,
+        table.add_row(*([o.schedule.model] if torch_compile else []), o.device, str(o.batch),
+                      f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x", f"{o.measured} / {o.planned}",
+                      str(o.cached), f"{o.wall_s:.1f}", o.source,
                       "-" if check is None else f"{check.dp_ms:.3f} / {check.sequential_ms:.3f}",
                       "IOS" if check is None else f"{'IOS' if check.kept == 'dp' else 'sequential'}: {check.reason}",
                       peaks_cell(o.schedule.memory))
@@ -116,6 +120,8 @@ def search(
     for o in result:
         if o.end_to_end is not None:
             console.print(f"{o.device} batch {o.batch}: {_checked(o.end_to_end)}")
+    for why in getattr(result, "skipped", ()):
+        console.print(f"not scheduled (runs as Dynamo hands it over): {why}")
     console.print(f"schedules written under {options['out']}/")
     again = sum(o.schedule.params.get("measure", {}).get("remeasured", 0) for o in result)
     if again:
@@ -135,7 +141,7 @@ def _checked(check: "EndToEnd") -> str:
 
 
 search.__signature__ = signature_of(search).replace(parameters=[  # type: ignore[attr-defined]
-    *list(signature_of(search).parameters.values())[:3], *cli_parameters()])
+    *list(signature_of(search).parameters.values())[:4], *cli_parameters()])
 app.command()(user_errors(search))
 
 

@@ -1,0 +1,134 @@
+"""Where the torch.compile backend finds the schedule of a graph for one setting: :class:`GraphSchedules`.
+
+A setting is a device, a batch size and a dtype (the memory format is the graph's own: it is part of its
+fingerprint). The schedule is, in this order:
+
+1. for a graph whose every block is one unit, its only schedule (one stage per unit, in order);
+2. one of the given schedules (a list, or the files of a folder such as ``ios-ray search --out``, read once) made
+   for the graph's fingerprint, the batch size and the dtype, on a label that fits the device (the rules of
+   :func:`~ios_ray.runtime.device_rank`: ``cpu`` on a CPU; a GPU label or ``cuda`` on a GPU);
+3. else the DP's schedule over the latencies the store holds for the graph's stages on this machine's device (its
+   fingerprint, :func:`~ios_ray.profiler.fingerprint.device_fingerprint`), where the store holds every stage the lazy
+   search would ask for (:func:`~ios_ray.scheduler.next_round` asks for nothing more): stage keys are name-free, so a
+   search of the whole model, or of another model with the same stages, serves a graph of it;
+4. else none (a miss, which the backend handles as ``on_miss`` says).
+
+Looking up measures nothing, starts no Ray and creates no store.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from ios_ray.dtypes import dtype_name
+from ios_ray.ir import Graph
+from ios_ray.runtime import device_rank, read_schedules
+from ios_ray.schedule import BlockSchedule, Schedule
+from ios_ray.app.measuring import LAZY_MARGIN
+from ios_ray.scheduler import LazyParams, LazySpace, SearchParams, next_round, sequential_stages
+
+
+@dataclass(frozen=True)
+class Found:
+    """A schedule for one setting of a graph, and where it came from (a file, ``given``, or ``store``)."""
+
+    schedule: Schedule
+    origin: str
+
+
+class GraphSchedules:
+    """The schedules the backend can run: given ones (a folder or a list) and what the store's latencies give."""
+
+    def __init__(self, schedules: str | Path | Sequence[Schedule] | None, store: str | Path | None,
+                 params: SearchParams) -> None:
+        self.folder = Path(schedules) if isinstance(schedules, (str, Path)) else None
+        self.store = Path(store) if store is not None else None
+        self.params = params
+        self._given: dict[str, Schedule] | None = None if self.folder is not None else {
+            f"given schedule {i}": s for i, s in enumerate(schedules or ())}
+        self._spaces: dict[str, LazySpace] = {}
+
+    def find(self, graph: Graph, name: str, device: torch.device, batch: int, dtype: torch.dtype) -> Found | None:
+        """The schedule of ``graph`` for a batch of ``dtype`` on ``device`` (a given one first, else the store's
+        DP), or None."""
+        wanted = dtype_name(dtype)
+        if all(len(block.units) == 1 for block in graph.blocks):
+            return Found(_sequential(graph, name, device_label(device), batch, wanted), "its one schedule")
+        gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+        fitting = [(rank, where, s) for where, s in self.given().items()
+                   if s.graph_fingerprint == graph.fingerprint and s.batch == batch and s.dtype == wanted
+                   and (rank := device_rank(s.device, device.type, gpu)) is not None]
+        if fitting:
+            _, where, schedule = min(fitting, key=lambda found: found[0])
+            return Found(schedule, where)
+        stored = self._from_store(graph, name, device_label(device), batch, wanted)
+        return Found(stored, f"the DP over {self.store}") if stored is not None else None
+
+    def describe(self) -> str:
+        """Where schedules are looked for, in words."""
+        given = f"{self.folder}/" if self.folder is not None else "the schedules given"
+        return given if self.store is None else f"{given} nor the store {self.store}"
+
+    def add(self, schedule: Schedule, where: str) -> None:
+        """Take a schedule made since (by a search) as one of the given ones."""
+        self.given()[where] = schedule
+
+    def given(self) -> dict[str, Schedule]:
+        """The given schedules by where they are (a folder is read on first use; a missing one holds none)."""
+        if self._given is None:
+            folder = self.folder
+            self._given = read_schedules(folder) if folder is not None and folder.exists() else {}
+        return self._given
+
+    def _from_store(self, graph: Graph, name: str, label: str, batch: int, dtype: str) -> Schedule | None:
+        """The DP's schedule over the store's latencies for this machine's device, where the store holds every stage
+        the lazy search would ask for; else None."""
+        if self.store is None or not self.store.is_file():
+            return None
+        from ios_ray.store import LatencyStore
+
+        space = self._spaces.get(graph.fingerprint)
+        if space is None:
+            space = self._spaces[graph.fingerprint] = LazySpace.build(graph, self.params)
+        fingerprint, info = local_device(label)
+        table = LatencyStore(self.store, create=False).lookup(space.keys, fingerprint, batch, dtype)
+        if not table:
+            return None
+        found = next_round(space, table, LazyParams(margin=LAZY_MARGIN))
+        if not found.done or not math.isfinite(found.upper):
+            return None
+        measure = {"mode": "store", "stages": len(table), "planned": len(space.plan.stages),
+                   "certified": found.certified, "lower_ms": found.lower, "upper_ms": found.upper}
+        return Schedule(model=name, graph_fingerprint=graph.fingerprint, device=label, batch=batch,
+                        blocks=space.optimize(table).schedules, dtype=dtype, device_fingerprint=fingerprint,
+                        device_info=info, params={**self.params.to_json(), "measure": measure},
+                        input_shape=graph.input_shape, memory_format=graph.memory_format)
+
+
+def _sequential(graph: Graph, name: str, label: str, batch: int, dtype: str) -> Schedule:
+    """The schedule of a graph whose every block is one unit: its only one, which needs no measurement."""
+    blocks = tuple(BlockSchedule(block.index, sequential_stages(graph, block), (None,) * len(block.units))
+                   for block in graph.blocks)
+    return Schedule(model=name, graph_fingerprint=graph.fingerprint, device=label, batch=batch, blocks=blocks,
+                    dtype=dtype, source="measured", input_shape=graph.input_shape, memory_format=graph.memory_format)
+
+
+def device_label(device: torch.device) -> str:
+    """The label of a torch device of this machine: ``cpu`` or ``cuda:<i>``."""
+    if device.type == "cpu":
+        return "cpu"
+    return f"cuda:{device.index if device.index is not None else torch.cuda.current_device()}"
+
+
+@functools.lru_cache(maxsize=None)
+def local_device(label: str) -> tuple[str, dict[str, Any]]:
+    """(fingerprint, info) of a device of this machine, as its profiler actor would report them."""
+    from ios_ray.profiler.fingerprint import device_fingerprint
+
+    return device_fingerprint(label)

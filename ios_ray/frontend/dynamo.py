@@ -1,0 +1,230 @@
+"""A graph that torch.compile hands to a backend, as a module of one input that the frontend imports: :func:`graph_call`.
+
+Dynamo hands a backend one fx graph per graph break, of torch-level calls (``torch.conv2d``, ``F.batch_norm``,
+``operator.add``), and the values it reads as placeholders, each with the *source* Dynamo read it from:
+
+* the frame's inputs: ``L['x']``, after a graph break the locals the graph goes on from (``L['y']``), items of an
+  input container (``L['x'][0]``);
+* what the model holds: parameters and buffers (``L['self']._modules['c']._parameters['weight']``), other tensors
+  and numbers read as attributes (``L['self'].anchors``, a batch-norm's ``eps`` where shapes are dynamic) and
+  globals; the example inputs are these very objects;
+* sizes where shapes are dynamic: SymInts read from a tensor (``L['x'].size()[0]``), so that the graph is
+  batch-generic.
+
+:class:`GraphCall` holds what the model holds (tensors registered as its own parameters and buffers: shared, never
+copied) and calls the graph with those, the one input batch and the sizes read from it: a module like any other,
+which :func:`~ios_ray.frontend.import_module` imports through the same capture and passes as a model. A graph that
+cannot be such a module raises :class:`Unschedulable` saying why: it reads several frame inputs, none, a number
+from the frame, an input that is not a floating batch, or it runs in training mode (dropout, batch-norm statistics).
+
+Where shapes are static (``dynamic=False``, and every first compile of ``dynamic=None``), Dynamo writes sizes read
+from the input as numbers: ``x.view(x.size(0), -1)`` is ``x.view(8, -1)``, which a capture at another batch size
+cannot import. Such a graph runs only at its batch size (Dynamo's guards say so), so :func:`graph_call` reads the
+batch size back where a reshape of a batch-first tensor starts with it (``x.view(x.size(0), -1)`` again) and records
+the batch the graph is fixed at (``GraphCall.batch``): what imports from it must compute the graph at that batch,
+which the caller checks.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+import torch.fx as fx
+from torch import nn
+from torch._dynamo.source import AttrSource, LocalSource, NNModuleSource, TensorProperty, TensorPropertySource
+from torch.fx.operator_schemas import normalize_function
+
+
+#: Methods whose sizes may start with the batch size: :func:`batch_read_back` reads it back there.
+_RESHAPES = ("view", "reshape", "expand")
+
+
+class Unschedulable(Exception):
+    """A graph that cannot run as one module of one input batch; the message says why, as a clause."""
+
+
+class Kind(enum.Enum):
+    """Where an argument of the graph comes from at each call."""
+
+    INPUT = "input"  # the input batch
+    INPUT_PROPERTY = "input property"  # a size, stride or offset of the input batch
+    HELD = "held"  # a value of the model, held by the GraphCall
+    HELD_PROPERTY = "held property"  # a size, stride or offset of a held tensor
+
+
+@dataclass(frozen=True)
+class Argument:
+    """One placeholder of the graph: where its value comes from, and for properties which one (``prop``, ``index``)
+    of which held value (``held``: its position among the held values)."""
+
+    kind: Kind
+    source: str
+    held: int | None = None
+    prop: TensorProperty | None = None
+    index: int | None = None
+
+
+class GraphCall(nn.Module):
+    """A Dynamo graph called with the model's values it holds and one input batch (batch first)."""
+
+    def __init__(self, graph: fx.GraphModule, arguments: Sequence[Argument], held: Sequence[Any],
+                 batch: int | None = None) -> None:
+        super().__init__()
+        self.graph = graph
+        self.arguments = tuple(arguments)
+        self.batch = batch
+        self.constants: dict[int, Any] = {}
+        for position, value in enumerate(held):
+            if isinstance(value, nn.Parameter):
+                self.register_parameter(f"held_{position}", value)
+            elif isinstance(value, torch.Tensor):
+                self.register_buffer(f"held_{position}", value)
+            else:
+                self.constants[position] = value
+
+    @property
+    def input_position(self) -> int:
+        """The input batch's position among the graph's placeholders."""
+        return next(i for i, a in enumerate(self.arguments) if a.kind is Kind.INPUT)
+
+    @property
+    def held_positions(self) -> tuple[int, ...]:
+        """The positions, among the graph's placeholders, of the values the model holds, in held order."""
+        return tuple(i for i, a in enumerate(self.arguments) if a.kind is Kind.HELD)
+
+    def held(self) -> list[Any]:
+        """The model's values this call holds, in held order."""
+        count = len(self.held_positions)
+        return [self.constants[i] if i in self.constants else getattr(self, f"held_{i}") for i in range(count)]
+
+    def holding(self, args: Sequence[Any]) -> GraphCall:
+        """The same graph holding the model's values of one call's arguments (another module's weights, say)."""
+        return GraphCall(self.graph, self.arguments, [args[i] for i in self.held_positions], self.batch)
+
+    def forward(self, x: torch.Tensor) -> Any:
+        """The graph's outputs (a tuple) for the input batch ``x``."""
+        held = self.held()
+        return self.graph(*(_value(a, x, held) for a in self.arguments))
+
+
+def graph_call(graph: fx.GraphModule, example_inputs: Sequence[Any]) -> GraphCall:
+    """The graph Dynamo handed over, as a module of one input batch holding the example inputs' model values;
+    Unschedulable where it cannot be one."""
+    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        raise Unschedulable(f"it has {len(placeholders)} placeholders for {len(example_inputs)} example inputs")
+    arguments: list[Argument] = []
+    held: list[Any] = []
+    held_at: dict[str, int] = {}
+    for node, value in zip(placeholders, example_inputs):
+        source = node.meta.get("grapharg")
+        source = getattr(source, "source", None)
+        if source is None:
+            raise Unschedulable(f"Dynamo gave no source for its placeholder {node.name!r}")
+        arguments.append(_argument(source, value, held, held_at))
+    inputs = [a.source for a in arguments if a.kind is Kind.INPUT]
+    if not inputs:
+        raise Unschedulable("it reads no input tensor (only what the model holds)")
+    if len(inputs) > 1:
+        raise Unschedulable(f"it reads {len(inputs)} input tensors ({', '.join(inputs)}), and a schedule runs a "
+                            "graph of one input")
+    x = example_inputs[next(i for i, a in enumerate(arguments) if a.kind is Kind.INPUT)]
+    if x.dim() < 2 or not x.is_floating_point():
+        raise Unschedulable(f"its input {inputs[0]} is a {str(x.dtype).removeprefix('torch.')} tensor of shape "
+                            f"{tuple(x.shape)}, not a floating batch of samples")
+    training = _training_op(graph)
+    if training is not None:
+        raise Unschedulable(f"it runs in training mode ({training}); schedules are for inference: call model.eval()")
+    if torch.is_grad_enabled() and x.requires_grad:
+        raise Unschedulable(f"it computes gradients of its input {inputs[0]}; schedules are for inference")
+    if any(a.kind is Kind.INPUT_PROPERTY for a in arguments):
+        return GraphCall(graph, arguments, held)
+    return GraphCall(batch_read_back(graph, x.shape[0]), arguments, held, x.shape[0])
+
+
+def batch_read_back(graph: fx.GraphModule, batch: int) -> fx.GraphModule:
+    """The graph with the leading ``batch`` of each reshape of a tensor of ``batch`` samples read from the tensor
+    (``view(8, -1)`` as ``view(x.size(0), -1)``); the same computation at that batch size."""
+    for node in list(graph.graph.nodes):
+        if not (node.op == "call_method" and node.target in _RESHAPES or node.target is torch.reshape):
+            continue
+        tensor, *sizes = node.args
+        nested = len(sizes) == 1 and isinstance(sizes[0], (tuple, list))
+        sizes = list(sizes[0]) if nested else sizes
+        value = tensor.meta.get("example_value") if isinstance(tensor, fx.Node) else None
+        if not sizes or sizes[0] != batch or value is None or value.dim() == 0 or value.shape[0] != batch:
+            continue
+        with graph.graph.inserting_before(node):
+            sizes[0] = graph.graph.call_method("size", (tensor, 0))
+        node.args = (tensor, tuple(sizes)) if nested else (tensor, *sizes)
+    graph.recompile()
+    return graph
+
+
+def _argument(source: Any, value: Any, held: list[Any], held_at: dict[str, int]) -> Argument:
+    """Where one placeholder's value comes from; a held value is appended to ``held`` (once per source)."""
+    name = source.name
+    if isinstance(source, TensorPropertySource):
+        base = source.base.name
+        if _from_frame(source.base):
+            return Argument(Kind.INPUT_PROPERTY, name, prop=source.prop, index=source.idx)
+        if base not in held_at:
+            raise Unschedulable(f"it reads a size of {base}, which it does not read itself")
+        return Argument(Kind.HELD_PROPERTY, name, held=held_at[base], prop=source.prop, index=source.idx)
+    if _from_frame(source):
+        if not isinstance(value, torch.Tensor):
+            raise Unschedulable(f"it reads {name}, a {type(value).__name__} the caller passes, besides its input")
+        return Argument(Kind.INPUT, name)
+    held_at[name] = len(held)
+    held.append(_concrete(value))
+    return Argument(Kind.HELD, name, held=held_at[name])
+
+
+def _from_frame(source: Any) -> bool:
+    """Whether a source is a local of the frame or an item of one (not an attribute of the model, nor a global)."""
+    while True:
+        if isinstance(source, (AttrSource, NNModuleSource)):
+            return False
+        base = getattr(source, "base", None)
+        if base is None:
+            return isinstance(source, LocalSource)
+        source = base
+
+
+def _concrete(value: Any) -> Any:
+    """A held value as it is now: a tensor as it is, a symbolic number as its value."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return value.node.hint
+    return value
+
+
+def _value(argument: Argument, x: torch.Tensor, held: list[Any]) -> Any:
+    """One argument's value for a call on ``x``."""
+    if argument.kind is Kind.INPUT:
+        return x
+    if argument.kind is Kind.HELD:
+        return held[argument.held]  # type: ignore[index]
+    tensor = x if argument.kind is Kind.INPUT_PROPERTY else held[argument.held]  # type: ignore[index]
+    if argument.prop is TensorProperty.SIZE:
+        return tensor.size(argument.index)
+    if argument.prop is TensorProperty.STRIDE:
+        return tensor.stride(argument.index)
+    return tensor.storage_offset()
+
+
+def _training_op(graph: fx.GraphModule) -> str | None:
+    """The first call of the graph that runs in training mode (``training=True``), named; None where none does."""
+    for node in graph.graph.nodes:
+        if node.op != "call_function":
+            continue
+        try:
+            normalized = normalize_function(node.target, tuple(node.args), dict(node.kwargs),
+                                            normalize_to_only_use_kwargs=True)
+        except Exception:  # noqa: BLE001 - a target torch cannot bind is not one with a training flag
+            continue
+        if normalized is not None and True in (normalized.kwargs.get("training"), normalized.kwargs.get("train")):
+            return getattr(node.target, "__name__", str(node.target))
+    return None

@@ -1,0 +1,250 @@
+"""``torch.compile(model, backend="ios_ray")``: graphs looked up, searched, or run as Dynamo hands them over.
+
+The searches run on this machine's CPU through the session's Ray, on a model of two small graphs; the compiles that
+must measure nothing run in a fresh process, which must end without having started Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import ios_ray
+from ios_ray.app.backend import CompileError, IosRayBackend
+from ios_ray.app.compiled_graph import FALLBACK, CompiledGraph
+from ios_ray.errors import UserError
+from ios_ray.store import LatencyStore
+from tests.helpers import ios_ray_here
+from tests.compile_models import INPUT_SHAPE, Branching, Broken, TwoInputs, broken
+
+ROOT = Path(__file__).resolve().parent.parent
+MISSING = "no schedule for graph"
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> None:
+    """Each test compiles from scratch (Dynamo keeps compiled code per function)."""
+    torch._dynamo.reset()
+
+
+def compiled(model: nn.Module, backend: Any, x: torch.Tensor) -> tuple[torch.Tensor, list[str]]:
+    """The output of ``model`` compiled with ``backend`` on ``x`` (without gradients) and the warnings it gave."""
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = torch.compile(model, backend=backend)(x)
+    return out, [str(w.message) for w in caught if "ios_ray" in str(w.message)]
+
+
+def graphs(backend: IosRayBackend) -> list[CompiledGraph]:
+    """The graphs the backend compiled to a CompiledGraph."""
+    return [g for g in backend.graphs if isinstance(g, CompiledGraph)]
+
+
+def test_an_empty_store_warns_once_per_graph_and_equals_eager(tmp_path: Path) -> None:
+    model, x = broken(), torch.randn(3, *INPUT_SHAPE)
+    backend = ios_ray.backend(schedules=tmp_path / "none", store=tmp_path / "none.duckdb")
+    out, said = compiled(model, backend, x)
+    torch.testing.assert_close(out, model(x))
+    assert len(graphs(backend)) == 2 and sum(MISSING in s for s in said) == 2
+    assert all("torch_compile=True" in s and "on_miss='search'" in s for s in said if MISSING in s)
+    again, said = compiled(model, backend, x)
+    torch.testing.assert_close(again, model(x))
+    assert not any(MISSING in s for s in said)
+    assert [dict(g.runs) for g in graphs(backend)] == [{FALLBACK: 2}, {FALLBACK: 2}]
+    assert not (tmp_path / "none.duckdb").exists()
+
+
+def test_a_data_dependent_branch_and_a_graph_of_two_inputs_equal_eager() -> None:
+    model, x = Branching().eval(), torch.randn(2, *INPUT_SHAPE)
+    out, _ = compiled(model, ios_ray.backend(schedules=None, store=None), x)
+    torch.testing.assert_close(out, model(x))
+    two = TwoInputs().eval()
+    backend = ios_ray.backend(schedules=None, store=None)
+    with torch.no_grad(), pytest.warns(UserWarning, match="it reads 2 input tensors"):
+        out = torch.compile(two, backend=backend)(x, x + 1)
+    torch.testing.assert_close(out, two(x, x + 1))
+    assert "reads 2 input tensors" in backend.graphs[0]
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"on_miss": "measure"}, "on_miss must be one of fallback, search, not 'measure'"),
+    ({"fallback": "tvm"}, "fallback must be one of eager, inductor, not 'tvm'"),
+    ({"schedule": "x"}, "ios_ray.backend has no option 'schedule'"),
+    ({"on_miss": "search", "store": None}, "on_miss='search' stores what it measures"),
+    ({"follow_weights": "yes"}, "follow_weights must be True or False"),
+])
+def test_bad_options_are_one_sentence_naming_the_option(options: dict[str, Any], named: str) -> None:
+    with pytest.raises(UserError, match=named) as error:
+        ios_ray.backend(**options)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("compile_options, named", [
+    ({"mode": "reduce-overhead"}, "mode='reduce-overhead' is not taken"),
+    ({"options": {"on_miss": "never"}}, "on_miss must be one of"),
+])
+def test_errors_inside_compilation_are_one_sentence_without_dynamo_frames(
+    compile_options: dict[str, Any], named: str,
+) -> None:
+    from ios_ray.app.backend import ios_ray as registered
+
+    model = broken()
+    with torch.no_grad(), pytest.raises(CompileError, match=named) as error:
+        torch.compile(model, backend=registered, **compile_options)(torch.randn(2, *INPUT_SHAPE))
+    assert isinstance(error.value, UserError) and "\n" not in str(error.value)
+    frames = [f.filename for f in traceback.extract_tb(error.value.__traceback__)]
+    inside = [f for f in frames if "_dynamo" in Path(f).parts]
+    assert all(Path(f).name == "eval_frame.py" for f in inside), frames  # Dynamo's re-raise, nothing deeper
+
+
+def test_options_through_torch_compile_reach_the_backend(tmp_path: Path) -> None:
+    from ios_ray.app.backend import ios_ray as registered
+
+    model, x = broken(), torch.randn(2, *INPUT_SHAPE)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = torch.compile(model, backend=registered, options={"schedules": str(tmp_path / "given")})(x)
+    torch.testing.assert_close(out, model(x))
+    assert any(str(tmp_path / "given") in str(w.message) for w in caught)
+
+
+def test_the_entry_point_registers_the_backend_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A distribution's metadata declaring pyproject's entry points, as ``pip install`` writes it, makes
+    ``backend="ios_ray"`` resolve to the backend."""
+    import tomllib
+    from torch._dynamo.backends import registry
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    info = tmp_path / "ios_ray_probe-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ios-ray-probe\nVersion: 0\n")
+    (info / "entry_points.txt").write_text("".join(
+        f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in points.items()) for group, points in declared.items()))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for table in (registry._BACKENDS, registry._COMPILER_FNS):
+        monkeypatch.setitem(table, "ios_ray", table.get("ios_ray"))
+        del table["ios_ray"]
+    registry._discover_entrypoint_backends.cache_clear()
+    try:
+        registry._discover_entrypoint_backends()
+        from ios_ray.app.backend import ios_ray as registered
+
+        assert registry.lookup_backend("ios_ray") is registered
+    finally:
+        registry._discover_entrypoint_backends.cache_clear()
+    model, x = broken(), torch.randn(2, *INPUT_SHAPE)
+    monkeypatch.chdir(tmp_path)  # the default schedules folder and store: none here
+    out, said = compiled(model, "ios_ray", x)
+    torch.testing.assert_close(out, model(x))
+    assert sum(MISSING in s for s in said) == 2
+
+
+COMPILE_AGAIN = """
+import json, sys, warnings, torch, ios_ray
+from tests.helpers import ios_ray_here
+from tests.compile_models import broken
+model, store, out = broken(), sys.argv[1], sys.argv[2]
+backend = ios_ray.backend(schedules=out if out != "-" else None, store=store)
+x = torch.randn(int(sys.argv[3]), *model.input_shape)
+with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    y = torch.compile(model, backend=backend)(x)
+    torch.testing.assert_close(y, model(x))
+runs = [dict(g.runs) for g in backend.graphs]
+ray = "ray" in sys.modules and sys.modules["ray"].is_initialized()
+print(json.dumps({"runs": runs, "warnings": [str(w.message) for w in caught], "ray": ray}))
+"""
+
+
+def compile_in_a_fresh_process(store: Path, out: Path | None, batch: int) -> dict[str, Any]:
+    """Compile :func:`broken` with these schedules and store in a new process; what ran, what it warned, whether it
+    started Ray."""
+    done = subprocess.run([sys.executable, "-c", COMPILE_AGAIN, str(store), str(out or "-"), str(batch)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def rows(store: Path) -> int:
+    """The latency rows a store holds."""
+    return LatencyStore(store, create=False).query().num_rows
+
+
+@pytest.fixture(scope="module")
+def searched(ray_local: None, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(store, schedules folder) of ``ios-ray search --torch-compile`` on this CPU at batch 2."""
+    where = tmp_path_factory.mktemp("searched")
+    store, out = where / "s.duckdb", where / "schedules"
+    done = ios_ray_here("search", "--model", "tests.compile_models:broken", "--devices", "cpu", "--batches", "2",
+                        "--torch-compile", "--check-rounds", "0", "--store", str(store), "--out", str(out), cwd=where)
+    assert done.returncode == 0, done.stderr
+    assert "graph0" in done.stdout and "graph1" in done.stdout
+    return store, out
+
+
+@pytest.mark.slow
+def test_a_search_ahead_of_time_serves_a_compile_that_measures_nothing(searched: tuple[Path, Path]) -> None:
+    store, out = searched
+    assert len(list(out.rglob("bs2.json"))) == 2
+    measured = rows(store)
+    again = compile_in_a_fresh_process(store, out, 2)
+    assert not again["ray"] and not any(MISSING in s for s in again["warnings"]), again
+    assert all(origin.startswith(str(out)) for runs in again["runs"] for origin in runs), again["runs"]
+    assert rows(store) == measured
+
+
+@pytest.mark.slow
+def test_the_stores_latencies_alone_give_the_dp_schedule(
+    searched: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store, _ = searched
+    monkeypatch.setattr("ios_ray.app.api.search", lambda *a, **k: pytest.fail("a compile searched"))
+    model, x = broken(), torch.randn(2, *INPUT_SHAPE)
+    backend = ios_ray.backend(schedules=None, store=store, on_miss="search")
+    out, said = compiled(model, backend, x)
+    torch.testing.assert_close(out, model(x))
+    assert not said and all(set(g.runs) == {f"the DP over {store}"} for g in graphs(backend))
+
+
+@pytest.mark.slow
+def test_on_miss_search_searches_and_the_next_process_measures_nothing(searched: tuple[Path, Path]) -> None:
+    store, out = searched
+    model, x = broken(), torch.randn(3, *INPUT_SHAPE)
+    backend = ios_ray.backend(schedules=out, store=store, on_miss="search", check_rounds=0, progress=False)
+    y, said = compiled(model, backend, x)
+    torch.testing.assert_close(y, model(x))
+    assert not any(MISSING in s for s in said)
+    assert [g.searches for g in graphs(backend)] == [1, 1]
+    assert all(origin.startswith(str(out)) for g in graphs(backend) for origin in g.runs)
+    measured = rows(store)
+    assert len(list(out.rglob("bs3.json"))) == 2
+    again = compile_in_a_fresh_process(store, out, 3)
+    assert not again["ray"] and not any(MISSING in s for s in again["warnings"])
+    assert all(origin.startswith(str(out)) for runs in again["runs"] for origin in runs), again["runs"]
+    assert rows(store) == measured
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_outputs_outlive_the_next_call(ray_local: None, tmp_path: Path) -> None:
+    model = broken().cuda()
+    backend = ios_ray.backend(schedules=tmp_path / "out", store=tmp_path / "s.duckdb", on_miss="search",
+                              check_rounds=0, progress=False)
+    fast = torch.compile(model, backend=backend)
+    x, z = torch.randn(2, *INPUT_SHAPE, device="cuda"), torch.randn(2, *INPUT_SHAPE, device="cuda")
+    with torch.no_grad():
+        first = fast(x)
+        kept = first.clone()
+        fast(z)
+        torch.testing.assert_close(first, kept)
+        torch.testing.assert_close(first, model(x), rtol=1e-3, atol=1e-3)
+    assert all(g.runs[FALLBACK] == 0 for g in graphs(backend))
