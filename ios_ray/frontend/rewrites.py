@@ -337,6 +337,7 @@ def _add_module(gm: fx.GraphModule, near: str, module: nn.Module) -> str:
 
 
 def _finish(gm: fx.GraphModule) -> fx.GraphModule:
+    """The rewritten graph, checked. Its Python code is not generated here: nothing runs it between the rewrites, and
+    the import's last pass (:func:`~ios_ray.frontend.sizes.fold_sizes`) generates it once for all of them."""
     gm.graph.lint()
-    gm.recompile()
     return gm
