@@ -49,6 +49,7 @@ from ios_ray.app.bench import baseline_schedule
 from ios_ray.app.job import SearchRequest, run_search
 from ios_ray.app.progress import SilentProgress
 from ios_ray.frontend import import_model
+from ios_ray.models import resolve_model
 from ios_ray.paired import (REPORT_CONFIDENCE, SLOWER, WITHIN_NOISE, LookPlan, PairedTiming, median_interval, percent,
                             ratios_of)
 from ios_ray.vocabulary import DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_SECONDS
@@ -97,7 +98,8 @@ def sequential_of(model: str, batch: int = 1) -> Schedule:
 def check_job(model: str, first: Schedule, second: Schedule) -> CheckJob:
     """The check of two schedules of a zoo model at the defaults of ``ios-ray search``."""
     graph = import_model(model).graph
-    return CheckJob(ModelSource.of_spec(model), graph, (first, second), first.batch)
+    source = ModelSource(model, tuple(resolve_model(model).input_shape), spec=model)
+    return CheckJob(source, graph, (first, second), first.batch)
 
 
 def aa_checks(console: Console) -> tuple[Table, bool]:
