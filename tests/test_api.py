@@ -161,9 +161,11 @@ def test_a_half_model_object_is_measured_stored_and_deployed_in_its_own_dtype(ra
     in_float32 = ios_ray.search(model, "cpu", 2, dtype="float32", **options)
     assert in_float32["cpu", 2].schedule.dtype == "float32" and in_float32["cpu", 2].cached == 0
     assert in_float32["cpu", 2].measured > 0
-    again = ios_ray.search(model, "cpu", 2, **options)
-    assert (again["cpu", 2].measured, again["cpu", 2].cached) == (0, outcome.measured)
-    assert again["cpu", 2].predicted_ms == outcome.predicted_ms  # the DP's, from the same stored latencies
+    again = ios_ray.search(model, "cpu", 2, **options)["cpu", 2]
+    assert again.cached == outcome.measured  # every bfloat16 row found again
+    if again.schedule.params["measure"]["remeasured"] == 0:  # no stored outlier (a burst of load) measured again
+        assert again.measured == 0
+        assert again.predicted_ms == outcome.predicted_ms  # the DP's, from the same stored latencies
 
 
 def test_a_model_whose_graph_depends_on_its_dtype_is_imported_in_it_everywhere(ray_local: None, tmp_path: Path) -> None:

@@ -484,7 +484,7 @@ def test_a_bfloat16_search_then_run_bench_evaluate_and_store_stats(tmp_path: Pat
     commands after the search run the model in it."""
     store, out, shape = tmp_path / "S.duckdb", tmp_path / "O", ("--input-shape", "3x64x64")
     searched = ios_ray_here("search", "--model", "squeezenet", "--devices", "cpu", "--batches", "2", "--store",
-                            str(store), "--out", str(out), "--dtype", "bf16",
+                            str(store), "--out", str(out), "--dtype", "bf16", "--measure", "all",
                             "--check-rounds", str(least_rounds()), *shape,
                             cwd=tmp_path)
     assert searched.returncode == 0, searched.stderr
