@@ -65,8 +65,15 @@ def test_an_empty_store_warns_once_per_graph_and_equals_eager(tmp_path: Path) ->
 
 def test_a_data_dependent_branch_and_a_graph_of_two_inputs_equal_eager() -> None:
     model, x = Branching().eval(), torch.randn(2, *INPUT_SHAPE)
-    out, _ = compiled(model, ios_ray.backend(schedules=None, store=None), x)
+    backend = ios_ray.backend(schedules=None, store=None)
+    out, said = compiled(model, backend, x)
     torch.testing.assert_close(out, model(x))
+    # The graph before the branch returns the condition (one number) beside its feature map: it imports as the
+    # feature map's graph, and Dynamo's code computes the condition from it.
+    before = graphs(backend)[0]
+    assert before.unimported is None and before.call.tail is not None, said
+    assert before.graph is not None and len(before.graph.units) == 4
+    assert not any("does not import" in s for s in said)
     two = TwoInputs().eval()
     backend = ios_ray.backend(schedules=None, store=None)
     with torch.no_grad(), pytest.warns(UserWarning, match="it reads 2 input tensors"):
@@ -213,6 +220,19 @@ def test_the_stores_latencies_alone_give_the_dp_schedule(
     out, said = compiled(model, backend, x)
     torch.testing.assert_close(out, model(x))
     assert not said and all(set(g.runs) == {f"the DP over {store}"} for g in graphs(backend))
+
+
+@pytest.mark.slow
+def test_the_graph_before_a_data_dependent_branch_runs_its_schedule(searched: tuple[Path, Path]) -> None:
+    store, _ = searched  # Branching's graph before its branch computes what Broken's first graph computes
+    model = Branching().eval()
+    model.load_state_dict(broken().state_dict())
+    backend = ios_ray.backend(schedules=None, store=store)
+    for x in (torch.randn(2, *INPUT_SHAPE), -torch.randn(2, *INPUT_SHAPE)):
+        out, _ = compiled(model, backend, x)
+        torch.testing.assert_close(out, model(x))
+    before = graphs(backend)[0]
+    assert before.call.tail is not None and set(before.runs) == {f"the DP over {store}"}, dict(before.runs)
 
 
 @pytest.mark.slow

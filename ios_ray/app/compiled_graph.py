@@ -135,7 +135,7 @@ class CompiledGraph:
             self.runs[FALLBACK] += 1
             return self.fallback(*args)
         self.runs[choice.origin] += 1
-        return binding.imported.output.pack(choice.runner(x))  # type: ignore[union-attr]
+        return self.call.finish(binding.imported.output.pack(choice.runner(x)), args)  # type: ignore[union-attr]
 
     def _binding(self, args: Sequence[Any], x: torch.Tensor) -> Binding | None:
         """The binding of this call's model values and per-sample shape: kept, else imported now (None, with a

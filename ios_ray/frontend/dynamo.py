@@ -17,6 +17,11 @@ which :func:`~ios_ray.frontend.import_module` imports through the same capture a
 cannot be such a module raises :class:`Unschedulable` saying why: it reads several frame inputs, none, a number
 from the frame, an input that is not a floating batch, or it runs in training mode (dropout, batch-norm statistics).
 
+A graph may end in values that are not feature maps of the batch: the graph before a data-dependent branch returns
+the branch's condition (``y.mean()``, one number for the whole batch) beside its feature map. :func:`graph_call` cuts
+such a graph in two (:func:`split_tail`): the *head*, which returns feature maps only and is what imports and runs a
+schedule, and the *tail*, Dynamo's own code for the rest, which :meth:`GraphCall.finish` runs on the head's outputs.
+
 Where shapes are static (``dynamic=False``, and every first compile of ``dynamic=None``), Dynamo writes sizes read
 from the input as numbers: ``x.view(x.size(0), -1)`` is ``x.view(8, -1)``, which a capture at another batch size
 cannot import. Such a graph runs only at its batch size (Dynamo's guards say so), so :func:`graph_call` reads the
@@ -71,11 +76,12 @@ class GraphCall(nn.Module):
     """A Dynamo graph called with the model's values it holds and one input batch (batch first)."""
 
     def __init__(self, graph: fx.GraphModule, arguments: Sequence[Argument], held: Sequence[Any],
-                 batch: int | None = None) -> None:
+                 batch: int | None = None, tail: fx.GraphModule | None = None) -> None:
         super().__init__()
         self.graph = graph
         self.arguments = tuple(arguments)
         self.batch = batch
+        self.tail = tail
         self.constants: dict[int, Any] = {}
         for position, value in enumerate(held):
             if isinstance(value, nn.Parameter):
@@ -102,12 +108,16 @@ class GraphCall(nn.Module):
 
     def holding(self, args: Sequence[Any]) -> GraphCall:
         """The same graph holding the model's values of one call's arguments (another module's weights, say)."""
-        return GraphCall(self.graph, self.arguments, [args[i] for i in self.held_positions], self.batch)
+        return GraphCall(self.graph, self.arguments, [args[i] for i in self.held_positions], self.batch, self.tail)
 
     def forward(self, x: torch.Tensor) -> Any:
-        """The graph's outputs (a tuple) for the input batch ``x``."""
+        """The head's outputs (a tuple of feature maps) for the input batch ``x``."""
         held = self.held()
         return self.graph(*(_value(a, x, held) for a in self.arguments))
+
+    def finish(self, outputs: Sequence[Any], args: Sequence[Any]) -> tuple[Any, ...]:
+        """What Dynamo's graph returns for a call with ``args``, from the head's ``outputs`` for it."""
+        return tuple(outputs) if self.tail is None else self.tail(*outputs, *args)
 
 
 def graph_call(graph: fx.GraphModule, example_inputs: Sequence[Any]) -> GraphCall:
@@ -140,9 +150,92 @@ def graph_call(graph: fx.GraphModule, example_inputs: Sequence[Any]) -> GraphCal
         raise Unschedulable(f"it runs in training mode ({training}); schedules are for inference: call model.eval()")
     if torch.is_grad_enabled() and x.requires_grad:
         raise Unschedulable(f"it computes gradients of its input {inputs[0]}; schedules are for inference")
+    input_node = placeholders[next(i for i, a in enumerate(arguments) if a.kind is Kind.INPUT)]
+    head, tail = split_tail(graph, input_node.meta.get("example_value", x).shape[0])
     if any(a.kind is Kind.INPUT_PROPERTY for a in arguments):
-        return GraphCall(graph, arguments, held)
-    return GraphCall(batch_read_back(graph, x.shape[0]), arguments, held, x.shape[0])
+        return GraphCall(head, arguments, held, tail=tail)
+    return GraphCall(batch_read_back(head, x.shape[0]), arguments, held, x.shape[0], tail)
+
+
+def split_tail(graph: fx.GraphModule, batch: Any) -> tuple[fx.GraphModule, fx.GraphModule | None]:
+    """(head, tail): where the graph returns values that are not feature maps of ``batch`` samples (the example
+    values' size, a number or a SymInt) and computes them only from feature maps, the head returns those feature maps
+    and its own feature-map outputs, and the tail, called with the head's outputs and then the graph's arguments,
+    returns what the graph returns. (graph, None) where every output is a feature map, or where the other outputs
+    cannot be cut off so (they feed a feature map, or read a value of the head that is not one)."""
+    output = next(n for n in graph.graph.nodes if n.op == "output")
+    results = list(output.args[0]) if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
+    maps = [r for r in results if _feature_map(r, batch)]
+    others = [r for r in results if isinstance(r, fx.Node) and not _feature_map(r, batch)]
+    if not others:
+        return graph, None
+    head_side = _ancestors(maps)
+    tail_nodes = _ancestors(others) - head_side
+    tail_nodes = {n for n in tail_nodes if n.op != "placeholder"}
+    read = {i for n in tail_nodes for i in n.all_input_nodes if i not in tail_nodes and i.op != "placeholder"}
+    if any(r in head_side for r in others) or not all(_feature_map(n, batch) for n in read):
+        return graph, None
+    returned = list(dict.fromkeys([*maps, *sorted(read, key=_order(graph))]))
+    return _head(graph, returned), _tail(graph, returned, tail_nodes, results)
+
+
+def _feature_map(value: Any, batch: Any) -> bool:
+    """Whether a node's example value is a floating tensor of at least two dimensions led by ``batch``."""
+    example = value.meta.get("example_value") if isinstance(value, fx.Node) else None
+    return (isinstance(example, torch.Tensor) and example.dim() >= 2 and example.is_floating_point()
+            and _size(example.shape[0]) == _size(batch))
+
+
+def _size(size: Any) -> Any:
+    """A size comparable across example values: an int, or a SymInt's expression."""
+    return size.node.expr if isinstance(size, torch.SymInt) else size
+
+
+def _ancestors(nodes: Sequence[fx.Node]) -> set[fx.Node]:
+    """``nodes`` and every node they read, directly or not."""
+    seen: set[fx.Node] = set()
+    todo = list(nodes)
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(node.all_input_nodes)
+    return seen
+
+
+def _order(graph: fx.GraphModule) -> Any:
+    """A sort key: a node's position in ``graph``."""
+    position = {n: i for i, n in enumerate(graph.graph.nodes)}
+    return position.__getitem__
+
+
+def _head(graph: fx.GraphModule, returned: Sequence[fx.Node]) -> fx.GraphModule:
+    """A copy of ``graph`` returning ``returned`` (as a tuple) and computing only what they need; the same
+    placeholders."""
+    head = fx.Graph()
+    copies: dict[fx.Node, fx.Node] = {}
+    head.graph_copy(graph.graph, copies)
+    head.output(tuple(copies[n] for n in returned))
+    head.eliminate_dead_code()
+    return fx.GraphModule(graph, head)
+
+
+def _tail(graph: fx.GraphModule, returned: Sequence[fx.Node], nodes: set[fx.Node], results: Sequence[Any]
+          ) -> fx.GraphModule:
+    """The graph of ``nodes`` (in ``graph``'s order), called with the head's ``returned`` values and then ``graph``'s
+    arguments, returning ``results`` as ``graph`` does."""
+    tail = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for index, node in enumerate(returned):
+        env[node] = tail.placeholder(f"head_{index}")
+    for node in graph.graph.nodes:
+        if node.op == "placeholder":
+            env[node] = tail.placeholder(node.name)
+    for node in graph.graph.nodes:
+        if node in nodes:
+            env[node] = tail.node_copy(node, env.__getitem__)
+    tail.output(tuple(env[r] if isinstance(r, fx.Node) else r for r in results))
+    return fx.GraphModule(graph, tail)
 
 
 def batch_read_back(graph: fx.GraphModule, batch: int) -> fx.GraphModule:
