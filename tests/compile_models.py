@@ -44,6 +44,24 @@ class Branching(Broken):
         return self.head(y.mean((2, 3)).view(y.size(0), -1))
 
 
+class Caching(Broken):
+    """:class:`Broken` whose graph break happens on its first call only, when it caches its input's shape (as
+    Ultralytics' detection head caches its anchors): compiled after it ran, it is one graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: torch.Size | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.stem(x)
+        y = torch.cat([self.a(y), self.b(y)], 1)
+        if self.seen != x.shape:
+            print("first call: caching the input's shape")
+            self.seen = x.shape
+        y = torch.cat([self.c(y), self.d(y)], 1)
+        return self.head(y.mean((2, 3)).view(y.size(0), -1))
+
+
 class TwoInputs(nn.Module):
     """A model whose graph reads two input tensors."""
 

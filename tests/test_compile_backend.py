@@ -21,10 +21,12 @@ from torch import nn
 import ios_ray
 from ios_ray.app.backend import CompileError, IosRayBackend
 from ios_ray.app.compiled_graph import FALLBACK, CompiledGraph
+from ios_ray.app.compiled_search import record_graphs
 from ios_ray.errors import UserError
+from ios_ray.frontend import import_module
 from ios_ray.store import LatencyStore
 from tests.helpers import ios_ray_here
-from tests.compile_models import INPUT_SHAPE, Branching, Broken, TwoInputs, broken
+from tests.compile_models import INPUT_SHAPE, Branching, Broken, Caching, TwoInputs, broken
 
 ROOT = Path(__file__).resolve().parent.parent
 MISSING = "no schedule for graph"
@@ -80,6 +82,17 @@ def test_a_data_dependent_branch_and_a_graph_of_two_inputs_equal_eager() -> None
         out = torch.compile(two, backend=backend)(x, x + 1)
     torch.testing.assert_close(out, two(x, x + 1))
     assert "reads 2 input tensors" in backend.graphs[0]
+
+
+def test_a_search_ahead_of_time_records_the_graphs_of_a_model_compiled_before_and_after_it_ran() -> None:
+    model = Caching().eval()
+    recorder = record_graphs(model, torch.randn(2, *INPUT_SHAPE))
+    # a first compile breaks where the first call caches (two graphs); compiled after it ran, the model is one graph
+    assert [(name.split()[1].strip("()").split("@")[0], shape) for name, _, shape in recorder.calls] == [
+        ("Caching.forward", INPUT_SHAPE), ("Caching.forward", (16, 12, 12)), ("Caching.forward", INPUT_SHAPE)]
+    whole = import_module(recorder.calls[2][1], torch.randn(2, *INPUT_SHAPE)).graph
+    halves = [import_module(call, torch.randn(2, *shape)).graph for _, call, shape in recorder.calls[:2]]
+    assert len(whole.units) == sum(len(g.units) for g in halves) and not recorder.skipped
 
 
 @pytest.mark.parametrize("options, named", [

@@ -2,10 +2,16 @@
 ``ios_ray.search(model, ..., torch_compile=True)`` and ``ios-ray search --torch-compile``.
 
 For each batch size the model is compiled with a backend that records each graph Dynamo hands over
-(:class:`Recorder`, ``dynamic=False``, as a first compile is) and runs it as it is, once, on a seeded input; each
-graph that can run a schedule is then searched as a model of its own (:func:`ios_ray.search`), so that its latencies
-land in the store and its schedule in ``out``, where ``torch.compile(model, backend="ios_ray")`` finds it by the
+(:class:`Recorder`, ``dynamic=False``, as a first compile is) and runs it as it is, on a seeded input; each graph
+that can run a schedule is then searched as a model of its own (:func:`ios_ray.search`), so that its latencies land
+in the store and its schedule in ``out``, where ``torch.compile(model, backend="ios_ray")`` finds it by the
 fingerprint of its graph and measures nothing.
+
+A model may compile to other graphs once it has run: Ultralytics' detection head caches its anchors on its first
+call, and the graph break that computing them causes is what splits a first compile into one graph per module
+forward; a model compiled after it ran (as a user does who checks it eagerly first) is one graph. So
+:func:`record_graphs` records what a first compile runs on its first and second call (the second recompiles what the
+first call's changes invalidated) and what a compile of the model after it ran runs, each distinct graph once.
 """
 
 from __future__ import annotations
@@ -65,9 +71,14 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, GraphCall, tuple[int, ...]]] = []
         self.skipped: list[str] = []
+        self._seen: set[tuple[str, tuple[Any, ...]]] = set()
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any], **_: Any) -> Callable[..., Any]:
-        """Record one graph; run it as it is."""
+        """Record one graph (once: a graph handed over again by another compile is not); run it as it is."""
+        seen = (gm.code, tuple(_signature(v) for v in example_inputs))
+        if seen in self._seen:
+            return gm.forward
+        self._seen.add(seen)
         name = f"graph{len(self.calls) + len(self.skipped)} ({graph_name()})"
         try:
             call = graph_call(gm, example_inputs)
@@ -79,11 +90,21 @@ class Recorder:
 
 
 def record_graphs(model: nn.Module, x: torch.Tensor) -> Recorder:
-    """The graphs torch.compile hands a backend for ``model`` called on ``x`` (without gradients)."""
+    """The graphs torch.compile hands a backend for ``model`` called on ``x`` (without gradients): a first compile's
+    on its first two calls, and a compile's of the model after it ran (see the module docstring)."""
     recorder = Recorder()
     with torch.no_grad():
-        torch.compile(model, backend=recorder, dynamic=False)(x)
+        first = torch.compile(model, backend=recorder, dynamic=False)
+        first(x)
+        first(x)
+        # another backend object, so that Dynamo compiles afresh rather than reuse the first compile's code
+        torch.compile(model, backend=lambda gm, inputs, **kw: recorder(gm, inputs, **kw), dynamic=False)(x)
     return recorder
+
+
+def _signature(value: Any) -> Any:
+    """What tells two example inputs of one graph code apart: a tensor's shape and dtype, else the value."""
+    return (tuple(value.shape), value.dtype) if isinstance(value, torch.Tensor) else repr(value)
 
 
 def search_graphs(
