@@ -189,9 +189,12 @@ def _since(started: float) -> float:
 
 
 def _define_torchvision_schemas() -> None:
-    """The two operator schemas torchvision's Python needs where its compiled ops do not load."""
+    """The two operator schemas torchvision's Python needs where its compiled ops do not load (nothing where
+    torchvision is not installed)."""
     try:
         import torchvision  # noqa: F401
+    except ModuleNotFoundError:
+        return
     except RuntimeError as exc:
         if "torchvision::nms" not in str(exc):
             raise
