@@ -13,7 +13,8 @@ less the input batch (held before the pass). Target: within 5% in every case.
 (b) Sim GPUs, latency against memory. Inception V3, NASNet-A and RandWire on ``sim:v100`` at batches 32 and 128,
 priced in this process by the sim model (simulated latencies, no store): the fastest schedule at budgets of 1.0x,
 1.1x, 1.25x and 1.5x the sequential schedule's peak, and none; its latency, peak, and the share of the
-unbudgeted speedup over sequential that it keeps.
+unbudgeted speedup over sequential that it keeps. Then per model the smallest peak any schedule reaches
+(:func:`~ios_ray.scheduler.budget.smallest_peak`) against the sequential order's, in elements per sample.
 
 Run: python bench/memory.py [--only cpu|sim] [--models ...]   (exit code 1 when a target is missed)
 """
@@ -36,7 +37,8 @@ from ios_ray.ir import Graph
 from ios_ray.profiler.sim_model import stage_latency_ms
 from ios_ray.runtime import Program, ScheduleRunner
 from ios_ray.schedule import Schedule
-from ios_ray.scheduler import SearchParams, SyntheticCost, optimize_graph, sequential
+from ios_ray.scheduler import SearchParams, SyntheticCost, optimize_graph, sequential, sequential_stages
+from ios_ray.scheduler.budget import smallest_peak
 from ios_ray.scheduler.memory import GraphMemory, to_bytes
 from ios_ray.stage import Stage
 
@@ -76,7 +78,7 @@ def cpu_table(models: list[str], console: Console) -> bool:
                   title="computed vs measured activation peak, CPU (counting allocator)")
     fine = True
     for name in models:
-        imported = import_model(name, batch=2)
+        imported = import_model(name)
         graph = imported.graph
         program = Program.from_imported(imported)
         memory, cost = GraphMemory(graph), SyntheticCost(graph)
@@ -103,8 +105,13 @@ def sim_table(models: list[str], console: Console, gpu: str = "v100") -> None:
     """Part (b): the latency-memory trade-off on a sim GPU (simulated latencies)."""
     table = Table("model", "batch", "budget", "budget MB", "latency ms (simulated)", "peak MB", "sequential ms",
                   "speedup kept", "DP s", title=f"latency and peak at each budget, sim:{gpu} (simulated)")
+    smallest = Table("model", "smallest peak", "sequential peak", "ratio", "walk s",
+                     title="smallest peak any schedule reaches, elements per sample")
     for name in models:
-        graph = import_model(name, batch=2).graph
+        graph = import_model(name).graph
+        row = smallest_row(name, graph)
+        smallest.add_row(*row)
+        print("smallest:", *row, flush=True)
         for batch in (32, 128):
             latency = SimLatency(graph, gpu, batch)
             found = optimize_graph(graph, latency)
@@ -124,6 +131,17 @@ def sim_table(models: list[str], console: Console, gpu: str = "v100") -> None:
                 table.add_row(*row)
                 print("row:", *row, flush=True)
     console.print(table)
+    console.print(smallest)
+
+
+def smallest_row(name: str, graph: Graph) -> tuple[str, ...]:
+    """The smallest peak any schedule of ``graph`` reaches, against the sequential order's (elements per sample),
+    and the seconds of the walk that finds it."""
+    memory = GraphMemory(graph)
+    plain = memory.schedule_peak([s for b in graph.blocks for s in sequential_stages(graph, b)]).elements
+    started = time.perf_counter()
+    least = smallest_peak(graph, SearchParams(), memory)
+    return name, f"{least:,}", f"{plain:,}", f"{least / plain:.3f}x", f"{time.perf_counter() - started:.1f}"
 
 
 def main() -> int:

@@ -31,6 +31,9 @@ from ios_ray.stage import Stage
 
 #: Column of an ending's concurrent candidate and of its merge candidate in ``BlockArrays.candidates``.
 CONCURRENT, MERGE = 0, 1
+#: The values of a run of transitions ``state -> rest`` through ``ending``: (the rests' costs, the rests' and the
+#: endings' indices) -> one value per transition (``inf``: not allowed).
+Transit = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -59,11 +62,12 @@ class _Transitions:
 class BlockArrays:
     """A block's states, transitions and candidate stages as arrays (see the module docstring): ``by_state`` sorted
     by state (``state_start`` slices a state's), ``by_rest`` by rest (larger rests first), ``by_ending`` by
-    ending (``ending_start`` slices an ending's); ``endings`` holds each ending's mask of the block's units and
-    ``counts`` the size of the space."""
+    ending (``ending_start`` slices an ending's); ``endings`` holds each ending's mask of the block's units,
+    ``masks`` each state's (by index: by size, then mask) and ``counts`` the size of the space."""
 
     counts: BlockCounts
     full: int
+    masks: tuple[int, ...]
     endings: tuple[int, ...]
     candidates: np.ndarray
     by_state: _Transitions
@@ -93,7 +97,7 @@ class BlockArrays:
         sizes = np.array([m.bit_count() for m in masks], dtype=np.int64)
         counts = BlockCounts(space.block.index, space.dag.size, space.dag.width, len(masks) - 1, len(table),
                              int(np.count_nonzero(candidates >= 0)))
-        return _assemble(counts, order[space.full], tuple(endings), table, candidates, sizes, len(masks))
+        return _assemble(counts, order[space.full], tuple(masks), tuple(endings), table, candidates, sizes)
 
     def ending_weights(self, latency: np.ndarray) -> np.ndarray:
         """Per ending, the least latency of its candidate stages (``inf`` where none is finite)."""
@@ -106,11 +110,16 @@ class BlockArrays:
 
     def forward(self, weights: np.ndarray) -> np.ndarray:
         """``cost[S]`` for every state under these ending weights; ``cost[full]`` is the block's best cost."""
+        return self.forward_by(lambda before, rest, ending: before + weights[ending])
+
+    def forward_by(self, transit: Transit, start: float = 0.0) -> np.ndarray:
+        """``cost[S]`` for every state: the least ``transit`` over S's transitions (``cost[0] = start``), level by
+        level, so that every rest is done before the states it leads to."""
         cost = np.full(len(self.state_start) - 1, np.inf)
-        cost[0] = 0.0
+        cost[0] = start
         rest, ending = self.by_state.rest, self.by_state.ending
         for (a, z), starts, targets in zip(*_unpack(self._forward)):
-            cost[targets] = np.minimum.reduceat(cost[rest[a:z]] + weights[ending[a:z]], starts)
+            cost[targets] = np.minimum.reduceat(transit(cost[rest[a:z]], rest[a:z], ending[a:z]), starts)
         return cost
 
     def backward(self, weights: np.ndarray) -> np.ndarray:
@@ -140,17 +149,18 @@ class BlockArrays:
         return chosen
 
 
-def _assemble(counts: BlockCounts, full: int, endings: tuple[int, ...], table: np.ndarray, candidates: np.ndarray,
-              sizes: np.ndarray, states: int) -> BlockArrays:
+def _assemble(counts: BlockCounts, full: int, masks: tuple[int, ...], endings: tuple[int, ...], table: np.ndarray,
+              candidates: np.ndarray, sizes: np.ndarray) -> BlockArrays:
     """Store the transitions in each pass's order and precompute the level runs of both passes."""
     by_state = _Transitions(table[:, 0].copy(), table[:, 1].copy(), table[:, 2].copy())
-    state_start = np.searchsorted(by_state.state, np.arange(states + 1)).astype(np.int64)
+    state_start = np.searchsorted(by_state.state, np.arange(len(masks) + 1)).astype(np.int64)
     by_rest = by_state.ordered(np.lexsort((by_state.rest, -sizes[by_state.rest])))
     by_ending = by_state.ordered(np.argsort(by_state.ending, kind="stable"))
     ending_start = np.flatnonzero(np.r_[True, by_ending.ending[1:] != by_ending.ending[:-1]]) if len(table) else \
         np.zeros(0, dtype=np.int64)
-    return BlockArrays(counts, full, endings, candidates, by_state, state_start, by_rest, by_ending, ending_start,
-                       _levels(by_state.state, sizes[by_state.state]), _levels(by_rest.rest, sizes[by_rest.rest]))
+    forward, backward = _levels(by_state.state, sizes[by_state.state]), _levels(by_rest.rest, sizes[by_rest.rest])
+    return BlockArrays(counts, full, masks, endings, candidates, by_state, state_start, by_rest, by_ending,
+                       ending_start, forward, backward)
 
 
 def _levels(targets: np.ndarray, sizes: np.ndarray) -> _Levels:

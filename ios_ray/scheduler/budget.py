@@ -12,6 +12,13 @@ pins that outlive a block are carried exactly, and the end of the graph adds put
 The same walk, minimising the highest peak instead of the latency, gives the smallest peak any schedule reaches
 (:func:`smallest_peak`), which is what a budget no schedule meets is answered with. Without a budget the search is
 :func:`~ios_ray.scheduler.dp.optimize_graph`, unchanged.
+
+The walk runs on the block's :class:`~ios_ray.scheduler.arrays.BlockArrays` (the states, transitions and
+candidate stages the lazy search enumerates), with each candidate's latency and what it allocates looked up once
+per block. Where nothing can be pinned (no merge candidate in the block, no pins carried into it) the state is D
+alone and the walk is one vectorised pass per level (:class:`_FreeWalk`); otherwise it goes entry by entry over
+(D, P) (:class:`_PinnedWalk`). Both break ties alike: among equal values, the transition from the smaller rest
+(by size, then mask), then the concurrent candidate before the merge one.
 """
 
 from __future__ import annotations
@@ -20,8 +27,11 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from ios_ray.ir import Graph
 from ios_ray.schedule import BlockSchedule
+from ios_ray.scheduler.arrays import MERGE, BlockArrays
 from ios_ray.scheduler.dp import BlockResult, GraphResult, SearchStats
 from ios_ray.scheduler.latency import LatencyModel
 from ios_ray.scheduler.memory import BlockMemory, GraphMemory
@@ -30,9 +40,10 @@ from ios_ray.stage import Stage
 
 #: Merge stages still holding memory, as tuples of their unit ids.
 Pins = frozenset[tuple[str, ...]]
-#: How a path's value grows through a transition: (value so far, stage latency, transition peak) -> new value,
-#: or None where the transition is not allowed.
-Step = Callable[[float, float, int], "float | None"]
+NO_PINS: Pins = frozenset()
+#: How a path's value grows through transitions, elementwise over arrays that broadcast: (values so far, stage
+#: latencies, transition peaks) -> new values, ``inf`` where a transition is not allowed.
+Step = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
 class OverBudget(ValueError):
@@ -45,26 +56,12 @@ class OverBudget(ValueError):
         self.smallest = smallest
 
 
-@dataclass(frozen=True)
-class _Entry:
-    """The best way found to reach one (block, D, P): its value and the step that reached it."""
-
-    value: float
-    before: tuple[int, Pins] | None
-    stage: Stage | None
-    latency: float
-
-
 def optimize_within(graph: Graph, latency: LatencyModel, budget: int, params: SearchParams = SearchParams(),
                     memory: GraphMemory | None = None) -> GraphResult:
     """The fastest schedule of ``graph`` whose peak is at most ``budget`` elements per sample; :class:`OverBudget`
     where none is."""
     memory = memory or GraphMemory(graph)
-
-    def step(value: float, ms: float, peak: int) -> float | None:
-        return value + ms if peak <= budget else None
-
-    found = _walk(graph, params, memory, latency, step)
+    found = _walk(graph, params, memory, latency, _within(budget))
     if found is None:
         raise OverBudget(budget, smallest_peak(graph, params, memory))
     return GraphResult(found[1])
@@ -72,9 +69,24 @@ def optimize_within(graph: Graph, latency: LatencyModel, budget: int, params: Se
 
 def smallest_peak(graph: Graph, params: SearchParams = SearchParams(), memory: GraphMemory | None = None) -> int:
     """The least peak, in elements per sample, that any schedule of ``graph`` within ``params`` reaches."""
-    found = _walk(graph, params, memory or GraphMemory(graph), _Flat(), lambda value, ms, peak: max(value, peak))
+    found = _walk(graph, params, memory or GraphMemory(graph), _Flat(), _highest)
     assert found is not None, "every graph has a schedule"
     return int(found[0])
+
+
+def _within(budget: int) -> Step:
+    """The step of :func:`optimize_within`: latencies add up, and a transition peaking over ``budget`` is not
+    allowed."""
+
+    def step(values: np.ndarray, ms: np.ndarray, peaks: np.ndarray) -> np.ndarray:
+        return np.where(peaks <= budget, values + ms, np.inf)
+
+    return step
+
+
+def _highest(values: np.ndarray, ms: np.ndarray, peaks: np.ndarray) -> np.ndarray:
+    """The step of :func:`smallest_peak`: a path's value is the highest peak on it (latencies aside)."""
+    return np.maximum(values, peaks)
 
 
 class _Flat:
@@ -85,81 +97,189 @@ class _Flat:
         return 0.0
 
 
+@dataclass(frozen=True)
+class _Block:
+    """One block's space as arrays, with per ending and candidate column (``CONCURRENT``, ``MERGE`` of
+    :mod:`~ios_ray.scheduler.arrays`) the stage's ``latency`` and ``peak`` (what it allocates on top of what is
+    alive before it), ``inf`` where the ending has no such candidate."""
+
+    space: BlockSpace
+    memory: BlockMemory
+    arrays: BlockArrays
+    stages: tuple[Stage, ...]
+    latency: np.ndarray
+    peak: np.ndarray
+
+    @staticmethod
+    def of(space: BlockSpace, memory: BlockMemory, latency: LatencyModel) -> _Block:
+        """The block's arrays, each candidate stage priced once and its allocation computed once."""
+        stages: list[Stage] = []
+
+        def number(stage: Stage) -> int:
+            stages.append(stage)
+            return len(stages) - 1
+
+        arrays = BlockArrays.of(space, number)
+        has = arrays.candidates >= 0
+        ms = np.array([latency.latency(stage) for stage in stages], dtype=np.float64)
+        peaks = np.array([memory.graph.stage(stage).peak for stage in stages], dtype=np.float64)
+        return _Block(space, memory, arrays, tuple(stages), np.where(has, ms[arrays.candidates], np.inf),
+                      np.where(has, peaks[arrays.candidates], np.inf))
+
+    @property
+    def merges(self) -> bool:
+        """Whether some ending has a merge candidate (whose slices can pin memory)."""
+        return bool((self.arrays.candidates[:, MERGE] >= 0).any())
+
+    def stage(self, ending: int, column: int) -> Stage:
+        """The candidate stage of ``ending`` (an index) in ``column``."""
+        return self.stages[self.arrays.candidates[ending, column]]
+
+    def result(self, stages: list[Stage], latencies: list[float], states: int) -> BlockResult:
+        """The block's result for its stages in order (with their latencies), having reached ``states`` entries."""
+        schedule = BlockSchedule(self.space.block.index, tuple(stages), tuple(latencies))
+        return BlockResult(schedule, float(sum(latencies)), SearchStats(states=states))
+
+
 def _walk(graph: Graph, params: SearchParams, memory: GraphMemory, latency: LatencyModel, step: Step
           ) -> tuple[float, tuple[BlockResult, ...]] | None:
     """The best path through every block's (D, P) states under ``step``: its value and its blocks' schedules;
     None where no path is allowed."""
     spaces = block_spaces(graph, params)
-    starts: dict[Pins, float] = {frozenset(): 0.0}
-    tables = []
-    prices: dict[Stage, float] = {}
+    starts: dict[Pins, float] = {NO_PINS: 0.0}
+    walks: list[_FreeWalk | _PinnedWalk] = []
     for number, space in enumerate(spaces):
-        block_memory = BlockMemory(memory, space.block)
-        table = _block_walk(space, block_memory, latency, prices, step, starts)
-        ends: dict[Pins, float | None] = {p: e.value for (state, p), e in table.items() if state == space.full}
+        block = _Block.of(space, BlockMemory(memory, space.block), latency)
+        if set(starts) == {NO_PINS} and not block.merges:
+            walked: _FreeWalk | _PinnedWalk = _FreeWalk(block, step, starts[NO_PINS])
+        else:
+            walked = _PinnedWalk(block, step, starts)
+        starts = walked.ends()
         if number == len(spaces) - 1:  # the graph's output is put together after the last stage
-            ends = {p: step(v, 0.0, block_memory.between(space.full, p) + memory.output.peak)  # type: ignore[arg-type]
-                    for p, v in ends.items()}
-        starts = {p: v for p, v in ends.items() if v is not None}
+            starts = {p: _output_step(step, v, block.memory.between(space.full, p) + memory.output.peak)
+                      for p, v in starts.items()}
+            starts = {p: v for p, v in starts.items() if math.isfinite(v)}
         if not starts:
             return None
-        tables.append(table)
+        walks.append(walked)
     pins = min(starts, key=lambda p: (starts[p], sorted(p)))
     value = starts[pins]
     blocks = []
-    for space, table in zip(reversed(spaces), reversed(tables)):
-        result, pins = _rebuild(space, table, pins)
+    for walked in reversed(walks):
+        result, pins = walked.rebuild(pins)
         blocks.append(result)
     return value, tuple(reversed(blocks))
 
 
-def _block_walk(space: BlockSpace, memory: BlockMemory, latency: LatencyModel, prices: dict[Stage, float],
-                step: Step, starts: dict[Pins, float]) -> dict[tuple[int, Pins], _Entry]:
-    """Forward over one block's states by size, from each start's pins; the best entry per (D, P)."""
-    forward: dict[int, list[tuple[int, int]]] = {}
-    for state, found in space.states():
-        for ending in found:
-            forward.setdefault(state & ~ending, []).append((ending, state))
-    table = {(0, pins): _Entry(value, None, None, 0.0) for pins, value in starts.items()}
-    by_state: dict[int, list[Pins]] = {0: list(starts)}
-    for done in sorted(forward, key=lambda m: (m.bit_count(), m)):
-        for pins in by_state.get(done, ()):
-            entry = table[(done, pins)]
-            held = memory.between(done, pins)
-            for ending, state in forward[done]:
-                for stage in space.stages(ending):
-                    ms = prices.get(stage)
-                    if ms is None:
-                        ms = prices[stage] = latency.latency(stage)
-                    value = step(entry.value, ms, held + memory.graph.stage(stage).peak)
-                    if value is None or math.isinf(value):
-                        continue
-                    after = memory.pins_after(state, pins, stage)
-                    key = (state, after)
-                    old = table.get(key)
-                    if old is None or value < old.value:
-                        if old is None:
-                            by_state.setdefault(state, []).append(after)
-                        table[key] = _Entry(value, (done, pins), stage, ms)
-    return table
+def _output_step(step: Step, value: float, held: int) -> float:
+    """A path's value once the graph's output is put together, ``held`` elements alive at the highest point."""
+    return float(step(np.float64(value), np.float64(0.0), np.float64(held)))
 
 
-def _rebuild(space: BlockSpace, table: dict[tuple[int, Pins], _Entry], pins: Pins) -> tuple[BlockResult, Pins]:
-    """The block's stages on the best path ending in (full, ``pins``), and the pins the block started with."""
-    stages: list[Stage] = []
-    latencies: list[float] = []
-    key = (space.full, pins)
-    while True:
-        entry = table[key]
-        if entry.before is None:
-            break
-        stages.append(entry.stage)  # type: ignore[arg-type]
-        latencies.append(entry.latency)
-        key = entry.before
-    stages.reverse()
-    latencies.reverse()
-    schedule = BlockSchedule(space.block.index, tuple(stages), tuple(latencies))
-    return BlockResult(schedule, float(sum(latencies)), SearchStats(states=len(table))), key[1]
+class _FreeWalk:
+    """A block where nothing is pinned, walked over D alone: the best value per state (by index), each level of
+    states in one vectorised pass (:meth:`~ios_ray.scheduler.arrays.BlockArrays.forward_by`) from ``start``."""
+
+    def __init__(self, block: _Block, step: Step, start: float) -> None:
+        self.block, self.step = block, step
+        self.held = np.array([block.memory.alive(mask)[0] for mask in block.arrays.masks], dtype=np.float64)
+        self.cost = block.arrays.forward_by(lambda before, rest, ending: self._values(before, rest, ending).min(1),
+                                            start)
+
+    def _values(self, before: np.ndarray, rest: np.ndarray, ending: np.ndarray) -> np.ndarray:
+        """Per transition (from ``rest``, valued ``before``, through ``ending``) and candidate column, its value."""
+        block = self.block
+        return self.step(before[:, None], block.latency[ending], self.held[rest][:, None] + block.peak[ending])
+
+    def ends(self) -> dict[Pins, float]:
+        """The value of the full block (none where it is not reached), all without pins."""
+        value = float(self.cost[self.block.arrays.full])
+        return {NO_PINS: value} if math.isfinite(value) else {}
+
+    def rebuild(self, pins: Pins) -> tuple[BlockResult, Pins]:
+        """The block's stages on the best path to the full block, and the pins it started with (none)."""
+        block, arrays = self.block, self.block.arrays
+        stages: list[Stage] = []
+        latencies: list[float] = []
+        state = arrays.full
+        while state != 0:
+            a, z = arrays.state_start[state], arrays.state_start[state + 1]
+            rest, ending = arrays.by_state.rest[a:z], arrays.by_state.ending[a:z]
+            rows, columns = np.nonzero(self._values(self.cost[rest], rest, ending) == self.cost[state])
+            first = np.lexsort((columns, rest[rows]))[0]
+            row, column = rows[first], columns[first]
+            stages.append(block.stage(ending[row], column))
+            latencies.append(float(block.latency[ending[row], column]))
+            state = rest[row]
+        stages.reverse()
+        latencies.reverse()
+        return block.result(stages, latencies, int(np.isfinite(self.cost).sum())), pins
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """The best way found to reach one (D, P) of a block: its value and the step that reached it."""
+
+    value: float
+    before: tuple[int, Pins] | None
+    stage: Stage | None
+    latency: float
+
+
+class _PinnedWalk:
+    """A block walked over (D, P), forward over states by size from each start's pins: the best entry per (state
+    index, P), the first found among equal values."""
+
+    def __init__(self, block: _Block, step: Step, starts: dict[Pins, float]) -> None:
+        self.block = block
+        self.table = {(0, pins): _Entry(value, None, None, 0.0) for pins, value in starts.items()}
+        self.by_state: dict[int, list[Pins]] = {0: list(starts)}
+        by_state = block.arrays.by_state
+        order = np.argsort(by_state.rest, kind="stable")
+        endings, states = by_state.ending[order], by_state.state[order]
+        bounds = np.searchsorted(by_state.rest[order], np.arange(len(block.arrays.masks) + 1))
+        for done in range(len(block.arrays.masks)):
+            a, z = bounds[done], bounds[done + 1]
+            for pins in self.by_state.get(done, ()):
+                self._expand(done, pins, endings[a:z], states[a:z], step)
+
+    def _expand(self, done: int, pins: Pins, endings: np.ndarray, states: np.ndarray, step: Step) -> None:
+        """Every allowed transition from (``done``, ``pins``) through each candidate of ``endings`` (leading to
+        ``states``), kept where it improves on the entry it reaches."""
+        block, table = self.block, self.table
+        masks = block.arrays.masks
+        entry = table[(done, pins)]
+        held = block.memory.between(masks[done], pins)
+        values = step(np.float64(entry.value), block.latency[endings], held + block.peak[endings])
+        for row, column in zip(*np.nonzero(np.isfinite(values))):
+            state, stage, value = int(states[row]), block.stage(endings[row], column), float(values[row, column])
+            key = (state, block.memory.pins_after(masks[state], pins, stage))
+            old = table.get(key)
+            if old is None or value < old.value:
+                if old is None:
+                    self.by_state.setdefault(state, []).append(key[1])
+                table[key] = _Entry(value, (done, pins), stage, float(block.latency[endings[row], column]))
+
+    def ends(self) -> dict[Pins, float]:
+        """The value of each pins the full block is reached with."""
+        full = self.block.arrays.full
+        return {p: e.value for (state, p), e in self.table.items() if state == full}
+
+    def rebuild(self, pins: Pins) -> tuple[BlockResult, Pins]:
+        """The block's stages on the best path ending in (full, ``pins``), and the pins the block started with."""
+        stages: list[Stage] = []
+        latencies: list[float] = []
+        key = (self.block.arrays.full, pins)
+        while True:
+            entry = self.table[key]
+            if entry.before is None:
+                break
+            stages.append(entry.stage)  # type: ignore[arg-type]
+            latencies.append(entry.latency)
+            key = entry.before
+        stages.reverse()
+        latencies.reverse()
+        return self.block.result(stages, latencies, len(self.table)), key[1]
 
 
 def fit(graph: Graph, found: GraphResult, latency: LatencyModel, budget: int | None,
