@@ -1,12 +1,11 @@
 """What ``torch.compile(model, backend="ios_ray")`` costs at start-up once its graphs were searched ahead of time.
 
 For each model: ``ios_ray.search(model, ["cpu"], [batch], torch_compile=True)`` into one store and schedules folder
-(skipped with ``--no-search``), then, ``--rounds`` times in a fresh process each: Dynamo alone (``backend="eager"``,
+(skipped with ``--no-search``), then ``--rounds`` times two fresh processes: one times ios-ray's import of the whole
+model (``import s``, the process's first, as ``ios-ray inspect`` does it), the other Dynamo alone (``backend="eager"``,
 a first call), then the first call of the model compiled with the ios_ray backend (``compile s``: Dynamo's tracing
 again, each graph's import, the schedule looked up), of which ``backend s`` is the time spent in the backend itself
-(its callback inside Dynamo and each graph's first call: import, checks, runner), then the import of the whole model
-by ios-ray. The backend runs before the import, so its first export pays what a process's first export costs.
-Printed: medians with their spread (least-largest), what each graph ran (its schedule's file, the store's DP, its one
+(its callback inside Dynamo and each graph's first call: import, checks, runner). Printed: medians with their spread (least-largest), what each graph ran (its schedule's file, the store's DP, its one
 schedule, or its fallback), the largest difference from eager, whether Ray started and whether the store gained a
 row: a compile that finds its schedules measures nothing. Target (issue "torch.compile(model, backend='ios_ray')"):
 what the backend adds to a compile at most the import time plus 1 s, in every round (exit code 1 where missed).
@@ -38,14 +37,31 @@ ROOT = Path(__file__).resolve().parent.parent
 MODELS = ("torchvision:googlenet", "inception_v3", "tests.compile_models:broken", "ultralytics:yolov8n")
 
 
+def measure_import(spec: str, batch: int) -> dict[str, Any]:
+    """A fresh process's first import of ``spec``, in seconds (``import_s``)."""
+    from bench.model_libraries import _define_torchvision_schemas
+    from ios_ray.dtypes import example_input
+    from ios_ray.frontend import import_module
+    from ios_ray.models import resolve_model
+
+    _define_torchvision_schemas()
+    model_spec = resolve_model(spec)
+    model = model_spec.build().eval()
+    x = example_input(model, model_spec.input_shape, batch)
+    with torch.no_grad():
+        model(x)
+        start = time.perf_counter()
+        import_module(model, x, spec)
+    return {"import_s": time.perf_counter() - start}
+
+
 def measure(spec: str, batch: int, store: Path, out: Path) -> dict[str, Any]:
-    """One fresh process's figures for ``spec`` (see the module docstring)."""
+    """A fresh process's compile figures for ``spec`` (see the module docstring)."""
     import ios_ray
     from bench.model_libraries import _define_torchvision_schemas
     from ios_ray.app.backend import IosRayBackend
     from ios_ray.app.compiled_graph import CompiledGraph
     from ios_ray.dtypes import example_input
-    from ios_ray.frontend import import_module
     from ios_ray.models import resolve_model
     from ios_ray.store import LatencyStore
 
@@ -69,12 +85,9 @@ def measure(spec: str, batch: int, store: Path, out: Path) -> dict[str, Any]:
             start = time.perf_counter()
             got = torch.compile(model, backend=backend)(x)
             compile_s = time.perf_counter() - start
-        start = time.perf_counter()
-        import_module(model, x, spec)
-        import_s = time.perf_counter() - start
     ran = collections.Counter(_origin(g) for g in backend.graphs)
     ray = sys.modules.get("ray")
-    return {"model": spec, "batch": batch, "import_s": import_s, "dynamo_s": dynamo_s, "compile_s": compile_s,
+    return {"model": spec, "batch": batch, "dynamo_s": dynamo_s, "compile_s": compile_s,
             "backend_s": sum(spent), "ran": dict(ran), "max_abs_error": _max_error(got, eager),
             "warnings": sum("ios_ray" in str(w.message) for w in caught),
             "ray_started": bool(ray is not None and ray.is_initialized()),
@@ -138,10 +151,14 @@ def main() -> int:
     parser.add_argument("--no-search", action="store_true", help="time only: the schedules are already there")
     parser.add_argument("--rounds", type=int, default=3, help="fresh processes timed per model (default 3)")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
+    parser.add_argument("--measure-import", help=argparse.SUPPRESS)
     args = parser.parse_args()
     store, out = args.work / "latency.duckdb", args.work / "schedules"
     if args.measure:
         print(json.dumps(measure(args.measure, args.batch, store, out)))
+        return 0
+    if args.measure_import:
+        print(json.dumps(measure_import(args.measure_import, args.batch)))
         return 0
     console = Console(width=170)
     table = Table("model", "graphs", "search s", "import s", "dynamo s", "compile s", "backend s", "target",
@@ -152,13 +169,19 @@ def main() -> int:
         searched = "-" if args.no_search else f"{search(spec, args.batch, store, out):.1f}"
         rounds = []
         for _ in range(args.rounds):
-            done = subprocess.run([sys.executable, __file__, "--measure", spec, "--batch", str(args.batch),
-                                   "--work", str(args.work)], capture_output=True, text=True, cwd=ROOT)
-            if done.returncode != 0:
-                console.print(f"{spec}: {done.stderr.strip().splitlines()[-1]}")
-                break
-            rounds.append(json.loads(done.stdout.strip().splitlines()[-1]))
-            console.print(json.dumps(rounds[-1]))
+            figures: dict[str, Any] = {}
+            for flag in ("--measure-import", "--measure"):
+                done = subprocess.run([sys.executable, __file__, flag, spec, "--batch", str(args.batch),
+                                       "--work", str(args.work)], capture_output=True, text=True, cwd=ROOT)
+                if done.returncode != 0:
+                    console.print(f"{spec}: {done.stderr.strip().splitlines()[-1]}")
+                    break
+                figures.update(json.loads(done.stdout.strip().splitlines()[-1]))
+            else:
+                rounds.append(figures)
+                console.print(json.dumps(figures))
+                continue
+            break
         if len(rounds) < args.rounds:
             missed += 1
             continue
