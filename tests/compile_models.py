@@ -37,7 +37,7 @@ class Branching(Broken):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.stem(x)
         y = torch.cat([self.a(y), self.b(y)], 1)
-        if float(y.mean()) > 0:
+        if float(y.detach().mean()) > 0:
             y = torch.cat([self.c(y), self.d(y)], 1)
         else:
             y = torch.cat([self.d(y), self.c(y)], 1)
