@@ -212,8 +212,7 @@ def _section(name: str, model: str, target: torch.device, batch: int, found: dic
 def dp_schedule(graph: Graph, like: Schedule, store: Path) -> Schedule:
     """The DP's schedule for ``like``'s device fingerprint and batch, from the store's latencies (over measured
     stages only: a lazy search leaves the stages that cannot change its answer unmeasured)."""
-    params = SearchParams(like.params.get("r", 3), like.params.get("s", 8),
-                          tuple(like.params.get("strategies", ("concurrent", "merge"))))
+    params = SearchParams.from_json(like.params)
     keys = StageKeys(graph)
     plan = plan_graph(graph, params, keys)
     table = LatencyStore(store, create=False).lookup(list(plan.stages), like.device_fingerprint, like.batch)

@@ -219,6 +219,11 @@ def _outside(walk: list[float], n: int, k: int) -> float:
     return sum(p for s, p in enumerate(walk) if s <= k - 1 or s >= n - k + 1)
 
 
+def valid_confidence(confidence: float) -> bool:
+    """Whether a confidence is one an interval here can have: at least 0.5 and below 1."""
+    return 0.5 <= confidence < 1
+
+
 def _check_confidence(confidence: float) -> None:
-    if not 0.5 <= confidence < 1:
+    if not valid_confidence(confidence):
         raise ValueError(f"confidence must be at least 0.5 and below 1, got {confidence}")

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
-from ios_ray.paired import FASTER, SLOWER, WITHIN_NOISE, RatioInterval, percent
+from ios_ray.paired import FASTER, SLOWER, WITHIN_NOISE, RatioInterval, percent, valid_confidence
 from ios_ray.stage import Stage
 from ios_ray.vocabulary import (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, DTYPE_NAMES, MAX_BATCH_SIZE, SOURCES,
                                 STRATEGIES, settings_named)
@@ -216,7 +216,7 @@ def _ratio_or_null(value: Any) -> str | None:
 
 
 def _confidence(value: Any) -> str | None:
-    fine = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.5 <= value < 1
+    fine = isinstance(value, (int, float)) and not isinstance(value, bool) and valid_confidence(value)
     return None if fine else "a number from 0.5 to below 1"
 
 

@@ -93,9 +93,8 @@ class BackendOptions:
             if odd or isinstance(self.schedules, Schedule):
                 raise UserError("schedules must be a folder or a list of Schedule objects, not "
                                 f"{type(odd[0] if odd else self.schedules).__name__}.")
-        for flag in ("follow_weights",):
-            if not isinstance(getattr(self, flag), bool):
-                raise UserError(f"{flag} must be True or False, not {getattr(self, flag)!r}.")
+        if not isinstance(self.follow_weights, bool):
+            raise UserError(f"follow_weights must be True or False, not {self.follow_weights!r}.")
         if self.cuda_graph not in (None, True, False):
             raise UserError(f"cuda_graph must be None, True or False, not {self.cuda_graph!r}.")
 
@@ -209,8 +208,3 @@ def _given(options: BackendOptions) -> dict[str, Any]:
     own = {f.name: getattr(options, f.name) for f in fields(options) if f.name != "search"}
     return {**own, **options.search}
 
-
-def _clause(error: BaseException) -> str:
-    """An error's sentence as a clause: its first line without its final stop."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return text.rstrip(".") + "."

@@ -93,14 +93,14 @@ def budgeted(graph: Graph, found: GraphResult, latency: LatencyModel, params: Se
     """The DP's result kept within the budget ``given`` (None: none) and its peak beside the sequential
     schedule's; a budget no schedule meets is a :class:`UserError` naming the smallest peak any schedule reaches."""
     memory = GraphMemory(graph)
-    budget = None if given is None else given.resolve(sequential_peak(graph, memory, batch, dtype))
+    plain = sequential_peak(graph, memory, batch, dtype)
+    budget = None if given is None else given.resolve(plain)
     per_element = batch * DTYPE_BYTES[dtype]
     try:
         result = fit(graph, found, latency, None if budget is None else budget // per_element, params, memory)
     except OverBudget as error:
         raise UserError(over_budget(graph, memory, error.smallest, budget or 0, batch, dtype)) from None
-    return result, PeakMemory(peak_bytes(memory, result.schedules, batch, dtype),
-                              sequential_peak(graph, memory, batch, dtype), budget)
+    return result, PeakMemory(peak_bytes(memory, result.schedules, batch, dtype), plain, budget)
 
 
 def over_budget(graph: Graph, memory: GraphMemory, smallest: int, budget: int, batch: int, dtype: str) -> str:
@@ -179,8 +179,7 @@ def stored_trade_off(schedule: Schedule, graph: Graph, keys: StageKeys, lookup: 
     """The trade-off at ``schedule``'s setting over the stage latencies the store holds for it (a stage it lacks
     is not used: after a lazy search, the fastest among the stages measured), and the sequential schedule's ms;
     None where the store lacks a stage of the sequential schedule."""
-    params = SearchParams(schedule.params.get("r", 3), schedule.params.get("s", 8),
-                          tuple(schedule.params.get("strategies", ("concurrent", "merge"))))
+    params = SearchParams.from_json(schedule.params)
     plan = plan_graph(graph, params, keys)
     table = lookup(list(plan.stages), schedule.device_fingerprint, schedule.batch, schedule.dtype)
     latency = TableLatency(keys, table, missing=math.inf)

@@ -13,7 +13,7 @@ import statistics
 from typing import TYPE_CHECKING
 
 from ios_ray.errors import UserError
-from ios_ray.paired import least_rounds, percent
+from ios_ray.paired import least_rounds, percent, valid_confidence
 from ios_ray.profiler import CheckJob, DevicePool, ModelSource
 from ios_ray.schedule import EndToEnd, Schedule
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 def check_the_check(options: SearchOptions) -> None:
     """Fail on an end-to-end check that could never decide, or on a confidence or time cap out of range."""
-    if not 0.5 <= options.check_confidence < 1:
+    if not valid_confidence(options.check_confidence):
         raise UserError(f"check_confidence must be at least 0.5 and below 1 (e.g. 0.99), not "
                         f"{options.check_confidence}.")
     least = least_rounds(options.check_confidence)

@@ -82,9 +82,11 @@ class Binding:
         held = tuple(call.held())
         x = example_input(call, shape, call.batch or 1)
         imported = import_module(call, x, name)
+        programs: dict[torch.device, Program] = {}
         if call.batch is not None:
-            _check_fixed_batch(call, imported, x, name)
-        return cls(call, imported, f"{name}-{imported.graph.fingerprint[:12]}", held, _versions(held))
+            programs[x.device] = _check_fixed_batch(call, imported, x, name)
+        return cls(call, imported, f"{name}-{imported.graph.fingerprint[:12]}", held, _versions(held),
+                   programs=programs)
 
     @property
     def graph(self) -> Graph:
@@ -217,17 +219,20 @@ class CompiledGraph:
             "backend=ios_ray.backend(on_miss='search').", stacklevel=2)
 
 
-def _check_fixed_batch(call: GraphCall, imported: Imported, x: torch.Tensor, name: str) -> None:
-    """UserError where the import of a graph Dynamo fixed at ``x``'s batch size does not compute it at that batch
-    (a size Dynamo wrote as a number that :func:`~ios_ray.frontend.dynamo.batch_read_back` does not read back)."""
+def _check_fixed_batch(call: GraphCall, imported: Imported, x: torch.Tensor, name: str) -> Program:
+    """The program of the import of a graph Dynamo fixed at ``x``'s batch size, on ``x``'s device; UserError where it
+    does not compute the graph at that batch (a size Dynamo wrote as a number that
+    :func:`~ios_ray.frontend.dynamo.batch_read_back` does not read back)."""
+    program = Program.from_imported(imported, x.device)
     with torch.no_grad():
         expected = torch.cat([t.reshape(-1) for t in call(x) if isinstance(t, torch.Tensor)])
-        got = imported.output.pack(Program.from_imported(imported, x.device).run(x))
+        got = imported.output.pack(program.run(x))
         got = torch.cat([t.reshape(-1) for t in got if isinstance(t, torch.Tensor)])
     if got.shape != expected.shape or relative_error(got, expected) > FIXED_BATCH_TOLERANCE:
         raise UserError(f"{name} was compiled for batch {x.shape[0]} only (dynamic=False, or a first compile) and "
                         "holds a size read from its input as a number that its import cannot follow; compile with "
                         "dynamic=True")
+    return program
 
 
 def _key(held: Sequence[Any], shape: tuple[int, ...]) -> tuple[Any, ...]:

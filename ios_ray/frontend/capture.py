@@ -230,8 +230,9 @@ def _writes_through_aliases(program: torch.export.ExportedProgram) -> bool:
 
 def _view_of_a_spent_tensor(view: fx.Node, written_at: int, order: dict[fx.Node, int]) -> bool:
     """Whether ``view`` is a view (with no views of its own; through a chain of views nothing else reads) of a
-    computed tensor that nothing reads after position ``written_at`` but through ``view``: a write into it then reaches no other reader (GhostNet's
-    ``cat(...)[:, :c]`` followed by ``+=``), so the out-of-place rewrite stays exact."""
+    computed tensor that nothing reads after position ``written_at`` but through ``view``: a write into it then
+    reaches no other reader (GhostNet's ``cat(...)[:, :c]`` followed by ``+=``), so the out-of-place rewrite stays
+    exact."""
     if any(aten.is_view(user.target) for user in view.users):
         return False
     while view.target is not operator.getitem and aten.is_view(view.target):  # up a chain of views to its base

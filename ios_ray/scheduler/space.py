@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from ios_ray.errors import UserError
 from ios_ray.ir import Block, Graph
@@ -48,6 +48,12 @@ class SearchParams:
     def to_json(self) -> dict[str, Any]:
         """Plain JSON form, as recorded in a schedule file."""
         return {"r": self.r, "s": self.s, "strategies": list(self.strategies)}
+
+    @classmethod
+    def from_json(cls, params: Mapping[str, Any]) -> SearchParams:
+        """The parameters a schedule file records (:meth:`to_json`), each absent one at its default."""
+        return cls(params.get("r", DEFAULT_R), params.get("s", DEFAULT_S),
+                   tuple(params.get("strategies", STRATEGIES)))
 
 
 class BlockSpace:
