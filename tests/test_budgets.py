@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ios_ray.app.show import schedule_text
-from ios_ray.app.budgets import (MemoryBudget, budgeted, default_budget, parse_memory_budget, sequential_peak,
-                                 trade_off)
+from ios_ray.app.budgets import (MemoryBudget, budgeted, default_budget, device_memory, parse_memory_budget,
+                                 refuse_what_cannot_fit, sequential_peak, trade_off)
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.schedule import PeakMemory, Schedule, read_schedule, save_schedule, schedule_from_json
@@ -39,6 +39,21 @@ def test_a_sim_gpu_budgets_its_memory_less_weights_and_margin_and_the_cpu_none()
     assert default_budget("sim:k80", 0) < default_budget("sim:a100", 0)
     assert default_budget("t4", 0) == default_budget("sim:v100", 0)
     assert default_budget("cpu", 0) is None and default_budget("cuda:1", 0) is None
+
+
+def test_device_memory_is_a_gpu_sheets_or_this_machines_cpu_and_unknown_elsewhere() -> None:
+    assert device_memory("sim:v100", local=False) == device_memory("v100", local=True) == 16 * 10**9
+    assert device_memory("cpu", local=True) > 10**9
+    assert device_memory("cpu", local=False) is None and device_memory("cuda:0", local=True) is None
+
+
+def test_a_batch_that_cannot_fit_is_refused_naming_the_least_it_needs(small_graph: Graph) -> None:
+    least = GraphMemory(small_graph).least_peak()
+    fits = 16 * 10**9 // (least * 4)
+    refuse_what_cannot_fit(small_graph, [1, fits], "float32", ["sim:v100", "cuda:0"], local=False)
+    with pytest.raises(UserError, match=rf"at batch {fits + 1} needs at least .* more than the 16,000.0 MB of memory "
+                                        r"sim:v100 has; search a smaller batch\.$"):
+        refuse_what_cannot_fit(small_graph, [1, fits + 1], "float32", ["cuda:0", "sim:v100"], local=False)
 
 
 def test_the_trade_off_keeps_each_budget_and_gets_no_slower_as_it_loosens(small_graph: Graph) -> None:

@@ -57,6 +57,7 @@ def test_budgeted_dp_equals_brute_force(graph: Graph, params: SearchParams, wher
     budget = peaks[0] - 1 + int(where * (peaks[-1] - peaks[0] + 2))
     within = [ms for ms, peak in found if peak <= budget]
     assert smallest_peak(graph, params) == peaks[0]
+    assert GraphMemory(graph).least_peak() <= peaks[0]
     cost = SyntheticCost(graph)
     if not within:
         with pytest.raises(OverBudget) as error:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import ray
 
 from ios_ray.schedule import read_schedule
 from ios_ray.store import LatencyStore
@@ -135,10 +136,13 @@ BAD_SEARCHES = {
     "out is a file": ["--model", "squeezenet", "--devices", "sim:v100", "--out", "{file}"],
     "unknown dtype": ["--model", "squeezenet", "--devices", "sim:v100", "--dtype", "int8"],
     "half precision on a sim device": ["--model", "squeezenet", "--devices", "cpu,sim:v100", "--dtype", "fp16"],
+    "batch too large for this machine": ["--model", "squeezenet", "--devices", "cpu", "--batches", "2000000000"],
+    "batch too large for the gpu": ["--model", "squeezenet", "--devices", "sim:v100", "--batches", "1,100000"],
 }
 
 #: Bad input met where the command joins or starts Ray and its actors (run as a user runs it, in a subprocess):
-#: an address that cannot be reached, also when everything is cached, and a stage failing inside an actor.
+#: an address that cannot be reached, also when everything is cached, and a stage failing inside an actor (on the
+#: session's Ray joined at its address: a cpu whose memory the driver cannot know, so not refused before measuring).
 BAD_SEARCHES_WITH_RAY = {
     "unreachable address": ["--model", "squeezenet", "--devices", "cpu", "--address", "127.0.0.1:1"],
     "unreachable address, sim device": [
@@ -147,7 +151,9 @@ BAD_SEARCHES_WITH_RAY = {
     "unreachable address, all cached": [
         "--model", "squeezenet", "--devices", "sim:v100", "--address", "127.0.0.1:1",
     ],
-    "batch too large for memory": ["--model", "squeezenet", "--devices", "cpu", "--batches", "2000000000"],
+    "batch too large for memory": [
+        "--model", "squeezenet", "--devices", "cpu", "--batches", "2000000000", "--address", "{ray}",
+    ],
 }
 
 
@@ -156,6 +162,8 @@ def check_fails_cleanly(args: list[str], store: FilledStore, cwd: Path, in_proce
     a_file = cwd / "a_file"
     a_file.write_text("not a folder\n")
     args = [arg.replace("{file}", str(a_file)) for arg in args]
+    if "{ray}" in args:
+        args[args.index("{ray}")] = ray.get_runtime_context().gcs_address
     args += ["--store", str(store.path), *([] if "--out" in args else ["--out", str(cwd / "out")])]
     started = time.monotonic()
     done = ios_ray_here("search", *args, cwd=cwd) if in_process else ios_ray("search", *args, cwd=cwd, timeout=60)
@@ -180,7 +188,7 @@ def test_bad_search_fails_in_one_line_and_keeps_the_store(case: str, filled_stor
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(BAD_SEARCHES_WITH_RAY))
 def test_bad_search_with_ray_fails_in_one_line_and_keeps_the_store(case: str, filled_store: FilledStore,
-                                                                   tmp_path: Path) -> None:
+                                                                   tmp_path: Path, ray_local: None) -> None:
     """Bad input found by these tests once (an address checked only when measuring, a stage failing inside an
     actor): one clear line, the store untouched."""
     check_fails_cleanly(BAD_SEARCHES_WITH_RAY[case], filled_store, tmp_path, in_process=False)

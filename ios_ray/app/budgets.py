@@ -10,6 +10,7 @@ CUDA context, cuDNN's workspaces and the caching allocator's fragmentation live 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
@@ -86,6 +87,35 @@ def search_budget(given: str | int | None, device: str, module: nn.Module) -> Me
     weights = sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
     found = default_budget(device, weights)
     return None if found is None else MemoryBudget(bytes=found)
+
+
+def device_memory(device: str, local: bool) -> int | None:
+    """The memory of the device behind a label, in bytes: a GPU model's from its sheet, the cpu's where it is this
+    machine (``local``); None where the label does not say."""
+    spec = parse_device(device)
+    if spec.kind == "cpu":
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if local else None
+        except (ValueError, OSError, AttributeError):
+            return None
+    size = MEMORY_GB.get(spec.gpu or "")
+    return None if size is None else math.floor(size * 1e9)
+
+
+def refuse_what_cannot_fit(graph: Graph, batches: Sequence[int], dtype: str, devices: Sequence[str], local: bool
+                           ) -> None:
+    """Fail in one sentence where, on one of ``devices``, even the unit that needs most cannot hold its inputs and
+    output at once (a lower bound on every schedule's peak, :meth:`GraphMemory.least_peak`) within the device's
+    memory (:func:`device_memory`); devices of unknown memory pass."""
+    least = GraphMemory(graph).least_peak()
+    for device in devices:
+        capacity = device_memory(device, local)
+        for batch in batches:
+            needed = to_bytes(least, batch, dtype)
+            if capacity is not None and needed > capacity:
+                raise UserError(f"{graph.name} at batch {batch} needs at least {megabytes(needed)} of activations in "
+                                f"{dtype}, more than the {megabytes(capacity)} of memory {device} has; search a "
+                                f"smaller batch.")
 
 
 def budgeted(graph: Graph, found: GraphResult, latency: LatencyModel, params: SearchParams, batch: int,

@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from ios_ray.app.budgets import search_budget
+from ios_ray.app.budgets import refuse_what_cannot_fit, search_budget
 from ios_ray.app.check import checked_end_to_end
 from ios_ray.app.measuring import Exhaustive, Lazy, Measuring, Setting
 from ios_ray.app.progress import SearchProgress
-from ios_ray.app.ray_session import ray_session
+from ios_ray.app.ray_session import ray_session, runs_here
 from ios_ray.app.request import SearchRequest, checked_request
 from ios_ray.app.rounds import RoundSize
 from ios_ray.devices import parse_device
@@ -140,6 +140,8 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
     started = time.perf_counter()
     request = checked_request(request)
     model = load_request_model(request)
+    refuse_what_cannot_fit(model.graph, request.batches, request.dtype or DEFAULT_DTYPE, request.devices,
+                           local=runs_here(request.address))
     keys = StageKeys(model.graph)
     measuring: Measuring = (Lazy(keys, request.params, request.budget) if request.measure == "lazy"
                             else Exhaustive(keys, request.params))

@@ -11,6 +11,7 @@ search is used as it is, whatever the address: the caller chose it.
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -43,6 +44,18 @@ def ray_session(address: str | None) -> Iterator[None]:
     finally:
         if address is not None:
             ray.shutdown()
+
+
+def runs_here(address: str | None) -> bool:
+    """Whether a search at ``address`` measures on this machine only: no address, and the Ray it will use (a local
+    one it starts, or the caller's own) has no node on another machine."""
+    if address is not None:
+        return False
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return True
+    here = ray.util.get_node_ip_address()
+    return all(node["NodeManagerAddress"] == here for node in ray.nodes() if node["Alive"])
 
 
 def _start(ray: Any, address: str | None) -> None:

@@ -132,6 +132,15 @@ class GraphMemory:
     def _input_size(self, unit: Unit) -> int:
         return numel(self.graph.value_shape(unit.inputs[0]))
 
+    def least_peak(self) -> int:
+        """A lower bound on every schedule's peak: the graph input (held throughout) with the sources and the
+        allocation of the unit that needs most while it runs (whatever runs beside it comes on top)."""
+        most = 0
+        for unit in self.graph.units:
+            roots = {self.root(source) for source in unit.sources} - {GRAPH_INPUT}
+            most = max(most, sum(self.elements(root) for root in roots) + self.units[unit.id].peak)
+        return numel(self.graph.input_shape) + most
+
     def schedule_peak(self, stages: Sequence[Stage]) -> Peak:
         """The peak of running ``stages`` (a whole graph's, in order), by replaying what the runtime allocates and
         frees: a direct simulation, independent of the DP's per-state view of the same model."""
