@@ -15,13 +15,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ios_ray.app.budgets import MemoryBudget
+from ios_ray.app.measuring import Exhaustive, Lazy, Measuring, Setting
 from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
+from ios_ray.profiler import DeviceIdentity
 from ios_ray.schedule import Schedule, check_schedule
 from ios_ray.scheduler import SearchParams, SyntheticCost, TableLatency, optimize_block, optimize_graph, plan_graph
 from ios_ray.scheduler.arrays import BlockArrays
+from ios_ray.scheduler.budget import smallest_peak
 from ios_ray.scheduler.estimate import _compose, estimate
 from ios_ray.scheduler.lazy import LazyParams, LazyRound, LazySpace, next_round
+from ios_ray.scheduler.memory import GraphMemory, to_bytes
 from ios_ray.scheduler.relations import StageIndex
 from ios_ray.scheduler.space import BlockSpace
 from ios_ray.stage import StageKeys
@@ -222,3 +227,34 @@ def test_a_budget_stops_the_rounds_uncertified() -> None:
     graph = dag_graph([[], [0], [0], [0], [1, 2, 3]])
     found, table, _ = run_lazy(graph, SearchParams(), SyntheticCost(graph), LazyParams(round_size=2, budget=7))
     assert len(table) == 7 and found.done and not found.certified
+
+
+def solved_under_budget(measuring: Measuring, graph: Graph, budget: MemoryBudget) -> tuple[float, int, int]:
+    """Drive one setting of ``measuring`` (batch 1, float32, simulated) with the synthetic cost until it asks for
+    nothing more: the cost and peak of the schedule it solves, and the stages it measured."""
+    cost = SyntheticCost(graph)
+    identity = DeviceIdentity("sim:test", "fingerprint", {}, "host", "simulated")
+    setting = Setting(identity, 1, budget)
+    while keys := measuring.ask(setting, 4):
+        assert not set(keys) & set(setting.table), "a round asked for a stage measured before"
+        setting.table.update({key: cost.latency(measuring.measurable[key].stage) for key in keys})
+    result, _, memory = measuring.solve(setting, "float32")
+    return result.cost, memory.peak_bytes, len(setting.table)
+
+
+@PROPS
+@given(dags(), st.floats(0.0, 1.0))
+def test_under_a_memory_budget_lazy_ends_as_cheap_as_all(graph: Graph, where: float) -> None:
+    """Past the unbudgeted certificate the lazy search measures the budgeted schedule's stages until it is all
+    measured, so it ends on the exhaustive budgeted DP's cost, within the budget (between the smallest peak and the
+    unbudgeted DP's, where it binds)."""
+    memory, cost = GraphMemory(graph), SyntheticCost(graph)
+    free = memory.schedule_peak([s for b in optimize_graph(graph, cost).schedules for s in b.stages]).elements
+    least = smallest_peak(graph, SearchParams(), memory)
+    budget = MemoryBudget(bytes=to_bytes(least + int(where * (free - least)), 1, "float32"))
+    keys = StageKeys(graph)
+    lazy = solved_under_budget(Lazy(keys, SearchParams(), None, "float32"), graph, budget)
+    every = solved_under_budget(Exhaustive(keys, SearchParams()), graph, budget)
+    assert lazy[0] == pytest.approx(every[0], rel=1e-9)
+    assert lazy[1] <= budget.bytes and every[1] <= budget.bytes
+    assert lazy[2] <= every[2]

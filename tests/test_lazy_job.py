@@ -15,10 +15,10 @@ from ios_ray.errors import UserError
 MODEL = "tests.user_models:wide"
 
 
-def search(store: Path, measure: str, budget: int | None = None) -> list:
+def search(store: Path, measure: str, budget: int | None = None, memory_budget: str | None = None) -> list:
     """One search of the wide model on sim:v100 at batches 1 and 16."""
     request = SearchRequest(model=MODEL, devices=("sim:v100",), batches=(1, 16), store=store, measure=measure,
-                            budget=budget)
+                            budget=budget, memory_budget=memory_budget)
     return run_search(request, SilentProgress())
 
 
@@ -37,6 +37,19 @@ def test_lazy_then_all_on_one_store_cost_the_same(ray_local: None, tmp_path: Pat
     assert [o.measured + l.measured for o, l in zip(every, lazy)] == [o.planned for o in every]
     assert [o.predicted_ms for o in every] == pytest.approx([o.predicted_ms for o in lazy], rel=1e-9)
     assert all(o.schedule.params["measure"]["mode"] == "all" for o in every)
+
+
+@pytest.mark.slow
+def test_under_a_memory_budget_lazy_ends_as_cheap_as_all(ray_local: None, tmp_path: Path) -> None:
+    """Through the job, a lazy search under a budget that binds (the unbudgeted schedule peaks over it) ends on the
+    exhaustive budgeted DP's cost (the rounds past the certificate: tests/test_lazy.py)."""
+    store = tmp_path / "store.duckdb"
+    free = search(store, "lazy")
+    lazy = search(store, "lazy", memory_budget="1.0x")
+    assert all(o.schedule.memory.peak_bytes <= o.schedule.memory.budget_bytes < f.schedule.memory.peak_bytes
+               for o, f in zip(lazy, free))
+    every = search(store, "all", memory_budget="1.0x")
+    assert [o.predicted_ms for o in lazy] == pytest.approx([o.predicted_ms for o in every], rel=1e-9)
 
 
 @pytest.mark.slow

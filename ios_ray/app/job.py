@@ -140,10 +140,10 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
     started = time.perf_counter()
     request = checked_request(request)
     model = load_request_model(request)
-    refuse_what_cannot_fit(model.graph, request.batches, request.dtype or DEFAULT_DTYPE, request.devices,
-                           local=runs_here(request.address))
+    dtype = request.dtype or DEFAULT_DTYPE
+    refuse_what_cannot_fit(model.graph, request.batches, dtype, request.devices, local=runs_here(request.address))
     keys = StageKeys(model.graph)
-    measuring: Measuring = (Lazy(keys, request.params, request.budget) if request.measure == "lazy"
+    measuring: Measuring = (Lazy(keys, request.params, request.budget, dtype) if request.measure == "lazy"
                             else Exhaustive(keys, request.params))
     progress.planned(model.graph, measuring.space.plan)
     store = LatencyStore(request.store)

@@ -5,7 +5,7 @@ measure next (:meth:`Measuring.ask`), told what was sent (:meth:`Measuring.recor
 :class:`Exhaustive` (``measure="all"``) measures every planned stage the store lacks. :class:`Lazy` (the default)
 measures in rounds: the scheduler's pure :func:`~ios_ray.scheduler.next_round` reads a setting's stored latencies
 and names the stages that can still change its schedule, until none can (each schedule is then the exhaustive DP's,
-as far as the lower bounds hold) or the budget is spent. Both solve the DP over measured stages the same way
+as far as the lower bounds hold, within the setting's memory budget too) or the budget of stages is spent. Both solve the DP over measured stages the same way
 (:meth:`~ios_ray.scheduler.SearchSpace.optimize`), kept within the setting's memory budget
 (:func:`~ios_ray.app.budgets.budgeted`: the budgeted DP runs only where that schedule peaks over it). On a measured
 device both also measure again a stored unit alone whose latency is an outlier (:mod:`~ios_ray.scheduler.outliers`),
@@ -25,7 +25,7 @@ from ios_ray.errors import UserError
 from ios_ray.profiler import DeviceIdentity
 from ios_ray.schedule import PeakMemory
 from ios_ray.scheduler import (GraphResult, LazyParams, LazyRound, LazySpace, PlannedStage, SearchParams,
-                               SearchSpace, TableLatency, inflated, next_round, unit_parts)
+                               SearchSpace, TableLatency, inflated, lower_bounds, next_round, unit_parts)
 from ios_ray.stage import StageKeys
 
 #: On a measured device, lower bounds sit this fraction below what they come from (timing noise); 0 on ``sim:``.
@@ -148,19 +148,45 @@ class Exhaustive(Measuring):
 
 
 class Lazy(Measuring):
-    """Measure in rounds only the stages that can still change a setting's schedule, up to ``budget`` per setting."""
+    """Measure in rounds only the stages that can still change a setting's schedule, up to ``budget`` per setting.
+
+    Under a memory budget the rounds go on once the unbudgeted schedule is certified: the budgeted DP
+    (:func:`~ios_ray.app.budgets.budgeted`) runs on the lower bounds, and the unmeasured stages of its schedule are
+    measured, until that schedule is all measured stages. It is then the fastest within the budget as far as the
+    bounds hold (every other schedule within it is bounded below by its cost), which the DP over measured stages
+    finds in :meth:`solve`. Where the unbudgeted schedule fits, this adds nothing."""
 
     mode = "lazy"
     space: LazySpace
 
-    def __init__(self, keys: StageKeys, params: SearchParams, budget: int | None) -> None:
+    def __init__(self, keys: StageKeys, params: SearchParams, budget: int | None, dtype: str) -> None:
         super().__init__(LazySpace.build(keys.graph, params, keys), keys)
         self.budget = budget
+        self.dtype = dtype
 
     def _next(self, setting: Setting, round_size: int) -> list[str]:
         margin = 0.0 if setting.simulated else LAZY_MARGIN
-        setting.round = next_round(self.space, setting.table, LazyParams(margin, round_size, self.budget))
-        return list(setting.round.measure)
+        found = next_round(self.space, setting.table, LazyParams(margin, round_size, self.budget))
+        if found.certified and setting.memory_budget is not None:
+            found = self._within_budget(setting, found, margin)
+        setting.round = found
+        return list(found.measure)
+
+    def _within_budget(self, setting: Setting, certified: LazyRound, margin: float) -> LazyRound:
+        """The certified round, or one asking for the unmeasured stages of the budgeted DP's schedule under the
+        lower bounds (none once that schedule is measured, or the budget of stages is spent)."""
+        if self.budget is not None and len(setting.table) >= self.budget:
+            return certified
+        bounds = lower_bounds(self.space, setting.table, margin)
+        latency = TableLatency(self.stage_keys, bounds, missing=math.inf)
+        result, _ = budgeted(self.space.graph, self.space.optimize(bounds), latency, self.space.params,
+                             setting.batch, self.dtype, setting.memory_budget)
+        keys = [self.stage_keys.key(stage) for block in result.schedules for stage in block.stages]
+        missing = tuple(dict.fromkeys(key for key in keys if key not in setting.table))
+        if not missing:
+            return certified
+        return dataclasses.replace(certified, measure=missing, bounds=tuple(bounds[key] for key in missing),
+                                   certified=False)
 
     def _record(self, setting: Setting) -> dict[str, object]:
         found = setting.round

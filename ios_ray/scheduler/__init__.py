@@ -21,7 +21,7 @@ from ios_ray.scheduler.dag import BlockDag
 from ios_ray.scheduler.dp import BlockResult, GraphResult, SearchStats, optimize_block, optimize_graph
 from ios_ray.scheduler.endings import endings
 from ios_ray.scheduler.latency import LatencyModel, MissingLatencyError, TableLatency
-from ios_ray.scheduler.lazy import LazyParams, LazyRound, LazySpace, SearchSpace, next_round
+from ios_ray.scheduler.lazy import LazyParams, LazyRound, LazySpace, SearchSpace, lower_bounds, next_round
 from ios_ray.scheduler.outliers import inflated, unit_parts
 from ios_ray.scheduler.plan import BlockCounts, BlockPlan, Plan, PlannedStage, count_block, plan_graph
 from ios_ray.scheduler.space import BlockSpace, SearchParams
@@ -31,6 +31,6 @@ __all__ = [
     "BlockCounts", "BlockDag", "BlockPlan", "BlockResult", "BlockSpace", "GraphResult", "LatencyModel",
     "LazyParams", "LazyRound", "LazySpace", "SearchSpace", "MissingLatencyError", "Plan", "PlannedStage", "SearchParams",
     "SearchStats", "SyntheticCost", "TableLatency",
-    "count_block", "endings", "greedy", "greedy_stages", "inflated", "next_round", "optimize_block",
+    "count_block", "endings", "greedy", "greedy_stages", "inflated", "lower_bounds", "next_round", "optimize_block",
     "optimize_graph", "plan_graph", "sequential", "sequential_stages", "unit_parts",
 ]

@@ -180,6 +180,13 @@ def next_round(space: LazySpace, table: Mapping[str, float], params: LazyParams 
     return _choose(space, estimates, known, params, left)
 
 
+def lower_bounds(space: LazySpace, table: Mapping[str, float], margin: float = 0.0) -> dict[str, float]:
+    """Every planned stage's lower bound in ms by key, given one setting's measured latencies (a measured stage's
+    is its latency), as :func:`next_round` prices them once the seeds are measured; pure."""
+    lower = estimate(space.relations, space.vector(table), margin).lower
+    return {key: float(ms) for key, ms in zip(space.keys, lower)}
+
+
 def _choose(space: LazySpace, estimates: Estimates, known: np.ndarray, params: LazyParams, left: float
             ) -> LazyRound:
     """Run the three DPs per block and pick the round's stages (see the module docstring)."""
