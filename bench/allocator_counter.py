@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from types import ModuleType
+from typing import Sequence
 
 from torch.utils.cpp_extension import load_inline
 
@@ -110,20 +111,39 @@ void start() {
   recording = true;
 }
 
-std::vector<int64_t> stop() {
+int64_t mark() {
+  std::lock_guard<std::mutex> guard(lock);
+  return static_cast<int64_t>(events.size());
+}
+
+// Per segment between marks: activations live at its start and at its highest point; then the peaks of the whole
+// record (activations, everything).
+std::vector<int64_t> stop(std::vector<int64_t> marks) {
   std::lock_guard<std::mutex> guard(lock);
   recording = false;
   std::unordered_map<int64_t, bool> skip;
   for (int64_t id : scratch) skip[id] = true;
   int64_t live = 0, top = 0, live_all = 0, top_all = 0;
-  for (auto& event : events) {
+  std::vector<int64_t> segments;
+  size_t next = 0;
+  for (size_t i = 0; i <= events.size(); ++i) {
+    while (next < marks.size() && static_cast<size_t>(marks[next]) == i) {
+      segments.push_back(live);
+      segments.push_back(live);
+      ++next;
+    }
+    if (i == events.size()) break;
+    auto& event = events[i];
     live_all += event.second;
     top_all = std::max(top_all, live_all);
     if (skip.count(event.first)) continue;
     live += event.second;
     top = std::max(top, live);
+    if (!segments.empty()) segments.back() = std::max(segments.back(), live);
   }
-  return {top, top_all};
+  segments.push_back(top);
+  segments.push_back(top_all);
+  return segments;
 }
 """
 
@@ -131,7 +151,7 @@ std::vector<int64_t> stop() {
 @functools.cache
 def _module() -> ModuleType:
     """The compiled extension (built on first use)."""
-    return load_inline("ios_ray_allocator_counter3", cpp_sources=_SOURCE, functions=["install", "start", "stop"],
+    return load_inline("ios_ray_allocator_counter4", cpp_sources=_SOURCE, functions=["install", "start", "mark", "stop"],
                        verbose=False)
 
 
@@ -145,8 +165,21 @@ def start() -> None:
     _module().start()
 
 
-def stop() -> tuple[int, int]:
+def mark() -> int:
+    """A mark between two parts of a record (for :func:`stop`'s ``marks``): the events recorded so far."""
+    return int(_module().mark())
+
+
+def stop(marks: Sequence[int] = ()) -> tuple[int, int]:
     """Stop recording; the highest bytes allocated at once since :func:`start` by activations (scratch freed in
     the top-level op that made it left out), and by everything."""
-    activations, everything = _module().stop()
+    *_, activations, everything = _module().stop(list(marks))
     return int(activations), int(everything)
+
+
+def stop_in_parts(marks: Sequence[int]) -> list[tuple[int, int]]:
+    """Stop recording; for each part of the record from one of ``marks`` (ascending, from :func:`mark`) to the next
+    (the last to the end): the activation bytes live at its start and at its highest point, counted from
+    :func:`start`."""
+    found = _module().stop(list(marks))[:-2]
+    return [(int(found[i]), int(found[i + 1])) for i in range(0, len(found), 2)]

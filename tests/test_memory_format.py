@@ -4,6 +4,7 @@ measured in it, merged convs kept in it, and a channels-last model searched, sto
 from __future__ import annotations
 
 import json
+import operator
 from pathlib import Path
 
 import pytest
@@ -196,11 +197,17 @@ def test_a_channels_last_model_object_is_searched_stored_and_deployed_in_nhwc(ra
         assert relative_error(result.deploy(model)(x), model(x)) <= 1e-5
 
     # The same model searched in NCHW: other stage keys, none of the NHWC rows reused or replaced.
+    order = operator.itemgetter("stage_key", "device_fingerprint")
+    nhwc_rows = sorted(stored.to_pylist(), key=order)
     nchw = ios_ray.search(model, "cpu", 2, memory_format="contiguous", **options)
     assert nchw["cpu", 2].schedule.memory_format == "contiguous" and nchw["cpu", 2].cached == 0
+    after = LatencyStore(store, create=False).query(device="cpu").to_pylist()
+    assert [row for row in sorted(after, key=order) if row["stage_key"] in {r["stage_key"] for r in nhwc_rows}] \
+        == nhwc_rows
+    # Searched in NHWC again, it finds every NHWC row (on a busy machine it may measure a stored outlier again and
+    # then a stage more: the lazy search's table changed, which is not what this test is about).
     again = ios_ray.search(model, "cpu", 2, **options)
-    assert (again["cpu", 2].measured, again["cpu", 2].cached) == (0, outcome.measured)
-    assert again["cpu", 2].predicted_ms == outcome.predicted_ms
+    assert again["cpu", 2].cached == outcome.measured
 
 
 def test_the_cli_searches_runs_and_shows_a_channels_last_model(ray_local: None, tmp_path: Path) -> None:
