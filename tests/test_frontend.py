@@ -18,7 +18,7 @@ from ios_ray.models import resolve_model
 from ios_ray.runtime.program import Program
 from ios_ray.scheduler import BlockDag
 from tests.helpers import randomise_batchnorm, relative_error
-from tests.user_models import unknown_ops
+from tests.user_models import BatchBranching, unknown_ops
 from ios_ray.zoo import ZOO
 
 
@@ -126,6 +126,16 @@ def test_a_forward_torch_fx_cannot_trace_is_one_sentence_naming_the_module() -> 
                                         r"in forward \(`return x if x.sum\(\) > 0 else -x`\) it branches on a "
                                         r"tensor's values"):
         import_model("tests.user_models:branching_forward")
+
+
+@pytest.mark.parametrize("threshold", [1, 4])
+def test_a_forward_that_branches_on_the_batch_size_is_refused_naming_the_line(threshold: int) -> None:
+    """Batch 1 (the threshold 1) is the case a capture that took every symbolic size for at least 2 got wrong."""
+    with pytest.raises(UserError, match=r"cannot capture the forward of BatchBranching: its code branches on the "
+                                        r"batch size at tests/user_models.py:\d+ in forward "
+                                        r"\(`if x.shape\[0\] > self.threshold:`\), so one graph cannot serve every "
+                                        r"batch size"):
+        import_module(BatchBranching(threshold), torch.randn(1, 3, 8, 8))
 
 
 class Options(torch.nn.Module):

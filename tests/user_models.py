@@ -54,6 +54,21 @@ class BranchingForward(nn.Module):
         return x if x.sum() > 0 else -x
 
 
+class BatchBranching(nn.Module):
+    """A forward that branches on the batch size: one graph cannot hold for every batch size."""
+
+    def __init__(self, threshold: int) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.threshold = threshold
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        if x.shape[0] > self.threshold:
+            return x * 2
+        return x
+
+
 def untraceable() -> nn.Module:
     """Factory: a module with a block torch.fx cannot trace through."""
     return Untraceable()

@@ -40,11 +40,13 @@ from typing import Any, Iterator
 import sympy
 import torch
 import torch.fx as fx
+import torch.fx.experimental._config as fx_config
 import torch.nn.functional as F
 import torch.utils._pytree as pytree
 from torch import nn
 from torch.fx.graph_module import _copy_attr
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
+from torch.utils._sympy.numbers import int_oo
 
 from ios_ray.errors import first_line
 from ios_ray.frontend import aten
@@ -66,17 +68,21 @@ class CaptureError(Exception):
 
 def capture(module: nn.Module, example_input: torch.Tensor) -> fx.GraphModule:
     """The torch-level graph of ``module`` (in eval mode), each node holding export's symbolic value (``val``) and
-    the graph module the batch size's symbol (``meta['batch_symbol']``); CaptureError where torch.export fails or
-    fixes the batch size."""
+    the graph module the batch size's symbol (``meta['batch_symbol']``); CaptureError where torch.export fails,
+    fixes the batch size or branches on it."""
     program = export(module, example_input)
-    symbol = _batch_symbol(program)
-    if symbol is None:
+    batch = _batch_size(program)
+    if not isinstance(batch, torch.SymInt) or not isinstance(batch.node.expr, sympy.Symbol):
         raise CaptureError("it fixes the batch size, which torch.export then cannot keep symbolic")
+    branch = _batch_branch(program, batch)
+    if branch is not None:
+        raise CaptureError(f"its code branches on the batch size {branch}, so one graph cannot serve every batch "
+                           "size")
     if _writes_through_aliases(program):
         with torch.no_grad(), _quiet():
             program = program.run_decompositions({})
     gm = as_torch_graph(program, module)
-    gm.meta["batch_symbol"] = symbol
+    gm.meta["batch_symbol"] = batch.node.expr
     return gm
 
 
@@ -94,12 +100,16 @@ def output_example(gm: fx.GraphModule, batch: int) -> Any:
 
 def export(module: nn.Module, example_input: torch.Tensor) -> torch.export.ExportedProgram:
     """``torch.export.export`` (non-strict) of ``module`` on the example's samples repeated to at least
-    :data:`CAPTURE_BATCH`, with dimension 0 symbolic."""
+    :data:`CAPTURE_BATCH`, with dimension 0 symbolic and size-oblivious: torch's own code takes no branch on whether
+    it is 0 or 1 (a ``squeeze()`` stays a squeeze of whatever dimensions have size 1), and a branch of the model's
+    code on it is recorded as a guard (:func:`_batch_branch`) instead of being decided by the assumption that a
+    symbolic size is at least 2."""
     x = example_input
     while x.shape[0] < CAPTURE_BATCH:
         x = torch.cat([x, example_input])
     try:
-        with torch.no_grad(), _quiet(), _attributes_kept(module), _no_stack_traces():
+        with torch.no_grad(), _quiet(), _attributes_kept(module), _no_stack_traces(), \
+                fx_config.patch(backed_size_oblivious=True):
             return torch.export.export(module, (x,), strict=False, dynamic_shapes=({0: torch.export.Dim.AUTO},))
     except Exception as exc:  # noqa: BLE001 - export raises many kinds; each becomes one sentence
         raise CaptureError(f"{where(exc)} {_reason(exc)}") from exc
@@ -173,9 +183,11 @@ def where(exc: BaseException) -> str:
         frames = traceback.extract_tb(error.__traceback__) + frames
         error = error.__cause__ or error.__context__
     ours = [f for f in frames if not _library_file(f.filename)]
-    if not ours:
-        return "in torch's own code"
-    frame = ours[-1]
+    return _at(ours[-1]) if ours else "in torch's own code"
+
+
+def _at(frame: traceback.FrameSummary) -> str:
+    """``at FILE:LINE in FUNCTION (`code`)``."""
     code = f" (`{frame.line.strip()}`)" if frame.line else ""
     return f"at {_shorter_path(frame.filename)}:{frame.lineno} in {frame.name}{code}"
 
@@ -203,11 +215,31 @@ def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _batch_symbol(program: torch.export.ExportedProgram) -> sympy.Symbol | None:
-    """The symbol of the input's batch size, None where the capture fixed it."""
+def _batch_size(program: torch.export.ExportedProgram) -> torch.SymInt | int:
+    """The input's batch size as the capture holds it: a symbol, or an int where the capture fixed it."""
     name = next(s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT")
-    value = next(n for n in program.graph.nodes if n.name == name).meta["val"].shape[0]
-    return value.node.expr if isinstance(value, torch.SymInt) and isinstance(value.node.expr, sympy.Symbol) else None
+    return next(n for n in program.graph.nodes if n.name == name).meta["val"].shape[0]
+
+
+def _batch_branch(program: torch.export.ExportedProgram, batch: torch.SymInt) -> str | None:
+    """Where the model's code depends on the batch size's value (``at FILE:LINE in FUNCTION (`code`)``, or the batch
+    sizes the capture holds for), None where the capture holds for every batch size: a guard torch.export recorded on
+    the symbol from the model's code (``if x.shape[0] == 1``), or a range it narrowed the symbol to. A guard in
+    torch's own code is one of its decisions for sizes other than 1, which a capture without size-oblivious sizes
+    takes for every symbolic size, and the ops it leads to run at any size."""
+    symbol = batch.node.expr
+    for guard in batch.node.shape_env.guards:
+        if symbol not in guard.expr.free_symbols:
+            continue
+        frame = guard.sloc.maybe_user_loc or guard.sloc.framework_loc
+        if not isinstance(frame, traceback.FrameSummary):
+            return f"({guard.expr})"
+        if not _library_file(frame.filename):
+            return _at(frame)
+    bounds = program.range_constraints.get(symbol)
+    if bounds is not None and (bounds.lower > CAPTURE_BATCH or bounds.upper != int_oo):
+        return f"(torch.export holds its graph for batch sizes {bounds.lower} to {bounds.upper} only)"
+    return None
 
 
 def _writes_through_aliases(program: torch.export.ExportedProgram) -> bool:
