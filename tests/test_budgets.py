@@ -7,16 +7,22 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from ios_ray.app.show import schedule_text
 from ios_ray.app.budgets import (MemoryBudget, budgeted, default_budget, device_memory, parse_memory_budget,
-                                 refuse_what_cannot_fit, sequential_peak, trade_off)
+                                 refuse_what_cannot_fit, search_budget, sequential_peak, trade_off)
+from ios_ray.app.job import SearchRequest, _search, load_request_model
+from ios_ray.app.measuring import Exhaustive
 from ios_ray.errors import UserError
+from ios_ray.profiler import DeviceIdentity
 from ios_ray.ir import Graph
 from ios_ray.schedule import PeakMemory, Schedule, read_schedule, save_schedule, schedule_from_json
 from ios_ray.scheduler import SearchParams, SyntheticCost, optimize_graph
 from ios_ray.scheduler.budget import smallest_peak
 from ios_ray.scheduler.memory import GraphMemory, to_bytes
+from ios_ray.stage import StageKeys
+from ios_ray.store import LatencyStore
 from tests.test_schedule_file import squeezenet_schedule  # noqa: F401 - a fixture
 
 
@@ -39,6 +45,15 @@ def test_a_sim_gpu_budgets_its_memory_less_weights_and_margin_and_the_cpu_none()
     assert default_budget("sim:k80", 0) < default_budget("sim:a100", 0)
     assert default_budget("t4", 0) == default_budget("sim:v100", 0)
     assert default_budget("cpu", 0) is None and default_budget("cuda:1", 0) is None
+
+
+def test_a_gpu_that_reports_its_memory_budgets_that_over_its_labels_sheet() -> None:
+    assert default_budget("cuda:1", 10**9, memory_bytes=8 * 10**9) == int(8e9 * 0.9) - 10**9
+    assert default_budget("v100", 0, memory_bytes=32 * 10**9) == int(32e9 * 0.9)  # a 32 GB V100, not the sheet's 16
+    assert default_budget("cpu", 0, memory_bytes=8 * 10**9) is None
+    model = torch.nn.Linear(10, 10)  # 110 float32 parameters
+    assert search_budget(None, "cuda:0", model, 10**9) == MemoryBudget(bytes=int(1e9 * 0.9) - 440)
+    assert search_budget("1.1x", "cuda:0", model, 10**9) == MemoryBudget(factor=1.1)
 
 
 def test_device_memory_is_a_gpu_sheets_or_this_machines_cpu_and_unknown_elsewhere() -> None:
@@ -95,3 +110,18 @@ def test_peaks_round_trip_and_files_without_them_still_load(
     with pytest.raises(ValueError, match=r"memory\.peak_bytes is -1, not a whole number of bytes; "
                                          r"memory\.sequential_peak_bytes"):
         schedule_from_json(data)
+
+
+def test_a_search_on_a_gpu_that_reports_its_memory_keeps_each_setting_within_it(tmp_path: Path) -> None:
+    """The search's settings take their default budget from what each device's actor reported."""
+    request = SearchRequest(model="tests.user_models:wide", devices=("cuda:0", "cpu"), batches=(1, 8),
+                            store=tmp_path / "store.duckdb")
+    model = load_request_model(request)
+    identities = {"cuda:0": DeviceIdentity("cuda:0", "f", {"kind": "gpu", "memory_bytes": 10**9}, "host", "measured"),
+                  "cpu": DeviceIdentity("cpu", "g", {"kind": "cpu"}, "host", "measured")}
+    search = _search(request, model, Exhaustive(StageKeys(model.graph), SearchParams()),
+                     LatencyStore(request.store), identities)
+    weights = sum(t.numel() * t.element_size() for t in model.model.module.parameters())
+    assert [(s.device, s.batch, s.memory_budget) for s in search.settings] == [
+        ("cuda:0", 1, MemoryBudget(bytes=int(1e9 * 0.9) - weights)),
+        ("cuda:0", 8, MemoryBudget(bytes=int(1e9 * 0.9) - weights)), ("cpu", 1, None), ("cpu", 8, None)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from ray._private.accelerators.nvidia_gpu import NvidiaGPUAcceleratorManager
@@ -10,6 +12,7 @@ from ray.util import accelerators
 from ios_ray.devices import GPU_MODELS, SIM_GPUS, known_labels, parse_device
 from ios_ray.profiler.fingerprint import _arch_supported, cuda_problem, device_fingerprint
 from ios_ray.errors import UserError
+from ios_ray.ir import content_hash
 
 
 @pytest.mark.parametrize(
@@ -81,6 +84,20 @@ def test_sim_fingerprint_follows_parameters() -> None:
     assert device_fingerprint("sim:v100", sim_params={**params, "version": 2})[0] != first
     with pytest.raises(ValueError):
         device_fingerprint("sim:v100")
+
+
+def test_a_gpus_info_holds_its_memory_and_its_fingerprint_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memory tells a search its default budget; rows stored before it was recorded keep their fingerprint."""
+    def board(memory: int) -> SimpleNamespace:
+        return SimpleNamespace(name="NVIDIA A100-SXM4-40GB", major=8, minor=0, multi_processor_count=108,
+                               total_memory=memory)
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=0: board(40 << 30))
+    first, info = device_fingerprint("cuda:0")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=0: board(80 << 30))
+    second, _ = device_fingerprint("cuda:0")
+    assert info["memory_bytes"] == 40 << 30 and first == second
+    assert first == content_hash({k: v for k, v in info.items() if k != "memory_bytes"})
 
 
 def test_arch_support() -> None:

@@ -1,9 +1,10 @@
 """Memory budgets as the user gives them, and the peak memory a search reports beside latency.
 
-A budget is bytes (``2000000000``) or relative to the sequential schedule's peak (``1.1x``). A GPU label with no
-budget given (``sim:v100``, ``v100``, ``t4``...) keeps within its memory (:data:`~ios_ray.gpu_sheets.MEMORY_GB`) less
-the model's weights and a margin of :data:`~ios_ray.vocabulary.DEFAULT_MEMORY_MARGIN` of the device's memory (the
-CUDA context, cuDNN's workspaces and the caching allocator's fragmentation live there too). The budget is applied by
+A budget is bytes (``2000000000``) or relative to the sequential schedule's peak (``1.1x``). A GPU with no budget
+given (``sim:v100``, ``v100``, ``t4``, ``cuda:0``...) keeps within its memory (what its actor reports, else the
+label's sheet, :data:`~ios_ray.gpu_sheets.MEMORY_GB`) less the model's weights and a margin of
+:data:`~ios_ray.vocabulary.DEFAULT_MEMORY_MARGIN` of the device's memory (the CUDA context, cuDNN's workspaces and
+the caching allocator's fragmentation live there too). The budget is applied by
 :func:`~ios_ray.scheduler.budget.fit`: exact, and a budget the DP's own schedule meets changes nothing.
 """
 
@@ -68,24 +69,28 @@ def parse_memory_budget(value: str | int | None) -> MemoryBudget | None:
                     f"such as 1.1x, not {value!r}.")
 
 
-def default_budget(device: str, weight_bytes: int) -> int | None:
-    """A GPU label's default budget in bytes: its memory less the weights and
-    :data:`~ios_ray.vocabulary.DEFAULT_MEMORY_MARGIN` of it (None: no default: the CPU, and ``cuda[:i]``, whose
-    model the label does not say)."""
-    size = MEMORY_GB.get(parse_device(device).gpu or "")
-    if size is None:
+def default_budget(device: str, weight_bytes: int, memory_bytes: int | None = None) -> int | None:
+    """A GPU's default budget in bytes: its memory (``memory_bytes``, as the device reports it, else its label's
+    sheet) less the weights and :data:`~ios_ray.vocabulary.DEFAULT_MEMORY_MARGIN` of it (None: no default: the CPU,
+    and a ``cuda[:i]`` that did not report its memory)."""
+    spec = parse_device(device)
+    if spec.kind == "cpu":
         return None
-    return max(0, math.floor(size * 1e9 * (1 - DEFAULT_MEMORY_MARGIN)) - weight_bytes)
+    size = memory_bytes if memory_bytes is not None else 1e9 * MEMORY_GB.get(spec.gpu or "", math.nan)
+    if math.isnan(size):
+        return None
+    return max(0, math.floor(size * (1 - DEFAULT_MEMORY_MARGIN)) - weight_bytes)
 
 
-def search_budget(given: str | int | None, device: str, module: nn.Module) -> MemoryBudget | None:
+def search_budget(given: str | int | None, device: str, module: nn.Module, memory_bytes: int | None = None
+                  ) -> MemoryBudget | None:
     """The budget a search keeps to on ``device``: the one given, else the device's default (weights from
-    ``module``), else none."""
+    ``module``; the memory its actor reported, ``memory_bytes``, where it did), else none."""
     budget = parse_memory_budget(given)
     if budget is not None:
         return budget
     weights = sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
-    found = default_budget(device, weights)
+    found = default_budget(device, weights, memory_bytes)
     return None if found is None else MemoryBudget(bytes=found)
 
 

@@ -177,7 +177,8 @@ def _search(request: SearchRequest, model: LoadedModel, measuring: Measuring, st
             identities: dict[str, DeviceIdentity]) -> _Search:
     """A search's shared state, one setting per (device, batch) in the request's order, each with its device's
     memory budget."""
-    budgets = {label: search_budget(request.memory_budget, label, model.model.module) for label in request.devices}
+    budgets = {label: search_budget(request.memory_budget, label, model.model.module,
+                                    identities[label].info.get("memory_bytes")) for label in request.devices}
     settings = tuple(Setting(identities[label], batch, budgets[label]) for label in request.devices
                      for batch in request.batches)
     return _Search(request, model, measuring, store, settings)

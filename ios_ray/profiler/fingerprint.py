@@ -3,7 +3,9 @@
 A fingerprint is a short content hash of the device's info: for a GPU its model, compute capability, SM count,
 driver, torch/CUDA/cuDNN versions, whether float32 convolutions and matrix products may run in TF32, and timing
 protocol; for a CPU its model name, thread count, torch version and timing protocol; for a simulated GPU the sim
-model's name, version and parameters. This module probes the machine (torch, CUDA, ``/proc/cpuinfo``,
+model's name, version and parameters. A GPU's info also holds its memory, which the fingerprint leaves out
+(:data:`NOT_FINGERPRINTED`: it tells a search its default memory budget, and leaving it out keeps the fingerprints of
+rows stored before it was recorded). This module probes the machine (torch, CUDA, ``/proc/cpuinfo``,
 ``nvidia-smi``); the label grammar it starts from is :mod:`ios_ray.devices`.
 """
 
@@ -33,7 +35,11 @@ def device_fingerprint(
         info = cpu_info()
     else:
         info = gpu_info(spec.index or 0)
-    return content_hash(info), info
+    return content_hash({k: v for k, v in info.items() if k not in NOT_FINGERPRINTED}), info
+
+
+#: Device info that does not change what a measurement means (so not part of the fingerprint).
+NOT_FINGERPRINTED = frozenset({"memory_bytes"})
 
 
 #: The version of the CPU timing protocol, part of a CPU's fingerprint: rows timed another way are not reused.
@@ -61,7 +67,7 @@ def cpu_info() -> dict[str, Any]:
 def gpu_info(index: int = 0) -> dict[str, Any]:
     """What a GPU measurement depends on: model, compute capability, SMs, driver, torch/CUDA/cuDNN versions, the TF32
     settings of this process (float32 convolutions and matrix products run other kernels with TF32), timing
-    protocol."""
+    protocol; and its memory in bytes (not fingerprinted)."""
     import torch
 
     props = torch.cuda.get_device_properties(index)
@@ -70,6 +76,7 @@ def gpu_info(index: int = 0) -> dict[str, Any]:
         "model": props.name,
         "capability": f"{props.major}.{props.minor}",
         "sm_count": props.multi_processor_count,
+        "memory_bytes": props.total_memory,
         "driver": _driver_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
