@@ -12,7 +12,8 @@ import torch
 from ios_ray.app.show import schedule_text
 from ios_ray.app.budgets import (MemoryBudget, budgeted, default_budget, device_memory, parse_memory_budget,
                                  refuse_what_cannot_fit, search_budget, sequential_peak, trade_off)
-from ios_ray.app.job import SearchRequest, _search, load_request_model
+from ios_ray.app.job import SearchRequest, _search, load_request_model, run_search
+from ios_ray.app.progress import SilentProgress
 from ios_ray.app.measuring import Exhaustive
 from ios_ray.errors import UserError
 from ios_ray.profiler import DeviceIdentity
@@ -125,3 +126,13 @@ def test_a_search_on_a_gpu_that_reports_its_memory_keeps_each_setting_within_it(
     assert [(s.device, s.batch, s.memory_budget) for s in search.settings] == [
         ("cuda:0", 1, MemoryBudget(bytes=int(1e9 * 0.9) - weights)),
         ("cuda:0", 8, MemoryBudget(bytes=int(1e9 * 0.9) - weights)), ("cpu", 1, None), ("cpu", 8, None)]
+
+
+def test_a_budget_no_schedule_meets_is_refused_before_anything_is_measured(tmp_path: Path) -> None:
+    store = tmp_path / "store.duckdb"
+    request = SearchRequest(model="tests.user_models:wide", devices=("sim:v100",), batches=(1, 8), store=store,
+                            memory_budget="0.5x")
+    with pytest.raises(UserError, match=r"^no schedule of tests.user_models:wide at batch 1 peaks within [\d.]+ MB: the smallest peak "
+                                        r"any schedule reaches is [\d.]+ MB"):
+        run_search(request, SilentProgress())
+    assert LatencyStore(store, create=False).stats().num_rows == 0

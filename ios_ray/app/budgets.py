@@ -22,7 +22,7 @@ from ios_ray.ir import Graph
 from ios_ray.schedule import PeakMemory, Schedule, megabytes
 from ios_ray.scheduler import (GraphResult, LatencyModel, SearchParams, TableLatency, optimize_graph, plan_graph,
                                sequential_stages)
-from ios_ray.scheduler.budget import OverBudget, fit
+from ios_ray.scheduler.budget import OverBudget, fit, smallest_peak
 from ios_ray.scheduler.memory import GraphMemory, to_bytes
 from ios_ray.stage import Stage, StageKeys
 from ios_ray.vocabulary import DEFAULT_MEMORY_MARGIN, DTYPE_BYTES
@@ -136,6 +136,25 @@ def budgeted(graph: Graph, found: GraphResult, latency: LatencyModel, params: Se
     except OverBudget as error:
         raise UserError(over_budget(graph, memory, error.smallest, budget or 0, batch, dtype)) from None
     return result, PeakMemory(peak_bytes(memory, result.schedules, batch, dtype), plain, budget)
+
+
+def refuse_unreachable_budgets(graph: Graph, params: SearchParams, dtype: str,
+                               budgets: Sequence[tuple[int, MemoryBudget | None]]) -> None:
+    """Fail in one sentence, before anything is measured, where a (batch, budget) is one no schedule meets: below the
+    sequential schedule's peak and below the smallest peak any schedule reaches (the walk for that runs only where a
+    budget is below the sequential peak, once)."""
+    memory = GraphMemory(graph)
+    smallest: int | None = None
+    for batch, given in budgets:
+        if given is None:
+            continue
+        plain = sequential_peak(graph, memory, batch, dtype)
+        budget = given.resolve(plain)
+        if budget >= plain:
+            continue
+        smallest = smallest_peak(graph, params, memory) if smallest is None else smallest
+        if to_bytes(smallest, batch, dtype) > budget:
+            raise UserError(over_budget(graph, memory, smallest, budget, batch, dtype))
 
 
 def over_budget(graph: Graph, memory: GraphMemory, smallest: int, budget: int, batch: int, dtype: str) -> str:

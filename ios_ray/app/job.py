@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from ios_ray.app.budgets import refuse_what_cannot_fit, search_budget
+from ios_ray.app.budgets import refuse_unreachable_budgets, refuse_what_cannot_fit, search_budget
 from ios_ray.app.check import checked_end_to_end
 from ios_ray.app.measuring import Exhaustive, Lazy, Measuring, Setting
 from ios_ray.app.progress import SearchProgress
@@ -176,11 +176,13 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
 def _search(request: SearchRequest, model: LoadedModel, measuring: Measuring, store: LatencyStore,
             identities: dict[str, DeviceIdentity]) -> _Search:
     """A search's shared state, one setting per (device, batch) in the request's order, each with its device's
-    memory budget."""
+    memory budget; UserError where a budget is one no schedule meets."""
     budgets = {label: search_budget(request.memory_budget, label, model.model.module,
                                     identities[label].info.get("memory_bytes")) for label in request.devices}
     settings = tuple(Setting(identities[label], batch, budgets[label]) for label in request.devices
                      for batch in request.batches)
+    refuse_unreachable_budgets(model.graph, request.params, request.dtype or DEFAULT_DTYPE,
+                               [(s.batch, s.memory_budget) for s in settings])
     return _Search(request, model, measuring, store, settings)
 
 
