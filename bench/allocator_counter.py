@@ -151,8 +151,8 @@ std::vector<int64_t> stop(std::vector<int64_t> marks) {
 @functools.cache
 def _module() -> ModuleType:
     """The compiled extension (built on first use)."""
-    return load_inline("ios_ray_allocator_counter4", cpp_sources=_SOURCE, functions=["install", "start", "mark", "stop"],
-                       verbose=False)
+    return load_inline("ios_ray_allocator_counter4", cpp_sources=_SOURCE,
+                       functions=["install", "start", "mark", "stop"], verbose=False)
 
 
 def install() -> None:

@@ -132,7 +132,7 @@ def test_a_budget_no_schedule_meets_is_refused_before_anything_is_measured(tmp_p
     store = tmp_path / "store.duckdb"
     request = SearchRequest(model="tests.user_models:wide", devices=("sim:v100",), batches=(1, 8), store=store,
                             memory_budget="0.5x")
-    with pytest.raises(UserError, match=r"^no schedule of tests.user_models:wide at batch 1 peaks within [\d.]+ MB: the smallest peak "
-                                        r"any schedule reaches is [\d.]+ MB"):
+    with pytest.raises(UserError, match=r"^no schedule of tests.user_models:wide at batch 1 peaks within [\d.]+ MB: "
+                                        r"the smallest peak any schedule reaches is [\d.]+ MB"):
         run_search(request, SilentProgress())
     assert LatencyStore(store, create=False).stats().num_rows == 0

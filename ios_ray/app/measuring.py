@@ -5,11 +5,11 @@ measure next (:meth:`Measuring.ask`), told what was sent (:meth:`Measuring.recor
 :class:`Exhaustive` (``measure="all"``) measures every planned stage the store lacks. :class:`Lazy` (the default)
 measures in rounds: the scheduler's pure :func:`~ios_ray.scheduler.next_round` reads a setting's stored latencies
 and names the stages that can still change its schedule, until none can (each schedule is then the exhaustive DP's,
-as far as the lower bounds hold, within the setting's memory budget too) or the budget of stages is spent. Both solve the DP over measured stages the same way
-(:meth:`~ios_ray.scheduler.SearchSpace.optimize`), kept within the setting's memory budget
-(:func:`~ios_ray.app.budgets.budgeted`: the budgeted DP runs only where that schedule peaks over it). On a measured
-device both also measure again a stored unit alone whose latency is an outlier (:mod:`~ios_ray.scheduler.outliers`),
-once per search.
+as far as the lower bounds hold, within the setting's memory budget too) or the budget of stages is spent. Both
+solve the DP over measured stages the same way (:meth:`~ios_ray.scheduler.SearchSpace.optimize`), kept within the
+setting's memory budget (:func:`~ios_ray.app.budgets.budgeted`: the budgeted DP runs only where that schedule peaks
+over it). On a measured device both also measure again a stored unit alone whose latency is an outlier
+(:mod:`~ios_ray.scheduler.outliers`), once per search.
 """
 
 from __future__ import annotations

@@ -31,6 +31,6 @@ __all__ = [
     "BlockCounts", "BlockDag", "BlockPlan", "BlockResult", "BlockSpace", "GraphResult", "LatencyModel",
     "LazyParams", "LazyRound", "LazySpace", "SearchSpace", "MissingLatencyError", "Plan", "PlannedStage", "SearchParams",
     "SearchStats", "SyntheticCost", "TableLatency",
-    "count_block", "endings", "greedy", "greedy_stages", "inflated", "lower_bounds", "next_round", "optimize_block",
-    "optimize_graph", "plan_graph", "sequential", "sequential_stages", "unit_parts",
+    "count_block", "endings", "greedy", "greedy_stages", "inflated", "lower_bounds", "next_round",
+    "optimize_block", "optimize_graph", "plan_graph", "sequential", "sequential_stages", "unit_parts",
 ]
