@@ -73,11 +73,10 @@ def default_budget(device: str, weight_bytes: int, memory_bytes: int | None = No
     """A GPU's default budget in bytes: its memory (``memory_bytes``, as the device reports it, else its label's
     sheet) less the weights and :data:`~ios_ray.vocabulary.DEFAULT_MEMORY_MARGIN` of it (None: no default: the CPU,
     and a ``cuda[:i]`` that did not report its memory)."""
-    spec = parse_device(device)
-    if spec.kind == "cpu":
+    if parse_device(device).kind == "cpu":
         return None
-    size = memory_bytes if memory_bytes is not None else 1e9 * MEMORY_GB.get(spec.gpu or "", math.nan)
-    if math.isnan(size):
+    size = memory_bytes if memory_bytes is not None else device_memory(device, local=False)
+    if size is None:
         return None
     return max(0, math.floor(size * (1 - DEFAULT_MEMORY_MARGIN)) - weight_bytes)
 

@@ -181,9 +181,10 @@ def _search(request: SearchRequest, model: LoadedModel, measuring: Measuring, st
                                     identities[label].info.get("memory_bytes")) for label in request.devices}
     settings = tuple(Setting(identities[label], batch, budgets[label]) for label in request.devices
                      for batch in request.batches)
-    refuse_unreachable_budgets(model.graph, request.params, request.dtype or DEFAULT_DTYPE,
-                               [(s.batch, s.memory_budget) for s in settings])
-    return _Search(request, model, measuring, store, settings)
+    search = _Search(request, model, measuring, store, settings)
+    refuse_unreachable_budgets(model.graph, request.params, search.dtype,
+                               list(dict.fromkeys((s.batch, s.memory_budget) for s in settings)))
+    return search
 
 
 def load_request_model(request: SearchRequest) -> LoadedModel:
