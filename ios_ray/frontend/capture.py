@@ -44,6 +44,7 @@ import torch.fx.experimental._config as fx_config
 import torch.nn.functional as F
 import torch.utils._pytree as pytree
 from torch import nn
+from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
 from torch.fx.graph_module import _copy_attr
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 from torch.utils._sympy.numbers import int_oo
@@ -103,13 +104,15 @@ def export(module: nn.Module, example_input: torch.Tensor) -> torch.export.Expor
     :data:`CAPTURE_BATCH`, with dimension 0 symbolic and size-oblivious: torch's own code takes no branch on whether
     it is 0 or 1 (a ``squeeze()`` stays a squeeze of whatever dimensions have size 1), and a branch of the model's
     code on it is recorded as a guard (:func:`_batch_branch`) instead of being decided by the assumption that a
-    symbolic size is at least 2."""
+    symbolic size is at least 2. The graph modules export builds along the way generate their Python code only when
+    called (nothing here calls them): generating it after each of export's passes cost a tenth of a large model's
+    capture."""
     x = example_input
     while x.shape[0] < CAPTURE_BATCH:
         x = torch.cat([x, example_input])
     try:
         with torch.no_grad(), _quiet(), _attributes_kept(module), _no_stack_traces(), \
-                fx_config.patch(backed_size_oblivious=True):
+                _use_lazy_graph_module(True), fx_config.patch(backed_size_oblivious=True):
             return torch.export.export(module, (x,), strict=False, dynamic_shapes=({0: torch.export.Dim.AUTO},))
     except Exception as exc:  # noqa: BLE001 - export raises many kinds; each becomes one sentence
         raise CaptureError(f"{where(exc)} {_reason(exc)}") from exc
@@ -413,8 +416,9 @@ class _Rewrite:
 
     def _graph_module(self) -> fx.GraphModule:
         """A graph module over the user's module (its layers and tensors shared, the module itself unchanged), with
-        the tensors it does not hold installed on the graph module."""
-        gm = fx.GraphModule(self.module, fx.Graph())
+        the tensors it does not hold installed on the graph module. Its Python code is generated when it is first
+        called or read, not after each of the import's passes."""
+        gm = _LazyGraphModule(self.module, fx.Graph())
         for target, value in self.installed.items():
             if target in self.reads:
                 if isinstance(value, nn.Module):
