@@ -15,7 +15,6 @@ naming the graph.
 from __future__ import annotations
 
 import inspect
-import re
 import types
 import warnings
 from dataclasses import dataclass, field, fields
@@ -29,7 +28,8 @@ from torch._dynamo.exc import ShortenTraceback
 from ios_ray.app.compiled_graph import CompiledGraph
 from ios_ray.app.graph_schedules import GraphSchedules
 from ios_ray.errors import UserError
-from ios_ray.frontend.dynamo import Unschedulable, graph_call
+from ios_ray.app.options import api_parameters
+from ios_ray.frontend.dynamo import Unschedulable, graph_call, graph_name
 from ios_ray.schedule import Schedule
 from ios_ray.scheduler import SearchParams
 from ios_ray.store import DEFAULT_STORE_PATH
@@ -176,23 +176,9 @@ def ios_ray(gm: fx.GraphModule, example_inputs: Sequence[Any], **dynamo: Any) ->
     return IosRayBackend(BackendOptions())(gm, example_inputs, **dynamo)
 
 
-def graph_name() -> str:
-    """The name of the graph Dynamo is compiling: the function it comes from (``Model.forward``; after a graph break
-    at line 13, ``Model.forward@13``)."""
-    try:
-        from torch._dynamo.symbolic_convert import InstructionTranslator
-
-        name = InstructionTranslator.current_tx().f_code.co_qualname
-    except Exception:  # noqa: BLE001 - no frame being translated (a graph compiled by hand)
-        return "graph"
-    return re.sub(r"[^A-Za-z0-9_.@]", "_", re.sub(r"torch_dynamo_resume_in_(\w+)_at_(\d+)", r"\1@\2", name))
-
-
 def _search_options() -> set[str]:
-    """The options of ``ios_ray.search`` a backend passes on (loaded only when some are given: the API loads Ray)."""
-    from ios_ray.app.api import search
-
-    return set(inspect.signature(search).parameters) - set(_SET_PER_GRAPH)
+    """The options of ``ios_ray.search`` a backend passes on to a search of a graph, ``progress`` among them."""
+    return {p.name for p in api_parameters()} - set(_SET_PER_GRAPH) | {"progress"}
 
 
 def _parse(options: Mapping[str, Any], frame: types.FrameType | None) -> BackendOptions:

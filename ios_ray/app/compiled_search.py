@@ -24,11 +24,10 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from ios_ray.app.backend import graph_name
 from ios_ray.app.job import SearchOutcome
 from ios_ray.dtypes import example_input
 from ios_ray.errors import UserError, first_line
-from ios_ray.frontend.dynamo import GraphCall, Unschedulable, graph_call
+from ios_ray.frontend.dynamo import GraphCall, Unschedulable, graph_call, graph_name
 from ios_ray.models import DEFAULT_INPUT_SHAPE, resolve_model
 from ios_ray.schedule import Schedule
 

@@ -33,6 +33,7 @@ which the caller checks.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -321,3 +322,15 @@ def _training_op(graph: fx.GraphModule) -> str | None:
         if normalized is not None and True in (normalized.kwargs.get("training"), normalized.kwargs.get("train")):
             return getattr(node.target, "__name__", str(node.target))
     return None
+
+
+def graph_name() -> str:
+    """The name of the graph Dynamo is compiling: the function it comes from (``Model.forward``; after a graph break
+    at line 13, ``Model.forward@13``)."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        name = InstructionTranslator.current_tx().f_code.co_qualname
+    except Exception:  # noqa: BLE001 - no frame being translated (a graph compiled by hand)
+        return "graph"
+    return re.sub(r"[^A-Za-z0-9_.@]", "_", re.sub(r"torch_dynamo_resume_in_(\w+)_at_(\d+)", r"\1@\2", name))
