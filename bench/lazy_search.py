@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import sys
 import tempfile
@@ -38,6 +37,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.verdict import run_parts  # noqa: E402
 from ios_ray.app.bench import baseline_schedule, schedule_variants, side_by_side
 from ios_ray.app.evaluation import predicted_ms
 from ios_ray.app.job import SearchRequest, run_search
@@ -308,19 +309,9 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     """Run (a) then (b); 0 when every target is met."""
     args = parse_args()
-    console = Console() if sys.stdout.isatty() else Console(width=240)
-    console.print(f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} at start")
-    passed = True
-    if args.only in (None, "sim"):
-        table, ok = sim_table(sim_cases(args.models.split(","), console))
-        console.print(table)
-        passed &= ok
-    if args.only in (None, "cpu"):
-        table, ok = cpu_table(args.cpu_models.split(","), args.rounds, console)
-        console.print(table)
-        passed &= ok
-    console.print(f"load {os.getloadavg()[0]:.1f} at end; overall: {'PASS' if passed else 'FAIL'}")
-    return 0 if passed else 1
+    return run_parts({"sim": lambda console: sim_table(sim_cases(args.models.split(","), console)),
+                      "cpu": lambda console: cpu_table(args.cpu_models.split(","), args.rounds, console)},
+                     args.only, width=240)
 
 
 if __name__ == "__main__":

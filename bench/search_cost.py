@@ -31,7 +31,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ios_ray.ir import Graph
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.verdict import run_parts  # noqa: E402
+from ios_ray.ir import Graph  # noqa: E402
 from ios_ray.paired import REPORT_CONFIDENCE, median_interval, percent, ratios_of
 from ios_ray.scheduler import Plan
 from ios_ray.app.job import SearchRequest, run_search
@@ -240,21 +242,13 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     """Run (a) then (b), print both tables; 0 when every target is met."""
     args = parse_args()
-    console = Console() if sys.stdout.isatty() else Console(width=120)
-    console.print(f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} at start")
-    passed = True
-    if args.only in (None, "repeat"):
+
+    def repeat(console: Console) -> tuple[Table, bool]:
         command, first, reruns = repeat_cost(args)
-        table, ok = repeat_table(args, first, reruns)
         console.print(f"(a) command, run {1 + len(reruns)} times: {' '.join(command)}")
-        console.print(table)
-        passed &= ok
-    if args.only in (None, "scaling"):
-        table, ok = scaling_table(args, scaling_cost(args))
-        console.print(table)
-        passed &= ok
-    console.print(f"load {os.getloadavg()[0]:.1f} at end; overall: {'PASS' if passed else 'FAIL'}")
-    return 0 if passed else 1
+        return repeat_table(args, first, reruns)
+    return run_parts({"repeat": repeat, "scaling": lambda console: scaling_table(args, scaling_cost(args))},
+                     args.only, width=120)
 
 
 if __name__ == "__main__":
