@@ -127,7 +127,9 @@ def test_cluster_refuses_a_device_it_lacks_within_seconds(ray_cluster: Cluster) 
 
 # ------------------------------------------------------------------ a search end to end on the cluster
 
-MODEL = "inception_v3"
+#: A model whose schedules differ by batch and device on the simulated V100 and K80 (SqueezeNet's 89 stages: a
+#: search of every stage in seconds).
+MODEL = "squeezenet"
 DEVICES = ("sim:v100", "sim:k80")
 BATCHES = (1, 32)
 SETTINGS = [(device, batch) for device in DEVICES for batch in BATCHES]
@@ -167,7 +169,7 @@ def test_search_on_a_heterogeneous_cluster_then_cross_evaluate(ray_cluster: Clus
 
     # One outcome and one schedule file per (device, batch), everything simulated and measured this time.
     stages = progress.stages
-    assert stages is not None and stages > 100
+    assert stages is not None and stages > 50
     assert [(o.device, o.batch) for o in outcomes] == SETTINGS
     assert {o.source for o in outcomes} == {"simulated"}
     assert all(o.measured == stages and o.cached == 0 for o in outcomes)
