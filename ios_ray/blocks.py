@@ -22,7 +22,7 @@ are split into *parts* that run one after the other, each scheduled like a block
 from __future__ import annotations
 
 import itertools
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from ios_ray.ir import GRAPH_INPUT, Block, Unit, Value
 
@@ -103,27 +103,75 @@ def split_wide(units: Sequence[Unit], max_states: int) -> list[list[str]]:
 
 def count_states(units: Sequence[Unit], limit: int) -> int:
     """The number of sets of ``units`` closed under predecessors (the DP's states: the full set included, the
-    empty one not), or ``limit + 1`` where there are more than ``limit``."""
+    empty one not), or ``limit + 1`` where there are more than ``limit``.
+
+    Counted, not listed: the closed sets of a set of units are those without a unit ``x`` (the closed sets of the
+    units not at or after ``x``) and those with it (``x``, what comes before it, and a closed set of the rest); and
+    the closed sets of unrelated parts multiply. Each set of units is counted once (memoized), and a count stops
+    once one of its terms is past the limit: milliseconds where listing NASNet's cells took a tenth of a second.
+    """
+    before, after = _closures(units)
+    related = [b | a for b, a in zip(before, after)]
+    past = limit + 1  # closed sets, the empty one included, past which there are more states than the limit
+    counted: dict[int, int] = {0: 1}  # by set of units (a bit mask): its closed sets, or fewer where over ``past``
+
+    def closed_sets(units_left: int) -> int:
+        if units_left in counted:
+            return counted[units_left]
+        part = _connected(units_left & -units_left, units_left, related)
+        if part != units_left:
+            first = closed_sets(part)
+            found = first if first > past else first * closed_sets(units_left & ~part)
+        else:
+            members = [i for i in range(len(units)) if units_left >> i & 1]
+            x = members[len(members) // 2]
+            first = closed_sets(units_left & ~after[x])
+            found = first if first > past else first + closed_sets(units_left & ~before[x])
+        counted[units_left] = found
+        return found
+
+    return min(closed_sets((1 << len(units)) - 1) - 1, limit + 1)
+
+
+def _closures(units: Sequence[Unit]) -> tuple[list[int], list[int]]:
+    """Per unit (by position), the bit mask of itself and every unit of ``units`` it depends on, and of itself and
+    every unit that depends on it."""
     index = {u.id: i for i, u in enumerate(units)}
-    succs = [0] * len(units)
-    for i, unit in enumerate(units):
-        for source in unit.sources:
-            if source in index:
-                succs[index[source]] |= 1 << i
-    full = (1 << len(units)) - 1
-    seen, todo = {full}, [full]
-    while todo and len(seen) <= limit:
-        state = todo.pop()
-        left = state
-        while left:
-            low = left & -left
-            left ^= low
-            if not succs[low.bit_length() - 1] & state:  # a unit nothing in the state reads: it can go
-                rest = state ^ low
-                if rest and rest not in seen:
-                    seen.add(rest)
-                    todo.append(rest)
-    return min(len(seen), limit + 1)
+    before: list[int | None] = [None] * len(units)
+
+    def upstream(i: int) -> int:
+        if before[i] is None:
+            mask = 1 << i
+            for source in units[i].sources:
+                if source in index:
+                    mask |= upstream(index[source])
+            before[i] = mask
+        return before[i]  # type: ignore[return-value]
+
+    masks = [upstream(i) for i in range(len(units))]
+    after = [1 << i for i in range(len(units))]
+    for i, mask in enumerate(masks):
+        for j in _bits(mask & ~(1 << i)):
+            after[j] |= 1 << i
+    return masks, after
+
+
+def _connected(start: int, within: int, related: list[int]) -> int:
+    """The units of ``within`` connected to ``start`` (bit masks) through units that depend on one another."""
+    part, done = start, 0
+    while part != done:
+        new, done = part & ~done, part
+        for i in _bits(new):
+            part |= related[i] & within
+    return part
+
+
+def _bits(mask: int) -> Iterator[int]:
+    """The positions of the bits set in ``mask``, lowest first."""
+    while mask:
+        low = mask & -mask
+        mask ^= low
+        yield low.bit_length() - 1
 
 
 def _depths(units: Sequence[Unit]) -> list[int]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import json
+import random
 import subprocess
 import sys
 from functools import lru_cache
@@ -89,6 +91,20 @@ def test_states_are_counted_and_a_level_too_wide_for_the_bound_is_cut_into_chunk
     # 6 independent units have 63 states, 7 have 127: the level is cut into 6 and 4, the concat joins the last
     assert blocks == [("a",), tuple(f"b{i}" for i in range(6)), (*(f"b{i}" for i in range(6, 10)), "c")]
     assert [b.units for b in find_blocks(units, Value.of("c"))] == [("a",), tuple(u.id for u in units[1:])]
+
+
+def test_states_are_counted_as_listing_every_closed_set_would() -> None:
+    """Against brute force on random DAGs of up to 11 units, in any order, with sources outside them, and limits."""
+    rng = random.Random(0)
+    for _ in range(300):
+        n, p = rng.randint(1, 11), rng.choice([0.1, 0.3, 0.6])
+        units = [_unit(f"u{i}", *(f"u{j}" for j in range(i) if rng.random() < p), "outside") for i in range(n)]
+        rng.shuffle(units)
+        sources = {u.id: {s for s in u.sources if s != "outside"} for u in units}
+        closed = sum(all(sources[u.id] <= chosen for u in units if u.id in chosen)
+                     for size in range(1, n + 1) for chosen in map(set, itertools.combinations(sources, size)))
+        for limit in (10**6, closed, closed - 1, 3):
+            assert count_states(units, limit) == min(closed, limit + 1)
 
 
 def test_big_block_split_at_narrow_points() -> None:
