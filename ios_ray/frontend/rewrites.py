@@ -112,13 +112,14 @@ def _is_eval_identity(gm: fx.GraphModule, node: fx.Node) -> bool:
     source = node.args[0] if node.args else node.kwargs.get("input")
     if node.op != "call_function" or not isinstance(source, fx.Node):
         return False
-    arguments = call_arguments(node)
+    dropout = any(node.target is f for f in _DROPOUT_FUNCTIONS)
+    probability = _STOCHASTIC_DEPTH.get(getattr(node.target, "__name__", ""))
+    arguments = call_arguments(node) if dropout or probability is not None else None
     if arguments is None:
         return False
-    if any(node.target is f for f in _DROPOUT_FUNCTIONS):
+    if dropout:
         return arguments.get("training", arguments.get("train")) is False or arguments.get("p") == 0
-    probability = _STOCHASTIC_DEPTH.get(getattr(node.target, "__name__", ""))
-    return probability is not None and (arguments.get("training") is False or arguments.get(probability) == 0)
+    return arguments.get("training") is False or arguments.get(probability) == 0
 
 
 def views_as_reshapes(gm: fx.GraphModule) -> fx.GraphModule:
