@@ -169,6 +169,17 @@ def test_an_import_leaves_the_garbage_collector_as_it_found_it(enabled: bool) ->
         gc.enable()
 
 
+def test_a_capture_leaves_torchs_tensor_meta_recorder_as_it_found_it() -> None:
+    """The capture has torch.export record its tensor_meta without layouts (for speed) through the name torch's
+    tracer calls, which must still be there (or the speed-up is silently gone), and is torch's own again after."""
+    from torch.fx.experimental import proxy_tensor
+    from torch.fx.passes.shape_prop import _extract_tensor_metadata
+
+    assert proxy_tensor._extract_tensor_metadata is _extract_tensor_metadata
+    import_module(ZOO["squeezenet"].build(), torch.randn(1, 3, 64, 64))
+    assert proxy_tensor._extract_tensor_metadata is _extract_tensor_metadata
+
+
 class Options(torch.nn.Module):
     """A forward with options after its input, as notebook code often has: branches on them, and a mask."""
 

@@ -28,6 +28,7 @@ computed from the input which dimensions grow with the batch.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import io
 import logging
@@ -41,6 +42,7 @@ import sympy
 import torch
 import torch.fx as fx
 import torch.fx.experimental._config as fx_config
+import torch.fx.experimental.proxy_tensor as proxy_tensor
 import torch.nn.functional as F
 import torch.utils._pytree as pytree
 from torch import nn
@@ -106,12 +108,12 @@ def export(module: nn.Module, example_input: torch.Tensor) -> torch.export.Expor
     code on it is recorded as a guard (:func:`_batch_branch`) instead of being decided by the assumption that a
     symbolic size is at least 2. The graph modules export builds along the way generate their Python code only when
     called (nothing here calls them): generating it after each of export's passes cost a tenth of a large model's
-    capture."""
+    capture; and its nodes' ``tensor_meta`` is recorded without layouts (:func:`_tensor_meta_without_layout`)."""
     x = example_input
     while x.shape[0] < CAPTURE_BATCH:
         x = torch.cat([x, example_input])
     try:
-        with torch.no_grad(), _quiet(), _attributes_kept(module), _no_stack_traces(), \
+        with torch.no_grad(), _quiet(), _attributes_kept(module), _no_stack_traces(), _tensor_meta_without_layout(), \
                 _use_lazy_graph_module(True), fx_config.patch(backed_size_oblivious=True):
             return torch.export.export(module, (x,), strict=False, dynamic_shapes=({0: torch.export.Dim.AUTO},))
     except Exception as exc:  # noqa: BLE001 - export raises many kinds; each becomes one sentence
@@ -128,6 +130,23 @@ def _no_stack_traces() -> Iterator[None]:
         yield
     finally:
         torch.fx.config.do_not_emit_stack_traces = saved
+
+
+@contextlib.contextmanager
+def _tensor_meta_without_layout() -> Iterator[None]:
+    """torch.export's best-effort ``tensor_meta`` on each node recorded without its memory format. Finding it asks
+    the fake tensor whether it is contiguous in three layouts, symbolic arithmetic when the batch size is a symbol (a
+    twelfth of a large model's capture), and nothing reads it: torch's passes read ``val``, and the frontend records
+    its own (:func:`record_shapes`). Where torch no longer records it this way, nothing is changed."""
+    recorder = getattr(proxy_tensor, "_extract_tensor_metadata", None)
+    if recorder is None or "include_contiguity" not in inspect.signature(recorder).parameters:
+        yield
+        return
+    proxy_tensor._extract_tensor_metadata = functools.partial(recorder, include_contiguity=False)
+    try:
+        yield
+    finally:
+        proxy_tensor._extract_tensor_metadata = recorder
 
 
 @contextlib.contextmanager
