@@ -41,7 +41,7 @@ CAPTURES = ("fx", "export")
 TARGET = 1.5
 #: What one fresh process of ``--against`` runs: the tree's own ios_ray first on the path, this one's bench after.
 _PROCESS = """
-import json, sys, time
+import json, statistics, sys, time
 sys.path[:0] = [{tree!r}, {bench!r}]
 from bench.model_libraries import _define_torchvision_schemas
 _define_torchvision_schemas()
@@ -85,7 +85,7 @@ def time_trees(spec: str, trees: tuple[Path, Path], processes: int) -> dict[Path
     times: dict[Path, list[dict[str, float]]] = {tree: [] for tree in trees}
     for round_ in range(processes):
         for tree in trees if round_ % 2 == 0 else trees[::-1]:
-            code = "import statistics" + _PROCESS.format(tree=str(tree), bench=str(ROOT), spec=spec)
+            code = _PROCESS.format(tree=str(tree), bench=str(ROOT), spec=spec)
             done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 raise SystemExit(f"importing {spec} in {tree} failed: {done.stderr.strip().splitlines()[-1]}")
@@ -135,7 +135,9 @@ def compare_trees(models: list[str], against: Path, processes: int) -> int:
             missed += ratio > TARGET
             table.add_row(spec, kind, f"{statistics.median(that):.2f}", this, ratio_text, spread,
                           f"<= {TARGET} {'met' if ratio <= TARGET else 'MISSED'}")
-        Console().print(f"{spec}: {json.dumps({str(k): v for k, v in times.items()})}", highlight=False)
+        for tree, runs in times.items():
+            Console().print(f"{spec} in {tree}: first " + ", ".join(f"{t['first']:.2f}" for t in runs) + "; warm "
+                            + ", ".join(f"{t['warm']:.2f}" for t in runs), highlight=False)
     Console(width=140).print(table)
     return missed
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import itertools
 import json
 import random
@@ -153,20 +152,6 @@ def test_a_forward_that_branches_on_the_batch_size_is_refused_naming_the_line(th
                                         r"\(`if x.shape\[0\] > self.threshold:`\), so one graph cannot serve every "
                                         r"batch size"):
         import_module(BatchBranching(threshold), torch.randn(1, 3, 8, 8))
-
-
-@pytest.mark.parametrize("enabled", [True, False])
-def test_an_import_leaves_the_garbage_collector_as_it_found_it(enabled: bool) -> None:
-    """The import pauses the collector (for speed); it is back as it was after, the import succeeding or not."""
-    (gc.enable if enabled else gc.disable)()
-    try:
-        import_module(ZOO["squeezenet"].build(), torch.randn(1, 3, 64, 64))
-        assert gc.isenabled() is enabled
-        with pytest.raises(UserError):
-            import_module(BatchBranching(1), torch.randn(1, 3, 8, 8))
-        assert gc.isenabled() is enabled
-    finally:
-        gc.enable()
 
 
 def test_a_capture_leaves_torchs_tensor_meta_recorder_as_it_found_it() -> None:

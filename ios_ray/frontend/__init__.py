@@ -31,11 +31,9 @@ code in their style import into the same units as the zoo):
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.fx as fx
@@ -80,27 +78,12 @@ def import_module(module: nn.Module, example_input: torch.Tensor, name: str | No
     memory format of the module's 4-D parameters. UserError where the forward cannot be captured."""
     module = module.eval()
     name = name or type(module).__name__
-    with _collector_paused():
-        gm, output = capture_forward(module, example_input, name, capture)
-        gm = views_as_reshapes(drop_eval_identities(functionalize(gm)))
-        gm = same_padding_as_torch_layers(functional_convs_as_modules(batch_norms_as_modules(gm)))
-        gm = fold_sizes(gm)
-        graph, constants = build_graph(gm, name, tuple(example_input.shape[1:]))
+    gm, output = capture_forward(module, example_input, name, capture)
+    gm = views_as_reshapes(drop_eval_identities(functionalize(gm)))
+    gm = same_padding_as_torch_layers(functional_convs_as_modules(batch_norms_as_modules(gm)))
+    gm = fold_sizes(gm)
+    graph, constants = build_graph(gm, name, tuple(example_input.shape[1:]))
     return Imported(dataclasses.replace(graph, memory_format=module_memory_format(module)), gm, constants, output)
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused, and left after as it was before: an import makes about a million
-    objects, and each full collection on the way walks the whole heap (the model's and torch's) again, a sixth of a
-    large model's import. The collection after it frees what the import left (about 30 MB on nasnetalarge)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def capture_forward(module: nn.Module, example_input: torch.Tensor, name: str, method: str = "auto"

@@ -48,7 +48,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
 from torch.fx.graph_module import _copy_attr
-from torch.fx.passes.shape_prop import _extract_tensor_metadata
+from torch.fx.passes.shape_prop import TensorMetadata, _extract_tensor_metadata
 from torch.utils._sympy.numbers import int_oo
 
 from ios_ray.errors import first_line
@@ -637,10 +637,12 @@ def record_shapes(gm: fx.GraphModule, batch: int) -> None:
         gm.meta.pop(key, None)
 
 
-def _tensor_meta(value: torch.Tensor, sizes: _Sizes) -> Any:
+def _tensor_meta(value: torch.Tensor, sizes: _Sizes) -> TensorMetadata:
+    """What torch.fx's shape propagation records of a tensor at the example's batch size, less its memory format
+    (which nothing reads)."""
     shape = [sizes.of(s)[0] for s in value.shape]
     stride = [sizes.of(s)[0] for s in value.stride()]
-    return _extract_tensor_metadata(torch.empty_strided(shape, stride, dtype=value.dtype, device="meta"))
+    return TensorMetadata(torch.Size(shape), value.dtype, value.requires_grad, tuple(stride), None, False, {})
 
 
 def _layout(value: torch.Tensor, sizes: _Sizes) -> tuple[tuple[bool, ...], tuple[int, ...] | None]:

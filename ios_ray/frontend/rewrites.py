@@ -1,6 +1,8 @@
 """Rewrites of the traced fx graph that normalise how code is spelled, before anything is grouped into units.
 
-Each pass is a function ``GraphModule -> GraphModule`` that edits the graph in place and returns it:
+Each pass is a function ``GraphModule -> GraphModule`` that edits the graph in place and returns it; the graph is
+checked and its Python code generated once for all of them, by the import's last pass
+(:func:`~ios_ray.frontend.sizes.fold_sizes`):
 
 * :func:`functionalize`: in-place ops (``F.relu(x, inplace=True)``, ``nn.ReLU(inplace=True)``, ``x.add_(y)``,
   ``x.relu_()``) become their out-of-place forms, and whatever reads the mutated tensor after the op reads the op's
@@ -63,7 +65,7 @@ def functionalize(gm: fx.GraphModule) -> fx.GraphModule:
             for user in list(mutated.users):
                 if order[user] > order[node]:
                     user.replace_input_with(mutated, node)
-    return _finish(gm)
+    return gm
 
 
 def _make_out_of_place(gm: fx.GraphModule, node: fx.Node) -> bool:
@@ -99,7 +101,7 @@ def drop_eval_identities(gm: fx.GraphModule) -> fx.GraphModule:
             source = node.args[0] if node.args else node.kwargs.get("input")
             node.replace_all_uses_with(source)
             gm.graph.erase_node(node)
-    return _finish(gm)
+    return gm
 
 
 def _is_eval_identity(gm: fx.GraphModule, node: fx.Node) -> bool:
@@ -128,7 +130,7 @@ def views_as_reshapes(gm: fx.GraphModule) -> fx.GraphModule:
         if node.op == "call_method" and node.target == "view" and \
                 not any(isinstance(a, torch.dtype) for a in (*node.args[1:], *node.kwargs.values())):
             node.target = "reshape"
-    return _finish(gm)
+    return gm
 
 
 def batch_norms_as_modules(gm: fx.GraphModule) -> fx.GraphModule:
@@ -147,7 +149,7 @@ def batch_norms_as_modules(gm: fx.GraphModule) -> fx.GraphModule:
         for attr in inputs:
             if attr.op == "get_attr" and not attr.users:
                 gm.graph.erase_node(attr)
-    return _finish(gm)
+    return gm
 
 
 def _batch_norm_module(gm: fx.GraphModule, node: fx.Node) -> nn.BatchNorm2d | None:
@@ -205,7 +207,7 @@ def functional_convs_as_modules(gm: fx.GraphModule) -> fx.GraphModule:
     for node in reversed(list(gm.graph.nodes)):
         if node in constants and not node.users:
             gm.graph.erase_node(node)
-    return _finish(gm)
+    return gm
 
 
 def _conv2d_arguments(node: fx.Node) -> dict[str, Any] | None:
@@ -275,7 +277,7 @@ def same_padding_as_torch_layers(gm: fx.GraphModule) -> fx.GraphModule:
         call.meta = dict(node.meta)
         node.replace_all_uses_with(call)
         gm.graph.erase_node(node)
-    return _finish(gm)
+    return gm
 
 
 def _same_padding_layer(gm: fx.GraphModule, node: fx.Node) -> tuple[nn.Module, float] | None:
@@ -335,10 +337,3 @@ def _add_module(gm: fx.GraphModule, near: str, module: nn.Module) -> str:
         name, n = f"{base}_{n}", n + 1
     gm.add_submodule(name, module)
     return name
-
-
-def _finish(gm: fx.GraphModule) -> fx.GraphModule:
-    """The rewritten graph, checked. Its Python code is not generated here: nothing runs it between the rewrites, and
-    the import's last pass (:func:`~ios_ray.frontend.sizes.fold_sizes`) generates it once for all of them."""
-    gm.graph.lint()
-    return gm
