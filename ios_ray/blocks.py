@@ -22,8 +22,9 @@ are split into *parts* that run one after the other, each scheduled like a block
 from __future__ import annotations
 
 import itertools
-from typing import Iterator, Sequence
+from typing import Sequence
 
+from ios_ray.bitmasks import bits
 from ios_ray.ir import GRAPH_INPUT, Block, Unit, Value
 
 
@@ -108,7 +109,7 @@ def count_states(units: Sequence[Unit], limit: int) -> int:
     Counted, not listed: the closed sets of a set of units are those without a unit ``x`` (the closed sets of the
     units not at or after ``x``) and those with it (``x``, what comes before it, and a closed set of the rest); and
     the closed sets of unrelated parts multiply. Each set of units is counted once (memoized), and a count stops
-    once one of its terms is past the limit: milliseconds where listing NASNet's cells took a tenth of a second.
+    once one of its terms is past the limit.
     """
     before, after = _closures(units)
     related = [b | a for b, a in zip(before, after)]
@@ -123,7 +124,7 @@ def count_states(units: Sequence[Unit], limit: int) -> int:
             first = closed_sets(part)
             found = first if first > past else first * closed_sets(units_left & ~part)
         else:
-            members = [i for i in range(len(units)) if units_left >> i & 1]
+            members = list(bits(units_left))
             x = members[len(members) // 2]
             first = closed_sets(units_left & ~after[x])
             found = first if first > past else first + closed_sets(units_left & ~before[x])
@@ -151,7 +152,7 @@ def _closures(units: Sequence[Unit]) -> tuple[list[int], list[int]]:
     masks = [upstream(i) for i in range(len(units))]
     after = [1 << i for i in range(len(units))]
     for i, mask in enumerate(masks):
-        for j in _bits(mask & ~(1 << i)):
+        for j in bits(mask & ~(1 << i)):
             after[j] |= 1 << i
     return masks, after
 
@@ -161,17 +162,9 @@ def _connected(start: int, within: int, related: list[int]) -> int:
     part, done = start, 0
     while part != done:
         new, done = part & ~done, part
-        for i in _bits(new):
+        for i in bits(new):
             part |= related[i] & within
     return part
-
-
-def _bits(mask: int) -> Iterator[int]:
-    """The positions of the bits set in ``mask``, lowest first."""
-    while mask:
-        low = mask & -mask
-        mask ^= low
-        yield low.bit_length() - 1
 
 
 def _depths(units: Sequence[Unit]) -> list[int]:

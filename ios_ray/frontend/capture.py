@@ -107,8 +107,8 @@ def export(module: nn.Module, example_input: torch.Tensor) -> torch.export.Expor
     it is 0 or 1 (a ``squeeze()`` stays a squeeze of whatever dimensions have size 1), and a branch of the model's
     code on it is recorded as a guard (:func:`_batch_branch`) instead of being decided by the assumption that a
     symbolic size is at least 2. The graph modules export builds along the way generate their Python code only when
-    called (nothing here calls them): generating it after each of export's passes cost a tenth of a large model's
-    capture; and its nodes' ``tensor_meta`` is recorded without layouts (:func:`_tensor_meta_without_layout`)."""
+    called (nothing here calls them), not after each of export's passes; and its nodes' ``tensor_meta`` is recorded
+    without layouts (:func:`_tensor_meta_without_layout`)."""
     x = example_input
     while x.shape[0] < CAPTURE_BATCH:
         x = torch.cat([x, example_input])
@@ -135,9 +135,9 @@ def _no_stack_traces() -> Iterator[None]:
 @contextlib.contextmanager
 def _tensor_meta_without_layout() -> Iterator[None]:
     """torch.export's best-effort ``tensor_meta`` on each node recorded without its memory format. Finding it asks
-    the fake tensor whether it is contiguous in three layouts, symbolic arithmetic when the batch size is a symbol (a
-    twelfth of a large model's capture), and nothing reads it: torch's passes read ``val``, and the frontend records
-    its own (:func:`record_shapes`). Where torch no longer records it this way, nothing is changed."""
+    the fake tensor whether it is contiguous in three layouts, symbolic arithmetic on every node when the batch size
+    is a symbol, and nothing reads it: torch's passes read ``val``, and the frontend records its own
+    (:func:`record_shapes`). Where torch no longer records it this way, nothing is changed."""
     recorder = getattr(proxy_tensor, "_extract_tensor_metadata", None)
     if recorder is None or "include_contiguity" not in inspect.signature(recorder).parameters:
         yield

@@ -23,7 +23,8 @@ descendants into them, instead of finding the components of every ending afresh 
 
 from __future__ import annotations
 
-from ios_ray.scheduler.dag import BlockDag, bits
+from ios_ray.bitmasks import bits
+from ios_ray.scheduler.dag import BlockDag
 
 
 def endings(dag: BlockDag, state: int, r: int | None = None, s: int | None = None) -> list[int]:
