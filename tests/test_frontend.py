@@ -155,8 +155,8 @@ def test_a_forward_that_branches_on_the_batch_size_is_refused_naming_the_line(th
 
 
 def test_a_capture_leaves_torchs_tensor_meta_recorder_as_it_found_it() -> None:
-    """The capture has torch.export record its tensor_meta without layouts (for speed) through the name torch's
-    tracer calls, which must still be there (or the speed-up is silently gone), and is torch's own again after."""
+    """The capture has torch.export record no tensor_meta (for speed) through the name torch's tracer calls, which
+    must still be there (or the speed-up is silently gone), and is torch's own again after."""
     from torch.fx.experimental import proxy_tensor
     from torch.fx.passes.shape_prop import _extract_tensor_metadata
 

@@ -107,13 +107,13 @@ def export(module: nn.Module, example_input: torch.Tensor) -> torch.export.Expor
     it is 0 or 1 (a ``squeeze()`` stays a squeeze of whatever dimensions have size 1), and a branch of the model's
     code on it is recorded as a guard (:func:`_batch_branch`) instead of being decided by the assumption that a
     symbolic size is at least 2. The graph modules export builds along the way generate their Python code only when
-    called (nothing here calls them), not after each of export's passes; and its nodes' ``tensor_meta`` is recorded
-    without layouts (:func:`_tensor_meta_without_layout`)."""
+    called (nothing here calls them), not after each of export's passes; and it records no ``tensor_meta``
+    (:func:`_no_tensor_meta`)."""
     x = example_input
     while x.shape[0] < CAPTURE_BATCH:
         x = torch.cat([x, example_input])
     try:
-        with torch.no_grad(), _quiet(), _attributes_kept(module), _no_stack_traces(), _tensor_meta_without_layout(), \
+        with torch.no_grad(), _quiet(), _attributes_kept(module), _no_stack_traces(), _no_tensor_meta(), \
                 _use_lazy_graph_module(True), fx_config.patch(backed_size_oblivious=True):
             return torch.export.export(module, (x,), strict=False, dynamic_shapes=({0: torch.export.Dim.AUTO},))
     except Exception as exc:  # noqa: BLE001 - export raises many kinds; each becomes one sentence
@@ -133,20 +133,25 @@ def _no_stack_traces() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _tensor_meta_without_layout() -> Iterator[None]:
-    """torch.export's best-effort ``tensor_meta`` on each node recorded without its memory format. Finding it asks
-    the fake tensor whether it is contiguous in three layouts, symbolic arithmetic on every node when the batch size
-    is a symbol, and nothing reads it: torch's passes read ``val``, and the frontend records its own
-    (:func:`record_shapes`). Where torch no longer records it this way, nothing is changed."""
+def _no_tensor_meta() -> Iterator[None]:
+    """torch.export's best-effort ``tensor_meta`` on each node not recorded: nothing reads it (torch's passes read
+    ``val``, and the frontend records its own, :func:`record_shapes`), and recording it reads a dozen properties of
+    every fake tensor through the tracer's torch-function modes. Where torch no longer records it through this name,
+    nothing is changed."""
     recorder = getattr(proxy_tensor, "_extract_tensor_metadata", None)
-    if recorder is None or "include_contiguity" not in inspect.signature(recorder).parameters:
+    if recorder is None:
         yield
         return
-    proxy_tensor._extract_tensor_metadata = functools.partial(recorder, include_contiguity=False)
+    proxy_tensor._extract_tensor_metadata = _no_metadata
     try:
         yield
     finally:
         proxy_tensor._extract_tensor_metadata = recorder
+
+
+def _no_metadata(*args: Any, **kwargs: Any) -> None:
+    """What torch's tracer records as a node's ``tensor_meta`` during a capture: nothing."""
+    return None
 
 
 @contextlib.contextmanager
@@ -502,12 +507,18 @@ def _known_layer(layer: Any) -> bool:
         return True
     if not kind.__module__.startswith("torch.nn.modules.") or not kind.forward.__module__.startswith("torch.nn."):
         return False
+    one_input, returns_tensor = _forward_signature(kind)
+    pool_without_indices = isinstance(layer, _MAX_POOLS) and not getattr(layer, "return_indices", False)
+    return one_input and (returns_tensor or pool_without_indices)
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_signature(kind: type) -> tuple[bool, bool]:
+    """Whether a layer class's ``forward`` takes one required input, and whether it says it returns a tensor."""
     signature = inspect.signature(kind.forward)
     required = [p for p in list(signature.parameters.values())[1:]
                 if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    returns_tensor = signature.return_annotation in (torch.Tensor, "Tensor") or \
-        (isinstance(layer, _MAX_POOLS) and not getattr(layer, "return_indices", False))
-    return len(required) == 1 and returns_tensor
+    return len(required) == 1, signature.return_annotation in (torch.Tensor, "Tensor")
 
 
 def _pure(target: Any) -> bool:

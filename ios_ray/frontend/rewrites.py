@@ -30,6 +30,8 @@ the user's model stays as it was.
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 import math
 import operator
 from typing import Any
@@ -87,11 +89,24 @@ def _make_out_of_place(gm: fx.GraphModule, node: fx.Node) -> bool:
     if node.op == "call_function" and node.kwargs.get("inplace") is True:
         node.kwargs = {**node.kwargs, "inplace": False}
         return True
-    arguments = call_arguments(node) if node.op == "call_function" else None
+    arguments = call_arguments(node) if node.op == "call_function" and _takes_inplace(node.target) else None
     if arguments is not None and arguments.get("inplace") is True:
         node.args, node.kwargs = (), {**arguments, "inplace": False}
         return True
     return False
+
+
+def _takes_inplace(target: Any) -> bool:
+    """Whether a function has a parameter named ``inplace`` (asked once per function, not once per call)."""
+    return hashable(target) and _has_inplace_parameter(target)
+
+
+@functools.lru_cache(maxsize=None)
+def _has_inplace_parameter(target: Any) -> bool:
+    try:
+        return "inplace" in inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def drop_eval_identities(gm: fx.GraphModule) -> fx.GraphModule:
