@@ -9,11 +9,12 @@ Captures in one process: each round imports every model once per capture (``impo
 ``fx`` is the import as it was before torch.export, the torch.fx trace and its two runs of the model; ``export`` the
 capture imports use now), the two captures in alternating order, after one warm-up import of each; the model is
 built once. ``--against TREE``: the import of this checkout against that of another (the issue's baseline), each in
-fresh processes, the two trees alternating; a process builds the model, imports SqueezeNet (what a first import
-loads once), then times the model's first import and two more. The table gives per model the median seconds of
-each and the median of the per-round (per process pair) ratios with their spread (least and largest). Target (issue
-"Import what torch.fx refuses"): the ratio at most 1.5 on the largest models. Nothing here is measured on a device:
-imports run on the CPU.
+fresh processes, the two trees alternating; a process imports SqueezeNet (what a first import loads once), builds
+the model and collects the garbage its construction left (else whichever import comes first pays a full collection
+of it, or not, by where the collector's thresholds happen to fall), then times the model's first import and two
+more. The table gives per model the median seconds of each and the median of the per-round (per process pair) ratios
+with their spread (least and largest). Target (issue "Import what torch.fx refuses"): the ratio at most 1.5 on the
+largest models. Nothing here is measured on a device: imports run on the CPU.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ CAPTURES = ("fx", "export")
 TARGET = 1.5
 #: What one fresh process of ``--against`` runs: the tree's own ios_ray first on the path, this one's bench after.
 _PROCESS = """
-import json, statistics, sys, time
+import gc, json, statistics, sys, time
 sys.path[:0] = [{tree!r}, {bench!r}]
 from bench.model_libraries import _define_torchvision_schemas
 _define_torchvision_schemas()
@@ -55,6 +56,7 @@ import_module(module, example_input(module, small.input_shape), "squeezenet")
 resolved = resolve_model({spec!r})
 model = resolved.build()
 x = example_input(model, resolved.input_shape)
+gc.collect()
 times = []
 for _ in range(3):
     started = time.perf_counter()
