@@ -34,6 +34,15 @@ def capture(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+def scale(x: torch.Tensor, factor: float, inplace: bool = False) -> torch.Tensor:
+    """``x`` times ``factor``, written into ``x`` where told to: a function the torch.fx trace keeps as one call (as
+    it keeps timm's activations), which then takes ``inplace`` by position."""
+    return x.mul_(factor) if inplace else x * factor
+
+
+fx.wrap("scale")
+
+
 class Lambda(nn.Module):
     """A module whose forward is ``fn(self, x)``, with a conv ``c``, a second conv ``d`` and a batch-norm ``bn``."""
 
@@ -89,11 +98,12 @@ def test_functionalize_makes_in_place_ops_out_of_place_and_keeps_eager_values() 
         y = m.c(x)
         y.add_(1.0)
         z = m.relu(y)         # nn.ReLU(inplace=True): later readers of y see the result
-        return F.relu(x, inplace=True) + y * 2 + z
+        return F.relu(x, inplace=True) + y * 2 + scale(z, 2.0, True)   # inplace by keyword, by position
     module = Lambda(fn)
     module.relu = nn.ReLU(inplace=True)
     gm = functionalize(captured(module))
-    assert not any(n.kwargs.get("inplace") or str(n.target).endswith("_") for n in gm.graph.nodes)
+    assert not any(n.kwargs.get("inplace") or any(a is True for a in n.args) or str(n.target).endswith("_")
+                   for n in gm.graph.nodes)
     assert module.relu.inplace, "the user's module is never changed"
     imported(module)
 
