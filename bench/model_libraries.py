@@ -7,11 +7,12 @@
     python bench/model_libraries.py --timm-families            # one or two timm models of each family below
     python bench/model_libraries.py --smp --ultralytics        # segmentation decoders and YOLO detectors
 
-For each model (random weights, random batch-norm statistics, all in float64): import it at batch 1 with its own
-input shape, then run the sequential schedule, the greedy one (concurrent groups) and the DP's (merged convs
-included; stage costs from ``SyntheticCost``, made up: no latency is measured here) at batch 2 and compare with the
-model's own output; count the opaque units and the distinct candidate stages (r=3, s=8). Prints a table and a summary;
-``--out FILE`` also writes one JSON line per model. Exit code 1 when a model fails to import or differs from eager.
+For each model (random weights, random batch-norm statistics, the same on every run; all in float64): import it at
+batch 1 with its own input shape, then run the sequential schedule, the greedy one (concurrent groups) and the DP's
+(merged convs included; stage costs from ``SyntheticCost``, made up: no latency is measured here) at batch 2 and
+compare with the model's own output; count the opaque units and the distinct candidate stages (r=3, s=8). Prints a
+table and a summary; ``--out FILE`` also writes one JSON line per model. Exit code 1 when a model fails to import or
+differs from eager.
 
 ``--dtype float16`` or ``bfloat16`` checks what a search of a half-precision model does instead: the model converted
 to that dtype and imported there (as the driver and every actor import it), and eager in that dtype, are each
@@ -111,6 +112,7 @@ def check_model(
     signal.alarm(timeout_s)
     try:
         resolved = resolve_model(spec)
+        torch.manual_seed(0)  # the same random weights and inputs on every run, so that rows compare run to run
         model = _random_batch_norms(resolved.build())
         reference = None if dtype == torch.float64 else copy.deepcopy(model).double()
         model = to_memory_format(model.to(dtype), memory_format)
