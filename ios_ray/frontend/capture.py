@@ -28,7 +28,6 @@ computed from the input which dimensions grow with the batch.
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import io
 import logging
@@ -53,7 +52,7 @@ from torch.utils._sympy.numbers import int_oo
 
 from ios_ray.errors import first_line
 from ios_ray.frontend import aten
-from ios_ray.frontend.nodes import batch_first, constant_nodes
+from ios_ray.frontend.nodes import batch_first, constant_nodes, signature_of
 
 #: Layers outside ``torch.nn.modules`` whose calls stay calls: the frontend knows them by class.
 KNOWN_LAYERS = frozenset({"Conv2dSame", "MaxPool2dSame", "AvgPool2dSame"})
@@ -507,18 +506,14 @@ def _known_layer(layer: Any) -> bool:
         return True
     if not kind.__module__.startswith("torch.nn.modules.") or not kind.forward.__module__.startswith("torch.nn."):
         return False
-    one_input, returns_tensor = _forward_signature(kind)
-    pool_without_indices = isinstance(layer, _MAX_POOLS) and not getattr(layer, "return_indices", False)
-    return one_input and (returns_tensor or pool_without_indices)
-
-
-@functools.lru_cache(maxsize=None)
-def _forward_signature(kind: type) -> tuple[bool, bool]:
-    """Whether a layer class's ``forward`` takes one required input, and whether it says it returns a tensor."""
-    signature = inspect.signature(kind.forward)
+    signature = signature_of(kind.forward)
+    if signature is None:
+        return False
     required = [p for p in list(signature.parameters.values())[1:]
                 if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(required) == 1, signature.return_annotation in (torch.Tensor, "Tensor")
+    returns_tensor = signature.return_annotation in (torch.Tensor, "Tensor") or \
+        (isinstance(layer, _MAX_POOLS) and not getattr(layer, "return_indices", False))
+    return len(required) == 1 and returns_tensor
 
 
 def _pure(target: Any) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from typing import Any
@@ -131,13 +132,28 @@ def calls(node: Any, functions: tuple = (), methods: tuple[str, ...] = ()) -> bo
     return node.op == "call_function" and any(node.target is f for f in functions)
 
 
+def signature_of(target: Any) -> inspect.Signature | None:
+    """A function's signature (looked up once per function), or None where Python can read none."""
+    return _signature(target) if hashable(target) else _signature.__wrapped__(target)
+
+
+@functools.lru_cache(maxsize=None)
+def _signature(target: Any) -> inspect.Signature | None:
+    try:
+        return inspect.signature(target)
+    except (TypeError, ValueError):
+        return None
+
+
 def call_arguments(node: fx.Node) -> dict[str, Any] | None:
     """A ``call_function`` node's arguments by parameter name (defaults filled in), or None where unknown (no
     signature, or one with ``*args`` or ``**kwargs``)."""
+    signature = signature_of(node.target)
+    if signature is None:
+        return None
     try:
-        signature = inspect.signature(node.target)  # type: ignore[arg-type]
         bound = signature.bind(*node.args, **node.kwargs)
-    except (TypeError, ValueError):
+    except TypeError:
         return None
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in signature.parameters.values()):
         return None

@@ -30,8 +30,6 @@ the user's model stays as it was.
 from __future__ import annotations
 
 import copy
-import functools
-import inspect
 import math
 import operator
 from typing import Any
@@ -43,7 +41,8 @@ from torch import nn
 
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
-from ios_ray.frontend.nodes import call_arguments, constant_nodes, evaluate_constant, full_shape, hashable, pair
+from ios_ray.frontend.nodes import (call_arguments, constant_nodes, evaluate_constant, full_shape, hashable, pair,
+                                   signature_of)
 
 _OUT_OF_PLACE_FUNCTIONS: dict[Any, Any] = {
     operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
@@ -97,16 +96,9 @@ def _make_out_of_place(gm: fx.GraphModule, node: fx.Node) -> bool:
 
 
 def _takes_inplace(target: Any) -> bool:
-    """Whether a function has a parameter named ``inplace`` (asked once per function, not once per call)."""
-    return hashable(target) and _has_inplace_parameter(target)
-
-
-@functools.lru_cache(maxsize=None)
-def _has_inplace_parameter(target: Any) -> bool:
-    try:
-        return "inplace" in inspect.signature(target).parameters
-    except (TypeError, ValueError):
-        return False
+    """Whether a function has a parameter named ``inplace`` (only those calls are bound to find it)."""
+    signature = signature_of(target)
+    return signature is not None and "inplace" in signature.parameters
 
 
 def drop_eval_identities(gm: fx.GraphModule) -> fx.GraphModule:
