@@ -91,6 +91,9 @@ class MeasuringClock:
         if total and done == total and self.finished is None:
             self.finished = time.perf_counter()
 
+    def choosing_kernels(self, device: str, batch: int) -> None:
+        """Nothing to record (sim devices choose no kernels by timing)."""
+
     def checking(self, device: str, batch: int) -> None:
         """Nothing to record (sim devices are not checked end to end)."""
 

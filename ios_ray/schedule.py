@@ -1,7 +1,8 @@
 """The schedule file: which stages run each block of a graph, for one device and batch size.
 
 A schedule is versioned JSON. It carries the graph fingerprint it was made for and the graph's per-sample input
-shape, the device label and fingerprint, batch size, dtype and memory format, the search parameters, and per block
+shape, the device label and fingerprint, batch size, dtype, memory format and the kernels its stages were measured
+with (:mod:`~ios_ray.runtime.kernels`; ``eager`` for files before kernels), the search parameters, and per block
 its stages (strategy and groups of unit ids) with their predicted latencies, and for a measured device the end-to-end
 check that chose it (:class:`EndToEnd`), and, where the search computed it, its peak activation memory
 (:class:`PeakMemory`). :func:`read_schedule` checks every field of a file (hand-edited ones
@@ -23,8 +24,8 @@ from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.paired import FASTER, SLOWER, WITHIN_NOISE, RatioInterval, percent, valid_confidence
 from ios_ray.stage import Stage
-from ios_ray.vocabulary import (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, DTYPE_NAMES, MAX_BATCH_SIZE, SOURCES,
-                                STRATEGIES, settings_named)
+from ios_ray.vocabulary import (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, DTYPE_NAMES, EAGER_KERNELS, KERNEL_NAMES,
+                                MAX_BATCH_SIZE, SOURCES, STRATEGIES, settings_named)
 
 #: How torch names each memory format, for messages that tell what to convert a model with.
 MEMORY_FORMAT_TORCH_NAMES = {"contiguous": "contiguous_format", "channels_last": "channels_last"}
@@ -146,6 +147,7 @@ class Schedule:
     input_shape: tuple[int, ...] | None = None
     memory_format: str = DEFAULT_MEMORY_FORMAT
     memory: PeakMemory | None = None
+    kernels: str = EAGER_KERNELS
 
     @property
     def settings(self) -> tuple[str, ...]:
@@ -177,6 +179,7 @@ class Schedule:
             "batch": self.batch,
             "dtype": self.dtype,
             "memory_format": self.memory_format,
+            "kernels": self.kernels,
             "source": self.source,
             "params": dict(self.params),
             "predicted_latency_ms": self.predicted_latency,
@@ -260,7 +263,8 @@ _FIELDS: dict[str, tuple[Check, bool]] = {
     "model": (_text, True), "graph_fingerprint": (_text, True), "input_shape": (_shape, False),
     "device": (_text, True), "device_fingerprint": (_text, False), "device_info": (_mapping, False),
     "batch": (_batch, True), "dtype": (_one_of(DTYPE_NAMES), False),
-    "memory_format": (_one_of(tuple(MEMORY_FORMAT_TORCH_NAMES)), False), "source": (_one_of(SOURCES), False),
+    "memory_format": (_one_of(tuple(MEMORY_FORMAT_TORCH_NAMES)), False), "kernels": (_one_of(KERNEL_NAMES), False),
+    "source": (_one_of(SOURCES), False),
     "params": (_mapping, False), "predicted_latency_ms": (_ms_or_null, False),
 }
 _END_TO_END_FIELDS: dict[str, tuple[Check, bool]] = {
@@ -380,6 +384,7 @@ def schedule_from_json(data: Mapping[str, Any]) -> Schedule:
         input_shape=tuple(data["input_shape"]) if data.get("input_shape") is not None else None,
         memory_format=data.get("memory_format", DEFAULT_MEMORY_FORMAT),
         memory=_memory(data.get("memory")),
+        kernels=data.get("kernels", EAGER_KERNELS),
     )
 
 

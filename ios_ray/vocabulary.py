@@ -1,7 +1,7 @@
 """The words and defaults every layer shares, in one torch-free home.
 
 The names a schedule file, the latency store, the scheduler, the API and the CLI all use (stage strategies, how a
-search measures, dtypes, memory formats, where a latency comes from, the ``sim:`` prefix of device labels) and the
+search measures, dtypes, memory formats, kernels, where a latency comes from, the ``sim:`` prefix of device labels) and the
 defaults of a search (the pruning bounds ``r`` and ``s``, the rounds, confidence and time cap of the end-to-end
 check, the margin of a default memory budget) and the bytes per element of each dtype are written here once. It
 imports nothing of torch, Ray or DuckDB, so the scheduler and the store read it as the API does.
@@ -45,6 +45,16 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 #: The memory formats a schedule can be made for (NCHW, NHWC), by their names in files and graphs.
 MEMORY_FORMAT_NAMES = ("contiguous", "channels_last")
 DEFAULT_MEMORY_FORMAT = "contiguous"
+#: The kernels a deployed model's units run with: ``eager`` (torch's own ops, as the model calls them, in the
+#: graph's memory format) or ``fused`` (activations channels-last, each conv one call that adds its bias and applies
+#: its activation in the same kernel); a schedule records its own, files before kernels were ``eager``.
+EAGER_KERNELS, FUSED_KERNELS = "eager", "fused"
+KERNEL_NAMES = (EAGER_KERNELS, FUSED_KERNELS)
+#: What a search runs each setting's stages with: the kernels named, or ``auto``: on a measured device the faster
+#: of them as the sequential schedule runs whole (``eager`` unless ``fused`` is faster beyond noise), on ``sim:``
+#: ``eager`` (the sim model prices no kernels).
+KERNEL_CHOICES = ("auto", *KERNEL_NAMES)
+DEFAULT_KERNEL_CHOICE = "auto"
 
 #: Where a latency comes from: a device, or the sim model.
 SOURCES = ("measured", "simulated")

@@ -143,6 +143,7 @@ class RecordingProgress:
         self.started: dict[str, tuple[int, int]] = {}
         self.done: dict[str, int] = {}
         self.checked: list[tuple[str, int]] = []
+        self.chose: list[tuple[str, int]] = []
 
     def planned(self, graph: Graph, plan: Plan) -> None:
         self.stages = len(plan.stages)
@@ -152,6 +153,9 @@ class RecordingProgress:
 
     def advanced(self, device: str, done: int, total: int) -> None:
         self.done[device] = done
+
+    def choosing_kernels(self, device: str, batch: int) -> None:
+        self.chose.append((device, batch))
 
     def checking(self, device: str, batch: int) -> None:
         self.checked.append((device, batch))

@@ -225,7 +225,8 @@ def test_the_cli_searches_runs_and_shows_a_channels_last_model(ray_local: None, 
     refused = ios_ray_here("run", *common, "--schedules", "out", "--repeat", "2", cwd=tmp_path)
     assert refused.returncode != 0 and "those there are for models in channels_last" in " ".join(refused.stderr.split())
     shown = ios_ray_here("show", str(path), cwd=tmp_path)
-    assert shown.returncode == 0 and "(batch 1, float32, channels_last, measured)" in shown.stdout
+    kernels = read_schedule(path).kernels
+    assert shown.returncode == 0 and f"(batch 1, float32, channels_last, {kernels} kernels, measured)" in shown.stdout
 
 
 @pytest.mark.parametrize("args, message", [

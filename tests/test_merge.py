@@ -44,9 +44,9 @@ class Branches(nn.Module):
         return torch.cat(outs, 1)
 
 
-def program_of(module: nn.Module) -> Program:
+def program_of(module: nn.Module, kernels: str = "eager") -> Program:
     torch.manual_seed(0)
-    return Program.from_imported(import_module(module, torch.randn(1, 6, 16, 16)))
+    return Program.from_imported(import_module(module, torch.randn(1, 6, 16, 16)), "cpu", kernels)
 
 
 def conv_units(program: Program) -> list[str]:
@@ -56,8 +56,9 @@ def conv_units(program: Program) -> list[str]:
 @pytest.mark.parametrize("batch", [1, 4])
 @pytest.mark.parametrize("bias, bn", [(True, False), (False, False), (False, True), (True, True)])
 @pytest.mark.parametrize("kernels", list(KERNEL_SETS))
-def test_merged_conv_equals_separate_convs(kernels: str, bias: bool, bn: bool, batch: int) -> None:
-    program = program_of(Branches(KERNEL_SETS[kernels], bias, bn))
+@pytest.mark.parametrize("runs_with", ["eager", "fused"])
+def test_merged_conv_equals_separate_convs(kernels: str, bias: bool, bn: bool, batch: int, runs_with: str) -> None:
+    program = program_of(Branches(KERNEL_SETS[kernels], bias, bn), runs_with)
     units = conv_units(program)
     assert can_merge(program.graph, units)
     env = {GRAPH_INPUT: torch.randn(batch, 6, 16, 16)}

@@ -57,3 +57,12 @@ def test_scheduled_equals_eager(case: Case, strategy: str) -> None:
         assert scheduled.schedule_for(x).batch == batch
         with torch.no_grad():
             assert relative_error(scheduled(x), case.expected[batch]) <= 1e-5
+
+
+@pytest.mark.parametrize("strategy", ["ios_like", "dp"])
+def test_scheduled_with_fused_kernels_equals_eager(case: Case, strategy: str) -> None:
+    schedules = [make_schedule(case.graph, BUILDERS[strategy], b, model=case.name, kernels="fused") for b in BATCHES]
+    scheduled = ScheduledModule(case.model, schedules)
+    for batch, x in case.inputs.items():
+        with torch.no_grad():
+            assert relative_error(scheduled(x), case.expected[batch]) <= 1e-5

@@ -76,13 +76,15 @@ def dp_blocks(graph: Graph) -> tuple[BlockSchedule, ...]:
 
 
 def make_schedule(graph: Graph, builder: StageBuilder | None, batch: int, device: str = "cpu",
-                  model: str = "test") -> Schedule:
-    """A schedule of ``graph`` with the stages of ``builder`` per block (None: the DP's stages)."""
+                  model: str = "test", kernels: str = "eager") -> Schedule:
+    """A schedule of ``graph`` with the stages of ``builder`` per block (None: the DP's stages), run with
+    ``kernels``."""
     if builder is None:
         blocks = dp_blocks(graph)
     else:
         blocks = tuple(BlockSchedule(b.index, builder(graph, b)) for b in graph.blocks)
-    return Schedule(model, graph.fingerprint, device, batch, blocks, input_shape=graph.input_shape)
+    return Schedule(model, graph.fingerprint, device, batch, blocks, input_shape=graph.input_shape,
+                    memory_format=graph.memory_format, kernels=kernels)
 
 
 BUILDERS: dict[str, StageBuilder | None] = {

@@ -70,9 +70,9 @@ def search_table(stdout: str) -> list[TableRow]:
     rows = []
     for line in stdout.splitlines():
         cells = [c.strip() for c in line.strip().strip("│").split("│")]
-        if len(cells) == 12 and cells[1].isdigit():
-            measured = int(cells[5].split("/")[0])  # "measured / planned"
-            rows.append(TableRow(cells[0], int(cells[1]), measured, int(cells[6]), cells[8], cells[10]))
+        if len(cells) == 13 and cells[1].isdigit():
+            measured = int(cells[6].split("/")[0])  # "measured / planned"
+            rows.append(TableRow(cells[0], int(cells[1]), measured, int(cells[7]), cells[9], cells[11]))
     return rows
 
 

@@ -95,7 +95,7 @@ class SearchResult:
                 f"; end to end {check.dp_ms:.3f} / {check.sequential_ms:.3f} ms{ratio} in {check.rounds} rounds; "
                 f"{check.decision}")
             memory = "" if o.schedule.memory is None else f"; {o.schedule.memory.summary()}"
-            lines.append(f"  {o.device} batch {o.batch}: IOS {o.predicted_ms:.3f} ms, sequential "
+            lines.append(f"  {o.device} batch {o.batch}: {o.kernels}; IOS {o.predicted_ms:.3f} ms, sequential "
                          f"{o.sequential_ms:.3f} ms predicted ({o.source}){checked}{memory}")
         return "\n".join(lines)
 

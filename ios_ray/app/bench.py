@@ -9,10 +9,11 @@ The variants are the baselines a schedule must beat where it is deployed. On a C
 and IOS schedules, and ``torch.compile``. On a GPU, where launching kernels from the host costs more than running
 small ones, the fair baseline is sequential execution without launch overhead: eager, eager captured whole in a
 CUDA graph, the sequential and greedy schedules in a graph, the IOS schedule without and with a graph, and
-``torch.compile`` (default and ``mode="reduce-overhead"``, which replays CUDA graphs). Every row gives its speedup
-over eager and over the sequential schedule as deployed (:data:`SEQUENTIAL_BASELINE`), each the median of the
-per-round ratios with its interval (:func:`~ios_ray.paired.median_interval`; rounds pair the variants' samples), and
-its samples, so that any two rows give a paired speedup.
+``torch.compile`` (default and ``mode="reduce-overhead"``, which replays CUDA graphs). The schedules run with the
+kernels the IOS schedule was searched with, which their names carry where they are not eager (``IOS fused``).
+Every row gives its speedup over eager and over the sequential schedule as deployed (:func:`sequential_baseline`),
+each the median of the per-round ratios with its interval (:func:`~ios_ray.paired.median_interval`; rounds pair the
+variants' samples), and its samples, so that any two rows give a paired speedup.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import Imported, import_module, output_tensor
 from ios_ray.ir import Graph
 from ios_ray.paired import median_interval, ratios_of
-from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT
-from ios_ray.runtime import Program, ScheduleRunner, read_schedules
+from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, EAGER_KERNELS
+from ios_ray.runtime import Programs, ScheduleRunner, read_schedules
 from ios_ray.runtime.cuda_graph import CapturedForward
 from ios_ray.runtime.schedule_set import pick_batch
 from ios_ray.runtime.timing import interleaved_samples_ms, summary_ms
@@ -43,8 +44,6 @@ from ios_ray.stage import StageKeys
 
 Forward = Callable[[torch.Tensor], torch.Tensor]
 
-#: Per device type, the variant every speedup is also given against: the sequential schedule as deployed there.
-SEQUENTIAL_BASELINE = {"cpu": "sequential", "cuda": "sequential + graph"}
 #: The ``torch.compile`` modes per device type: mode -> the name of its variant.
 COMPILE_MODES: dict[str, dict[str, str]] = {
     "cpu": {"default": "torch.compile"},
@@ -118,21 +117,34 @@ def bench_model(
     result per batch, as soon as it is measured. ``compile_modes`` are the ``torch.compile`` modes to include (None:
     every mode the device has; none: no ``torch.compile``)."""
     imported = import_module(module, example_input(module, input_shape), name)
-    program = Program.from_imported(imported, target)
+    programs = Programs(imported)
     keys, dtype = StageKeys(imported.graph), module_dtype(module)
     modes = compile_modes_for(target.type) if compile_modes is None else compile_modes
     for batch in batches:
         ios = find_schedule(schedules_dir, imported.graph, device, batch, dtype)
-        named = {"sequential": baseline_schedule(imported.graph, ios, "sequential"),
-                 "greedy": baseline_schedule(imported.graph, ios, "greedy"), "IOS": ios}
+        named = {kernel_named(name, ios.kernels): schedule for name, schedule in (
+            ("sequential", baseline_schedule(imported.graph, ios, "sequential")),
+            ("greedy", baseline_schedule(imported.graph, ios, "greedy")), ("IOS", ios))}
         x = in_memory_format(torch.randn(batch, *input_shape, device=target, dtype=torch_dtype(dtype)),
                              imported.graph.memory_format)
-        variants = [*eager_variants(module, target, imported), *schedule_variants(program, named)]
+        variants = [*eager_variants(module, target, imported),
+                    *schedule_variants(programs(target, ios.kernels), named)]
         skipped: tuple[list[Variant], list[str]] = ([], ["torch.compile skipped (--no-compile)"])
         compiled, notes = compiled_variants(module, x, modes, imported) if modes else skipped
-        baseline = SEQUENTIAL_BASELINE[target.type]
+        baseline = sequential_baseline(target.type, ios.kernels)
         rows = bench_rows([*variants, *compiled], x, keys, lookup, baseline, rounds=rounds)
         yield BenchResult(name, device, batch, ios, baseline, tuple(rows), tuple(notes))
+
+
+def kernel_named(name: str, kernels: str) -> str:
+    """A schedule's variant name with its kernels where they are not eager: ``IOS fused``."""
+    return name if kernels == EAGER_KERNELS else f"{name} {kernels}"
+
+
+def sequential_baseline(device_type: str, kernels: str = EAGER_KERNELS) -> str:
+    """The name of the variant every speedup is also given against on a device type: the sequential schedule as
+    deployed there, with the kernels of the schedule benched (``sequential fused + graph``)."""
+    return kernel_named("sequential", kernels) + (" + graph" if device_type == "cuda" else "")
 
 
 def find_schedule(schedules_dir: Path, graph: Graph, device: str, batch: int, dtype: str = DEFAULT_DTYPE) -> Schedule:
@@ -156,7 +168,7 @@ def baseline_schedule(graph: Graph, like: Schedule, name: str) -> Schedule:
     blocks = tuple(BlockSchedule(b.index, make(graph, b)) for b in graph.blocks)
     return Schedule(like.model, graph.fingerprint, like.device, like.batch, blocks, like.dtype,
                     like.device_fingerprint, like.device_info, {"baseline": name}, like.source,
-                    memory_format=graph.memory_format)
+                    memory_format=graph.memory_format, kernels=like.kernels)
 
 
 def eager_variants(module: nn.Module, device: torch.device, imported: Imported | None = None) -> list[Variant]:
@@ -185,7 +197,7 @@ def schedule_variants(program: Program, schedules: Mapping[str, Schedule]) -> li
         return [Variant(name, ScheduleRunner(program, s, device, cuda_graph=False), s) for name, s in schedules.items()]
     variants = []
     for name, schedule in schedules.items():
-        if name == "IOS":
+        if name.startswith("IOS"):
             variants.append(Variant(name, ScheduleRunner(program, schedule, device, cuda_graph=False), schedule))
         graphed = ScheduleRunner(program, schedule, device, cuda_graph=True)
         variants.append(Variant(f"{name} + graph", graphed, schedule))

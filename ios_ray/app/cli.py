@@ -104,13 +104,13 @@ def search(
                      torch_compile=torch_compile, **from_cli(options))
     settings = settings_named(result.schedules[0].dtype, result.schedules[0].memory_format)
     in_dtype = f" in {' '.join(settings)}" if settings else ""
-    table = Table(*(["graph"] if torch_compile else []), "device", "batch", "IOS ms", "seq ms", "speedup",
+    table = Table(*(["graph"] if torch_compile else []), "device", "batch", "kernels", "IOS ms", "seq ms", "speedup",
                   "measured / planned", "cached", "wall s", "source", "end to end IOS / seq ms", "kept",
                   "peak IOS / seq MB",
                   title=f"ios-ray search: {model}{in_dtype} (predicted: sums of stages)")
     for o in result:
         check = o.end_to_end
-        table.add_row(*([o.schedule.model] if torch_compile else []), o.device, str(o.batch),
+        table.add_row(*([o.schedule.model] if torch_compile else []), o.device, str(o.batch), o.schedule.kernels,
                       f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x", f"{o.measured} / {o.planned}",
                       str(o.cached), f"{o.wall_s:.1f}", o.source,
                       "-" if check is None else f"{check.dp_ms:.3f} / {check.sequential_ms:.3f}",
@@ -118,6 +118,8 @@ def search(
                       peaks_cell(o.schedule.memory))
     console.print(table)
     for o in result:
+        if o.schedule.params.get("kernels", {}).get("how") == "measured":
+            console.print(f"{o.device} batch {o.batch}: {o.kernels}")
         if o.end_to_end is not None:
             console.print(f"{o.device} batch {o.batch}: {_checked(o.end_to_end)}")
     for why in getattr(result, "skipped", ()):
@@ -208,7 +210,8 @@ def run(
         error = relative_error(output_tensor(scheduled(x)), expected)
     gpu_name = torch.cuda.get_device_name(target) if target.type == "cuda" else None
     checked_only = device_rank(chosen.device, target.type, gpu_name) is None
-    settings = f"{chosen.device} batch {chosen.batch} {' '.join(chosen.settings)} ({len(chosen.stages)} stages"
+    settings = (f"{chosen.device} batch {chosen.batch} {' '.join(chosen.settings)} {chosen.kernels} kernels "
+                f"({len(chosen.stages)} stages")
     if checked_only:
         console.print(f"schedule: {settings}) planned for {chosen.device}, run on {device} as a correctness check "
                       f"only (its speed here says nothing of {chosen.device})")

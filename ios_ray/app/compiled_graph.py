@@ -37,7 +37,7 @@ from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import Imported, import_module
 from ios_ray.frontend.dynamo import GraphCall
 from ios_ray.ir import Graph
-from ios_ray.runtime import Program, ScheduleRunner
+from ios_ray.runtime import Program, Programs, ScheduleRunner
 from ios_ray.schedule import Schedule
 
 log = logging.getLogger("ios_ray.backend")
@@ -73,7 +73,7 @@ class Binding:
     held: tuple[Any, ...]
     versions: tuple[int, ...]
     chosen: dict[Setting, Choice | None] = field(default_factory=dict)
-    programs: dict[torch.device, Program] = field(default_factory=dict)
+    programs: Programs | None = None
 
     @classmethod
     def of(cls, call: GraphCall, name: str, shape: Sequence[int]) -> Binding:
@@ -82,9 +82,9 @@ class Binding:
         held = tuple(call.held())
         x = example_input(call, shape, call.batch or 1)
         imported = import_module(call, x, name)
-        programs: dict[torch.device, Program] = {}
+        programs = Programs(imported)
         if call.batch is not None:
-            programs[x.device] = _check_fixed_batch(call, imported, x, name)
+            programs.keep(_check_fixed_batch(call, imported, x, name))
         return cls(call, imported, f"{name}-{imported.graph.fingerprint[:12]}", held, _versions(held),
                    programs=programs)
 
@@ -169,9 +169,8 @@ class CompiledGraph:
         found = self._find(binding, x)
         choice = None
         if found is not None:
-            program = binding.programs.get(x.device)
-            if program is None:
-                program = binding.programs[x.device] = Program.from_imported(binding.imported, x.device)
+            assert binding.programs is not None, "a binding is made with its programs"
+            program = binding.programs(x.device, found.schedule.kernels)
             choice = Choice(ScheduleRunner(program, found.schedule, x.device, self.cuda_graph), found.origin)
             log.info("%s: batch %d %s on %s runs the schedule of %s", binding.name, x.shape[0],
                      dtype_name(x.dtype), x.device, found.origin)

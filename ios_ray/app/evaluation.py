@@ -93,16 +93,15 @@ def local_measures(
 
     from ios_ray.dtypes import in_memory_format, torch_dtype
     from ios_ray.frontend import import_model
-    from ios_ray.runtime import Program, ScheduleRunner, measure_latency
+    from ios_ray.runtime import Programs, ScheduleRunner, measure_latency
 
-    programs: dict[str, Program] = {}
+    bound: list[Programs] = []
 
     def on(device: str) -> Measure:
         def measure(schedule: Schedule, batch: int) -> float:
-            if device not in programs:
-                imported = import_model(model, input_shape, dtype, memory_format)
-                programs[device] = Program.from_imported(imported, device)
-            program = programs[device]
+            if not bound:
+                bound.append(Programs(import_model(model, input_shape, dtype, memory_format)))
+            program = bound[0](device, schedule.kernels)
             runner = ScheduleRunner(program, schedule, device)
             x = torch.randn(batch, *program.graph.input_shape, device=device, dtype=torch_dtype(dtype))
             x = in_memory_format(x, memory_format)

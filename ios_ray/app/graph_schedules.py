@@ -8,9 +8,10 @@ fingerprint). The schedule is, in this order:
    for the graph's fingerprint, the batch size and the dtype, on a label that fits the device (the rules of
    :func:`~ios_ray.runtime.device_rank`: ``cpu`` on a CPU; a GPU label or ``cuda`` on a GPU);
 3. else the DP's schedule over the latencies the store holds for the graph's stages on this machine's device (its
-   fingerprint, :func:`~ios_ray.profiler.fingerprint.device_fingerprint`), where the store holds every stage the lazy
-   search would ask for (:func:`~ios_ray.scheduler.next_round` asks for nothing more): stage keys are name-free, so a
-   search of the whole model, or of another model with the same stages, serves a graph of it;
+   fingerprint, :func:`~ios_ray.profiler.fingerprint.device_fingerprint`, running each kernels), where the store
+   holds every stage the lazy search would ask for (:func:`~ios_ray.scheduler.next_round` asks for nothing more):
+   stage keys are name-free, so a search of the whole model, or of another model with the same stages, serves a
+   graph of it; where the store serves both kernels, the one whose schedule it predicts faster;
 4. else none (a miss, which the backend handles as ``on_miss`` says).
 
 Looking up measures nothing, starts no Ray and creates no store.
@@ -22,7 +23,7 @@ import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
@@ -31,7 +32,12 @@ from ios_ray.ir import Graph
 from ios_ray.runtime import device_rank, read_schedules
 from ios_ray.schedule import BlockSchedule, Schedule
 from ios_ray.app.measuring import LAZY_MARGIN
+from ios_ray.profiler.jobs import DeviceIdentity, local_identity
 from ios_ray.scheduler import LazyParams, LazySpace, SearchParams, next_round, sequential_stages
+from ios_ray.vocabulary import KERNEL_NAMES
+
+if TYPE_CHECKING:
+    from ios_ray.store import LatencyStore
 
 
 @dataclass(frozen=True)
@@ -96,19 +102,29 @@ class GraphSchedules:
         space = self._spaces.get(graph.fingerprint)
         if space is None:
             space = self._spaces[graph.fingerprint] = LazySpace.build(graph, self.params)
-        fingerprint, info = local_device(label)
-        table = LatencyStore(self.store, create=False).lookup(space.keys, fingerprint, batch, dtype)
+        store = LatencyStore(self.store, create=False)
+        found = [schedule for kernels in KERNEL_NAMES
+                 if (schedule := self._stored(store, space, name, label, batch, dtype, kernels)) is not None]
+        return min(found, key=lambda schedule: schedule.predicted_latency or math.inf, default=None)
+
+    def _stored(self, store: LatencyStore, space: LazySpace, name: str, label: str, batch: int, dtype: str,
+                kernels: str) -> Schedule | None:
+        """The DP's schedule over the store's latencies of the graph's stages run with ``kernels`` on this machine's
+        device, where the store holds every stage the lazy search would ask for; else None."""
+        identity = local_device(label).running(kernels)
+        table = store.lookup(space.keys, identity.fingerprint, batch, dtype)
         if not table:
             return None
         found = next_round(space, table, LazyParams(margin=LAZY_MARGIN))
         if not found.done or not math.isfinite(found.upper):
             return None
+        graph = space.graph
         measure = {"mode": "store", "stages": len(table), "planned": len(space.plan.stages),
                    "certified": found.certified, "lower_ms": found.lower, "upper_ms": found.upper}
         return Schedule(model=name, graph_fingerprint=graph.fingerprint, device=label, batch=batch,
-                        blocks=space.optimize(table).schedules, dtype=dtype, device_fingerprint=fingerprint,
-                        device_info=info, params={**self.params.to_json(), "measure": measure},
-                        input_shape=graph.input_shape, memory_format=graph.memory_format)
+                        blocks=space.optimize(table).schedules, dtype=dtype, device_fingerprint=identity.fingerprint,
+                        device_info=dict(identity.info), params={**self.params.to_json(), "measure": measure},
+                        input_shape=graph.input_shape, memory_format=graph.memory_format, kernels=kernels)
 
 
 def _sequential(graph: Graph, name: str, label: str, batch: int, dtype: str) -> Schedule:
@@ -127,8 +143,8 @@ def device_label(device: torch.device) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def local_device(label: str) -> tuple[str, dict[str, Any]]:
-    """(fingerprint, info) of a device of this machine, as its profiler actor would report them."""
+def local_device(label: str) -> DeviceIdentity:
+    """A device of this machine, as its profiler actor would report it."""
     from ios_ray.profiler.fingerprint import device_fingerprint
 
-    return device_fingerprint(label)
+    return local_identity(label, *device_fingerprint(label), "measured")

@@ -11,7 +11,9 @@ each setting still needs, and the job measures it on all devices at once, round 
 for more. The driver alone writes the store, batch by batch as results stream back, so an interrupted search keeps
 what it measured and a rerun resumes. The DP then reads the settings' latencies and never waits on a device.
 
-On a measured device the IOS schedule (the DP's) is then checked end to end: it and the sequential schedule run
+Each setting first gets the kernels its stages run with (:mod:`~ios_ray.app.kernel_choice`: those the request names,
+or on a measured device the faster as the sequential schedule runs whole), and is looked up and measured under its
+device identity running them. On a measured device the IOS schedule (the DP's) is then checked end to end: it and the sequential schedule run
 whole, in paired rounds, on an actor of the device, and the file keeps the IOS schedule only where the interval of
 the ratio IOS / sequential lies wholly below 1 (:mod:`ios_ray.app.check`, :mod:`ios_ray.paired`); otherwise
 sequential (fewer threads and streams, the same speed). Stages timed one at a time miss what happens between them
@@ -36,6 +38,7 @@ from typing import Iterator, Sequence
 
 from ios_ray.app.budgets import refuse_unreachable_budgets, refuse_what_cannot_fit, search_budget
 from ios_ray.app.check import checked_end_to_end
+from ios_ray.app.kernel_choice import given_kernels, measured_kernels
 from ios_ray.app.measuring import Exhaustive, Lazy, Measuring, Setting
 from ios_ray.app.progress import SearchProgress
 from ios_ray.app.ray_session import ray_session, runs_here
@@ -82,6 +85,11 @@ class SearchOutcome:
     def speedup(self) -> float:
         """Predicted speedup of the IOS schedule over the sequential one."""
         return self.sequential_ms / self.predicted_ms
+
+    @property
+    def kernels(self) -> str:
+        """How the setting's kernels were chosen, in words (``fused kernels: faster beyond noise, ...``)."""
+        return str(self.schedule.params.get("kernels", {}).get("decision", f"{self.schedule.kernels} kernels"))
 
 
 @dataclass(frozen=True)
@@ -150,6 +158,7 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
     identities = _simulated_identities(request.devices)
     if identities is not None:
         search = _search(request, model, measuring, store, identities)
+        _choose_kernels(search, None, progress)
         if not _ask(search, {}, RoundSize()):
             for label in request.devices:
                 progress.device_started(label, 0, _stored(search, label))
@@ -160,6 +169,7 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
         source = model.source(shared=measured)
         if measured:
             pool.prepare(source, model.graph, search.dtype)
+        _choose_kernels(search, (pool, source), progress)
         actors = {label: len(pool.actors(label)) for label in request.devices}
         size, started_choosing = RoundSize(), time.perf_counter()
         asked = _ask(search, actors, size)
@@ -185,6 +195,22 @@ def _search(request: SearchRequest, model: LoadedModel, measuring: Measuring, st
     refuse_unreachable_budgets(model.graph, request.params, search.dtype,
                                list(dict.fromkeys((s.batch, s.memory_budget) for s in settings)))
     return search
+
+
+def _choose_kernels(search: _Search, devices: tuple[DevicePool, ModelSource] | None, progress: SearchProgress
+                    ) -> None:
+    """Give every setting its kernels (:mod:`~ios_ray.app.kernel_choice`): those the request names, else on a
+    measured device the faster as the sequential schedule runs whole there (``devices``: its pool and the model's
+    source), on a sim device eager."""
+    request = search.request
+    for setting in search.settings:
+        choice = given_kernels(request.kernels, setting.simulated)
+        if choice is None:
+            assert devices is not None, "a measured device is reached through its pool"
+            progress.choosing_kernels(setting.device, setting.batch)
+            choice = measured_kernels(*devices, search.model.graph, setting.device, setting.batch, search.dtype,
+                                      request.check_confidence, request.check_seconds)
+        setting.run_with(choice)
 
 
 def load_request_model(request: SearchRequest) -> LoadedModel:
@@ -238,10 +264,11 @@ def _measure(pool: DevicePool, search: _Search, source: ModelSource, asked: dict
              progress: SearchProgress) -> None:
     """Measure the asked stages on all devices at once, storing each batch of rows as it arrives."""
     planned, graph = search.measuring.measurable, search.model.graph
+    kernels = {(setting.device, setting.batch): setting.identity.kernels for setting in search.settings}
     jobs: dict[str, list[MeasureJob]] = {label: [] for label in search.request.devices}
     for (label, batch), keys in asked.items():
         jobs[label] += [MeasureJob(key, planned[key].stage, planned[key].description, graph, source, batch,
-                                   search.dtype) for key in keys]
+                                   search.dtype, kernels[label, batch]) for key in keys]
     for label in search.request.devices:
         progress.device_started(label, len(jobs[label]), _stored(search, label))
     for setting in search.settings:
@@ -281,12 +308,15 @@ def _optimize(search: _Search, setting: Setting) -> tuple[Schedule, Schedule]:
     from its measured latencies, each with its peak memory."""
     request, graph = search.request, search.model.graph
     result, record, memory = search.measuring.solve(setting, search.dtype)
-    identity = setting.identity
+    identity, kernels = setting.identity, setting.kernels
+    assert kernels is not None, "a setting is solved after its kernels are chosen"
     schedule = Schedule(
         model=search.model.name, graph_fingerprint=graph.fingerprint, device=identity.label, batch=setting.batch,
         blocks=result.schedules, dtype=search.dtype, device_fingerprint=identity.fingerprint,
-        device_info=dict(identity.info), params={**request.params.to_json(), "measure": record},
+        device_info=dict(identity.info), params={**request.params.to_json(), "measure": record,
+                                                 "kernels": kernels.to_json()},
         source=identity.source, input_shape=graph.input_shape, memory_format=graph.memory_format, memory=memory,
+        kernels=kernels.kernels,
     )
     latency = TableLatency(search.measuring.stage_keys, setting.table, missing=math.inf)
     plain = dataclasses.replace(schedule, blocks=tuple(sequential(graph, block, latency) for block in graph.blocks),

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from ios_ray.app.budgets import MemoryBudget, budgeted
+from ios_ray.app.kernel_choice import KernelChoice
 from ios_ray.errors import UserError
 from ios_ray.profiler import DeviceIdentity
 from ios_ray.schedule import PeakMemory
@@ -41,17 +42,24 @@ LAZY_MARGIN = 0.1
 
 @dataclass
 class Setting:
-    """One (device, batch) of a search and what the search knows of it: its memory budget (None: none), the
-    latencies the store held when last read, how many stages the search sent to measure, the units alone it measured
-    again as outliers, and the lazy search's last round."""
+    """One (device, batch) of a search and what the search knows of it: its memory budget (None: none), the kernels
+    its stages run with (:meth:`run_with`; until then eager), the latencies the store held when last read, how many
+    stages the search sent to measure, the units alone it measured again as outliers, and the lazy search's last
+    round. ``identity`` is the device's, running the setting's kernels."""
 
     identity: DeviceIdentity
     batch: int
     memory_budget: MemoryBudget | None = None
+    kernels: KernelChoice | None = None
     table: dict[str, float] = dataclasses.field(default_factory=dict)
     measured: int = 0
     remeasured: set[str] = dataclasses.field(default_factory=set)
     round: LazyRound | None = None
+
+    def run_with(self, choice: KernelChoice) -> None:
+        """Run the setting's stages with the chosen kernels (before anything is looked up or measured)."""
+        self.kernels = choice
+        self.identity = self.identity.running(choice.kernels)
 
     @property
     def device(self) -> str:

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ios_ray.store import DEFAULT_STORE_PATH
-from ios_ray.vocabulary import (DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_SECONDS, DEFAULT_MEASURE,
-                                DEFAULT_R, DEFAULT_S, DEFAULT_SIM_ACTORS, STRATEGIES)
+from ios_ray.vocabulary import (DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_SECONDS,
+                                DEFAULT_KERNEL_CHOICE, DEFAULT_MEASURE, DEFAULT_R, DEFAULT_S, DEFAULT_SIM_ACTORS,
+                                STRATEGIES)
 
 if TYPE_CHECKING:
     from ios_ray.scheduler import SearchParams
@@ -55,6 +56,14 @@ class MeasureChoice(str, Enum):
 
     lazy = "lazy"
     all = "all"
+
+
+class KernelsChoice(str, Enum):
+    """Which kernels the stages run with, on the command line."""
+
+    auto = "auto"
+    eager = "eager"
+    fused = "fused"
 
 
 def _strategies(choice: StrategyChoice) -> tuple[str, ...]:
@@ -111,6 +120,11 @@ class SearchOptions:
     memory_format: Optional[str] = _option(None, "contiguous (NCHW) or channels_last (NHWC): the layout stages are "
                                            "measured in (default: a model object's own, contiguous for a spec; "
                                            "channels_last files are bs<batch>[-<dtype>]-channels_last.json)")
+    kernels: str = _option(DEFAULT_KERNEL_CHOICE, "the kernels units run with: fused (activations channels-last, "
+                           "each conv one call with its bias and activation: oneDNN on a CPU, cuDNN on a GPU), eager "
+                           "(torch's own ops, as the model calls them), or auto: on a measured device fused where the "
+                           "sequential schedule runs faster with them beyond noise, else eager",
+                           CliForm(kind=KernelsChoice, default=KernelsChoice.auto, parse=lambda choice: choice.value))
     memory_budget: Optional[str | int] = _option(
         None, "keep each schedule's peak activation memory within this many bytes, or a factor of the sequential "
         "schedule's peak such as 1.1x (default on GPU labels such as sim:v100 or t4: their memory less the weights "

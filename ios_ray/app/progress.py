@@ -32,6 +32,9 @@ class SearchProgress(Protocol):
     def advanced(self, device: str, done: int, total: int) -> None:
         """``done`` of ``total`` stages of a device are measured."""
 
+    def choosing_kernels(self, device: str, batch: int) -> None:
+        """The sequential schedule of (device, batch) is being timed with each kernels, to choose them."""
+
     def checking(self, device: str, batch: int) -> None:
         """The DP and sequential schedules of (device, batch) are being timed end to end."""
 
@@ -88,6 +91,10 @@ class RichSearchProgress:
         speed = self.bars.tasks[task].speed
         self.bars.update(task, rate=f"{speed:.1f} stages/s" if speed else "")
 
+    def choosing_kernels(self, device: str, batch: int) -> None:
+        """Say that the kernels are being chosen."""
+        self.console.print(f"{device} batch {batch}: timing the sequential schedule with fused and eager kernels")
+
     def checking(self, device: str, batch: int) -> None:
         """Say which schedules are being timed end to end."""
         self.console.print(f"{device} batch {batch}: timing the IOS and sequential schedules end to end")
@@ -103,6 +110,9 @@ class SilentProgress:
         """Say nothing."""
 
     def advanced(self, device: str, done: int, total: int) -> None:
+        """Say nothing."""
+
+    def choosing_kernels(self, device: str, batch: int) -> None:
         """Say nothing."""
 
     def checking(self, device: str, batch: int) -> None:

@@ -11,6 +11,7 @@ from torch import nn
 
 from ios_ray.app.budgets import parse_memory_budget
 from ios_ray.app.check import check_the_check
+from ios_ray.app.kernel_choice import checked_kernel_choice
 from ios_ray.app.options import SearchOptions
 from ios_ray.devices import parse_device
 from ios_ray.dtypes import dtype_name, memory_format_name, module_dtype, module_memory_format
@@ -44,6 +45,7 @@ def checked_request(request: SearchRequest) -> SearchRequest:
             raise UserError(f"{name} must be at least {least}, not {value}.")
     check_the_check(request)
     parse_memory_budget(request.memory_budget)
+    checked_kernel_choice(request.kernels)
     if request.measure not in MEASURE_MODES:
         raise UserError(f"measure must be one of {', '.join(MEASURE_MODES)}, not {request.measure!r}.")
     if request.input_shape is not None and (not request.input_shape or any(n < 1 for n in request.input_shape)):

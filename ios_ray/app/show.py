@@ -24,7 +24,7 @@ def schedule_text(schedule: Schedule, graph: Graph | None = None) -> str:
     latency = schedule.predicted_latency
     predicted = f", predicted {latency:.3f} ms" if latency is not None else ""
     lines = [f"{schedule.model} on {schedule.device} (batch {schedule.batch}, {', '.join(schedule.settings)}, "
-             f"{schedule.source}): {len(schedule.stages)} stages{predicted}"]
+             f"{schedule.kernels} kernels, {schedule.source}): {len(schedule.stages)} stages{predicted}"]
     check = schedule.end_to_end
     if check is not None:
         lines.append(f"end-to-end check: {check.summary()}")

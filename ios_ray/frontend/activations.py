@@ -82,12 +82,20 @@ def activation_fn(text: str | None) -> Callable[[torch.Tensor], torch.Tensor]:
     """The torch function of an activation's canonical text (None is the identity)."""
     if text is None:
         return _identity
-    name, _, rest = text.partition("(")
+    name, values = activation_parts(text)
     fn, params = ACTIVATIONS[name]
-    if not rest:
+    if "(" not in text:
         return fn
-    values = ast.literal_eval(f"({rest[:-1]},)")
     return functools.partial(fn, **{p: v for (p, _), v in zip(params, values)})
+
+
+def activation_parts(text: str) -> tuple[str, tuple[Any, ...]]:
+    """An activation's canonical text as its name and the value of each of its parameters, defaults filled in:
+    ``leaky_relu(0.2)`` is ``("leaky_relu", (0.2,))``, ``gelu`` is ``("gelu", ("none",))``."""
+    name, _, rest = text.partition("(")
+    if rest:
+        return name, ast.literal_eval(f"({rest[:-1]},)")
+    return name, tuple(default for _, default in ACTIVATIONS[name][1])
 
 
 def _function_activation(gm: fx.GraphModule, node: fx.Node, name: str) -> str | None:

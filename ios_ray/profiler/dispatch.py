@@ -167,7 +167,7 @@ class Dispatcher:
 
     def _first_time(self, label: str, row: Mapping[str, Any]) -> bool:
         """Whether a row's measurement was not reported yet for its device (and remember it)."""
-        measurement = (row["stage_key"], row["batch"], row["dtype"])
+        measurement = (row["stage_key"], row["batch"], row["dtype"], row["device_fingerprint"])
         if measurement in self.seen[label]:
             return False
         self.seen[label].add(measurement)

@@ -3,7 +3,9 @@
 A fingerprint is a short content hash of the device's info: for a GPU its model, compute capability, SM count,
 driver, torch/CUDA/cuDNN versions, whether float32 convolutions and matrix products may run in TF32, and timing
 protocol; for a CPU its model name, thread count, torch version and timing protocol; for a simulated GPU the sim
-model's name, version and parameters. A GPU's info also holds its memory, which the fingerprint leaves out
+model's name, version and parameters; and, where a stage's units run other kernels than ``eager``, those kernels
+(:meth:`~ios_ray.profiler.jobs.DeviceIdentity.running`: a stage run with other kernels is another measurement, and
+eager rows keep the fingerprints they were stored under). A GPU's info also holds its memory, which the fingerprint leaves out
 (:data:`NOT_FINGERPRINTED`: it tells a search its default memory budget, and leaving it out keeps the fingerprints of
 rows stored before it was recorded). This module probes the machine (torch, CUDA, ``/proc/cpuinfo``,
 ``nvidia-smi``); the label grammar it starts from is :mod:`ios_ray.devices`.
@@ -35,7 +37,12 @@ def device_fingerprint(
         info = cpu_info()
     else:
         info = gpu_info(spec.index or 0)
-    return content_hash({k: v for k, v in info.items() if k not in NOT_FINGERPRINTED}), info
+    return fingerprint_of(info), info
+
+
+def fingerprint_of(info: Mapping[str, Any]) -> str:
+    """The fingerprint of a device's info: its content hash, less what does not change what a measurement means."""
+    return content_hash({k: v for k, v in info.items() if k not in NOT_FINGERPRINTED})
 
 
 #: Device info that does not change what a measurement means (so not part of the fingerprint).

@@ -3,6 +3,7 @@ and latency rows (what comes back, in the store's columns)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 from dataclasses import dataclass
@@ -10,10 +11,12 @@ from datetime import datetime, timezone
 from typing import Any, Literal, Mapping
 
 from ios_ray.ir import Graph
+from ios_ray.profiler.fingerprint import fingerprint_of
 from ios_ray.profiler.timing import Timing
 from ios_ray.schedule import Schedule
 from ios_ray.stage import Stage
-from ios_ray.vocabulary import DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_SECONDS, DEFAULT_DTYPE
+from ios_ray.vocabulary import (DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_SECONDS, DEFAULT_DTYPE,
+                                EAGER_KERNELS)
 
 Source = Literal["measured", "simulated"]
 
@@ -38,7 +41,8 @@ class ModelSource:
 
 @dataclass(frozen=True)
 class MeasureJob:
-    """One stage to measure: its key and canonical description, the graph it comes from, batch and dtype.
+    """One stage to measure: its key and canonical description, the graph it comes from, batch, dtype and the kernels
+    its units run with (:mod:`~ios_ray.runtime.kernels`).
 
     ``model`` says where the actor gets the model whose code the stage's callables run (its name is stored with
     the row).
@@ -51,11 +55,12 @@ class MeasureJob:
     model: ModelSource
     batch: int
     dtype: str = DEFAULT_DTYPE
+    kernels: str = EAGER_KERNELS
 
     @property
-    def measurement(self) -> tuple[str, int, str]:
-        """What makes two jobs the same measurement on one device: stage key, batch and dtype."""
-        return (self.key, self.batch, self.dtype)
+    def measurement(self) -> tuple[str, int, str, str]:
+        """What makes two jobs the same measurement on one device: stage key, batch, dtype and kernels."""
+        return (self.key, self.batch, self.dtype, self.kernels)
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,19 @@ class DeviceIdentity:
     info: Mapping[str, Any]
     host: str
     source: Source
+
+    @property
+    def kernels(self) -> str:
+        """The kernels the device runs stages with."""
+        return str(self.info.get("kernels", EAGER_KERNELS))
+
+    def running(self, kernels: str) -> "DeviceIdentity":
+        """The device running stages with ``kernels``: its info says so (eager: not at all, so rows measured before
+        kernels keep their fingerprint), and its fingerprint follows."""
+        info = {k: v for k, v in self.info.items() if k != "kernels"}
+        if kernels != EAGER_KERNELS:
+            info["kernels"] = kernels
+        return dataclasses.replace(self, fingerprint=fingerprint_of(info), info=info)
 
 
 def local_identity(label: str, fingerprint: str, info: Mapping[str, Any], source: Source) -> DeviceIdentity:

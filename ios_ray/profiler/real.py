@@ -2,9 +2,10 @@
 
 The stage runs exactly as deployed: ``compile_stage`` from ``ios_ray.runtime.stages`` on a ``Program`` of the job's
 model (built from its spec, or fetched as the driver's object; :mod:`~ios_ray.profiler.model_source`) on this
-process's device. Its external inputs are random (``torch.randn``) tensors of the graph's shapes with the batch
-dimension prepended, in the job's dtype and the graph's memory format (the model is converted to both and imported
-there, as on the driver). On a CPU each call follows a small untimed op on the same thread
+process's device, with the job's kernels. Its external inputs are random (``torch.randn``) tensors of the graph's
+shapes with the batch dimension prepended, in the job's dtype and laid out as the program holds activations (the
+graph's memory format, or channels-last for fused kernels; the model is converted to the dtype and format and
+imported there, as on the driver). On a CPU each call follows a small untimed op on the same thread
 (:func:`~ios_ray.runtime.timing.cpu_primer`), as in a pass; on a GPU the stage is timed inside a CUDA graph, as a
 deployed schedule runs (:func:`~ios_ray.profiler.timing.time_stage`), captured on one stream kept for all stages.
 """
@@ -32,6 +33,7 @@ from ios_ray.runtime.stages import Lanes, compile_stage, make_lanes
 from ios_ray.runtime.compare import paired_timing
 from ios_ray.runtime.timing import cpu_primer
 from ios_ray.stage import Stage
+from ios_ray.vocabulary import EAGER_KERNELS
 
 
 class RealBackend:
@@ -45,7 +47,7 @@ class RealBackend:
         self.repeat = repeat
         self.device = spec.torch_device()
         self.identity: DeviceIdentity | None = None
-        self._programs: dict[tuple[str, str], Program] = {}
+        self._programs: dict[tuple[str, str, str, str], Program] = {}
         self._lanes: Lanes | None = None
         self._capture_stream: torch.cuda.Stream | None = None
         self._primer = cpu_primer() if self.device.type == "cpu" else None
@@ -71,34 +73,36 @@ class RealBackend:
         if self._lanes is None:
             self._lanes = make_lanes(self.device)
             self._capture_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        program = self._program(job.model, job.graph, identity.host, job.dtype)
+        program = self._program(job.model, job.graph, identity.host, job.dtype, job.kernels)
         run = compile_stage(program, job.stage, self.device, self._lanes)
-        env = random_inputs(job.graph, job.stage, job.batch, torch_dtype(job.dtype), self.device)
+        env = random_inputs(job.graph, job.stage, job.batch, torch_dtype(job.dtype), self.device, program.layout)
         with _fits(self.spec.label, job.model.name, job.batch):
             timing = time_stage(lambda: run(env), self.device, self.warmup, self.repeat, self._primer,
                                 self._capture_stream)
-        return make_row(job, timing, identity)
+        return make_row(job, timing, identity.running(job.kernels))
 
     def time_schedules(self, job: CheckJob) -> PairedTiming:
         """The job's two schedules, run as deployed (a CUDA graph on a GPU) on one random batch of its dtype, timed in
         paired rounds until the interval of the first over the second decides, or the job's cap."""
         identity = self.identity or self.start()
-        program = self._program(job.model, job.graph, identity.host, job.dtype)
         x = torch.randn(job.batch, *job.graph.input_shape, device=self.device, dtype=torch_dtype(job.dtype))
         x = in_memory_format(x, job.graph.memory_format)
-        first, second = (functools.partial(ScheduleRunner(program, s, self.device), x) for s in job.schedules)
+        first, second = (
+            functools.partial(ScheduleRunner(self._program(job.model, job.graph, identity.host, job.dtype, s.kernels),
+                                             s, self.device), x) for s in job.schedules)
         plan = LookPlan.planned(job.rounds, job.confidence)
         with _fits(self.spec.label, job.model.name, job.batch):
             return paired_timing(first, second, self.device, plan, job.warmup, job.max_seconds)
 
-    def _program(self, model: ModelSource, graph: Graph, host: str, dtype: str) -> Program:
-        """A model on this device in ``dtype`` and the graph's memory format, built once per model, dtype and format
-        and checked against the driver's graph of it."""
-        key = (model.key, dtype, graph.memory_format)
+    def _program(self, model: ModelSource, graph: Graph, host: str, dtype: str, kernels: str = EAGER_KERNELS
+                 ) -> Program:
+        """A model on this device in ``dtype`` and the graph's memory format, run with ``kernels``, built once per
+        model, dtype, format and kernels and checked against the driver's graph of it."""
+        key = (model.key, dtype, graph.memory_format, kernels)
         program = self._programs.get(key)
         if program is None:
             imported = import_source(model, dtype, graph.memory_format)
-            program = self._programs[key] = Program.from_imported(imported, self.device)
+            program = self._programs[key] = Program.from_imported(imported, self.device, kernels)
         if program.graph.fingerprint != graph.fingerprint:
             raise UserError(
                 f"model {model.name!r} imports to a different graph on {host} than on the driver; install the same "
@@ -119,12 +123,13 @@ def _fits(label: str, model: str, batch: int) -> Iterator[None]:
 
 
 def random_inputs(
-    graph: Graph, stage: Stage, batch: int, dtype: torch.dtype, device: torch.device
+    graph: Graph, stage: Stage, batch: int, dtype: torch.dtype, device: torch.device, layout: str | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Random tensors for every source a stage reads from outside itself, keyed by source id (4-D ones in the
-    graph's memory format, as the units before the stage would hand them over)."""
+    """Random tensors for every source a stage reads from outside itself, keyed by source id (4-D ones in ``layout``,
+    the program's activation format, by default the graph's memory format: as the units before the stage would hand
+    them over)."""
     inside = set(stage.units)
     sources = dict.fromkeys(s for u in stage.units for s in graph.unit(u).sources if s not in inside)
     return {s: in_memory_format(torch.randn((batch, *graph.shape_of(s)), dtype=dtype, device=device),
-                                graph.memory_format) for s in sources}
+                                layout or graph.memory_format) for s in sources}
 

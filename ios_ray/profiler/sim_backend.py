@@ -44,7 +44,7 @@ class SimBackend:
         latency = stage_latency_ms(job.graph, job.stage, job.batch, self.gpu, job.dtype)
         time.sleep((self.warmup + self.repeat) * latency / 1e3 + STAGE_OVERHEAD_S)
         timing = Timing(latency, latency, latency, self.repeat, self.warmup, self.repeat)
-        return make_row(job, timing, identity)
+        return make_row(job, timing, identity.running(job.kernels))
 
     def time_schedules(self, job: CheckJob) -> PairedTiming:
         """Not offered: a simulated device has no end-to-end latency beyond the sum of its stages."""

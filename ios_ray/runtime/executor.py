@@ -73,9 +73,9 @@ class StagePass:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """Run the stages on ``x`` and return the graph's output."""
-        env = {GRAPH_INPUT: x}
+        env = {GRAPH_INPUT: self.program.enter(x)}
         for stage, release in zip(self.stages, self.releases):
             env.update(stage(env))
             for source in release:
                 del env[source]
-        return self.program.value(self.program.graph.output, env)
+        return self.program.leave(self.program.value(self.program.graph.output, env))

@@ -2,8 +2,9 @@
 
 The merged conv stacks the convs' (batch-norm folded) weights along output channels, each smaller kernel
 zero-padded and centred to the largest kernel, with the padding of :func:`ios_ray.stage.merged_padding`, and
-concatenates their biases (zeros for a conv without one); the stacked weight is laid out in the graph's memory
-format. Its output is sliced back per unit along channels.
+concatenates their biases (zeros for a conv without one); the stacked weight is laid out in the program's
+activation format, and the merged conv runs as the program's kernels run a conv. Its output is sliced back per unit
+along channels.
 The convs share their input, stride, dilation and activations (:func:`ios_ray.stage.can_merge`), so the shared
 ``pre_act`` is applied once to the input and the shared ``act`` once to the merged output. The merged weights
 are built once, when the stage is compiled.
@@ -19,16 +20,18 @@ import torch.nn.functional as F
 
 from ios_ray.dtypes import in_memory_format
 from ios_ray.errors import UserError
+from ios_ray.runtime.kernels import folded
 from ios_ray.runtime.program import Env, Program
-from ios_ray.runtime.units import FoldedConv
+from ios_ray.runtime.units import FoldedConv, UnitFn
 from ios_ray.stage import can_merge, merged_padding
 
 
 @dataclass(frozen=True)
 class MergedConv:
-    """One conv standing for several: ``splits`` gives each unit's (id, first channel, end channel)."""
+    """One conv standing for several (as the program's kernels run it): ``splits`` gives each unit's (id, first
+    channel, end channel)."""
 
-    conv: FoldedConv
+    conv: UnitFn
     splits: tuple[tuple[str, int, int], ...]
 
     def __call__(self, x: torch.Tensor) -> Env:
@@ -43,22 +46,24 @@ def merge_convs(program: Program, unit_ids: Sequence[str]) -> MergedConv:
     if not can_merge(graph, unit_ids):
         raise UserError(f"units {list(unit_ids)} cannot run as one merged conv; use a schedule made by ios-ray search.")
     units = [graph.unit(u) for u in unit_ids]
-    convs = [program.fns[u] for u in unit_ids]
-    if not all(isinstance(c, FoldedConv) for c in convs):
-        raise TypeError(f"units {list(unit_ids)} are not all bound to FoldedConv callables")
+    found = [folded(program.fns[u]) for u in unit_ids]
+    if any(c is None for c in found):
+        raise TypeError(f"units {list(unit_ids)} are not all bound to folded convs")
+    convs: list[FoldedConv] = found  # type: ignore[assignment]
     kernel = tuple(max(c.weight.shape[d] for c in convs) for d in (2, 3))
     padding = merged_padding(units)
     assert padding is not None, "can_merge accepts only kernels that centre together"
     first = convs[0]
-    weight = _stacked_weight(convs, kernel, graph.memory_format)
+    weight = _stacked_weight(convs, kernel, program.layout)
     merged = FoldedConv(weight, _stacked_bias(convs), first.stride, padding, first.dilation, 1, first.act,
                         first.pre_act)
-    return MergedConv(merged, _splits(unit_ids, convs))
+    bound = program.bind_conv(merged, graph.value_shape(units[0].inputs[0]))
+    return MergedConv(bound, _splits(unit_ids, convs))
 
 
 def _stacked_weight(convs: Sequence[FoldedConv], kernel: tuple[int, ...], memory_format: str) -> torch.Tensor:
-    """Each weight zero-padded and centred to ``kernel``, stacked along output channels, laid out in the graph's
-    ``memory_format``."""
+    """Each weight zero-padded and centred to ``kernel``, stacked along output channels, laid out in
+    ``memory_format`` (the program's activations')."""
     padded = []
     for conv in convs:
         extra_h, extra_w = (kernel[0] - conv.weight.shape[2]) // 2, (kernel[1] - conv.weight.shape[3]) // 2

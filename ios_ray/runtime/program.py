@@ -1,8 +1,10 @@
 """A graph bound to torch: one callable per unit, and sequential execution in topological order.
 
-:class:`Program` is the executable form of an :class:`~ios_ray.frontend.Imported` graph on one device: each unit's
-callable comes from :func:`~ios_ray.runtime.units.bind_unit` (convs with their batch-norms folded in, pools and
-opaque units calling the original fx code...), and a unit input that is a sum or concat is evaluated here.
+:class:`Program` is the executable form of an :class:`~ios_ray.frontend.Imported` graph on one device with one set
+of kernels: each unit's callable comes from :func:`~ios_ray.runtime.units.bind_unit` (convs with their batch-norms
+folded in, run as the kernels run them; pools and opaque units calling the original fx code...), and a unit input
+that is a sum or concat is evaluated here. A pass enters the program with :meth:`Program.enter` (its input laid out
+as the kernels hold activations) and leaves it with :meth:`Program.leave` (its output in the graph's format).
 Stage execution (``ios_ray.runtime.stages``) and the profiler call the very same unit callables. Binding to the
 CPU keeps freed memory in the process (:mod:`~ios_ray.runtime.allocator`), for measurement and deployment alike.
 """
@@ -14,33 +16,57 @@ from typing import Mapping
 
 import torch
 
+from ios_ray.dtypes import in_memory_format
 from ios_ray.frontend import Imported
-from ios_ray.ir import GRAPH_INPUT, Graph, Value
+from ios_ray.ir import GRAPH_INPUT, Graph, Shape, Unit, Value
 from ios_ray.runtime.allocator import keep_freed_memory
-from ios_ray.runtime.units import UnitFn, bind_unit
+from ios_ray.runtime.kernels import activation_layout, conv_binder, in_layout
+from ios_ray.runtime.units import FoldedConv, UnitFn, bind_unit
+from ios_ray.vocabulary import EAGER_KERNELS
 
 Env = dict[str, torch.Tensor]
 
 
 class Program:
-    """A graph bound to torch callables on one device; :meth:`run` executes it unit by unit."""
+    """A graph bound to torch callables on one device, run with one set of kernels (:mod:`~ios_ray.runtime.kernels`);
+    :meth:`run` executes it unit by unit."""
 
-    def __init__(self, graph: Graph, fns: Mapping[str, UnitFn], device: torch.device) -> None:
+    def __init__(self, graph: Graph, fns: Mapping[str, UnitFn], device: torch.device,
+                 kernels: str = EAGER_KERNELS) -> None:
         self.graph = graph
         self.fns = dict(fns)
         self.device = device
+        self.kernels = kernels
+        #: The memory format of the program's 4-D activations (the graph's, or channels-last for fused kernels).
+        self.layout = activation_layout(kernels, graph.memory_format)
 
     @staticmethod
-    def from_imported(imported: Imported, device: torch.device | str = "cpu") -> "Program":
-        """Bind an imported graph to its module's weights, copied onto ``device``."""
+    def from_imported(imported: Imported, device: torch.device | str = "cpu", kernels: str = EAGER_KERNELS
+                      ) -> "Program":
+        """Bind an imported graph to its module's weights, copied onto ``device``, for ``kernels``."""
         device = torch.device(device)
         if device.type == "cpu":
             keep_freed_memory()
         module = copy.deepcopy(imported.module).to(device).eval()
         constants = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in imported.constants.items()}
         nodes = {n.name: n for n in module.graph.nodes}
-        fns = {u.id: bind_unit(u, module, nodes, constants) for u in imported.graph.units}
-        return Program(imported.graph, fns, device)
+        graph, conv = imported.graph, conv_binder(kernels, device)
+        layout = activation_layout(kernels, graph.memory_format)
+        fns = {u.id: in_layout(u.kind, bind_unit(u, module, nodes, constants, _input_shape(graph, u), conv), layout,
+                               graph.memory_format) for u in graph.units}
+        return Program(graph, fns, device, kernels)
+
+    def bind_conv(self, conv: FoldedConv, input_shape: Shape) -> UnitFn:
+        """A folded conv (a merged one, say) as the program's kernels run it, given its per-sample input shape."""
+        return conv_binder(self.kernels, self.device)(conv, input_shape)
+
+    def enter(self, x: torch.Tensor) -> torch.Tensor:
+        """The graph's input as the program's units take it (channels-last for fused kernels)."""
+        return x if self.layout == self.graph.memory_format else in_memory_format(x, self.layout)
+
+    def leave(self, y: torch.Tensor) -> torch.Tensor:
+        """The graph's output in the graph's memory format, as the model returns it."""
+        return y if self.layout == self.graph.memory_format else in_memory_format(y, self.graph.memory_format)
 
     def value(self, value: Value, env: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Evaluate a unit input: the channel concat of parts, each the sum of the named outputs."""
@@ -55,10 +81,30 @@ class Program:
     @torch.no_grad()
     def run(self, x: torch.Tensor) -> torch.Tensor:
         """Sequential execution: every unit in topological order."""
-        env: Env = {GRAPH_INPUT: x}
+        env: Env = {GRAPH_INPUT: self.enter(x)}
         for unit in self.graph.units:
             env[unit.id] = self.run_unit(unit.id, env)
-        return self.value(self.graph.output, env)
+        return self.leave(self.value(self.graph.output, env))
+
+
+class Programs:
+    """The programs of one import, each bound on first use per (device, kernels) and kept."""
+
+    def __init__(self, imported: Imported) -> None:
+        self.imported = imported
+        self._bound: dict[tuple[torch.device, str], Program] = {}
+
+    def __call__(self, device: torch.device | str, kernels: str = EAGER_KERNELS) -> Program:
+        """The import's program on ``device`` for ``kernels``."""
+        key = (torch.device(device), kernels)
+        program = self._bound.get(key)
+        if program is None:
+            program = self._bound[key] = Program.from_imported(self.imported, key[0], kernels)
+        return program
+
+    def keep(self, program: Program) -> None:
+        """Keep a program of this import bound elsewhere, to be handed out for its device and kernels."""
+        self._bound[program.device, program.kernels] = program
 
 
 def _sum(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -66,3 +112,8 @@ def _sum(tensors: list[torch.Tensor]) -> torch.Tensor:
     for t in tensors[1:]:
         total = total + t
     return total
+
+
+def _input_shape(graph: Graph, unit: Unit) -> Shape:
+    """The per-sample shape of a unit's first input (a conv's), or () for a unit without inputs."""
+    return graph.value_shape(unit.inputs[0]) if unit.inputs else ()

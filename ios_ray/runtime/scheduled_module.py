@@ -6,7 +6,8 @@ It imports the wrapped module once (``ios_ray.frontend.import_module`` on a batc
 records the module's memory format, so only schedules made for that format fit), checks every schedule against the
 imported graph, and in ``forward`` picks a schedule by the rules of
 :mod:`~ios_ray.runtime.schedule_set`. The chosen schedule runs through a
-:class:`~ios_ray.runtime.executor.ScheduleRunner`, built on first use per (schedule, device), and its output goes
+:class:`~ios_ray.runtime.executor.ScheduleRunner` with the kernels the schedule records
+(:mod:`~ios_ray.runtime.kernels`), built on first use per (schedule, device), and its output goes
 back into the structure the module returns (:class:`~ios_ray.frontend.OutputStructure`); where no schedule
 fits (another device, another per-sample shape) the original module runs eagerly, with a one-time warning per
 reason; with ``any_device=True`` a schedule made for another device runs instead (a ``sim:`` plan on the CPU, say),
@@ -52,7 +53,7 @@ from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import Imported, import_module
 from ios_ray.ir import Graph
 from ios_ray.runtime.executor import ScheduleRunner
-from ios_ray.runtime.program import Program
+from ios_ray.runtime.program import Programs
 from ios_ray.runtime.schedule_set import device_rank, read_schedules, select_schedule
 from ios_ray.runtime.stages import resolve_device
 from ios_ray.runtime.weights import WeightWatch
@@ -80,7 +81,6 @@ class ScheduledModule(nn.Module):
         self._given = _gather(schedules)
         self.input_shape = tuple(input_shape) if input_shape is not None else _recorded_shape(self._given.values())
         self.cuda_graph = cuda_graph
-        self._programs: dict[torch.device, Program] = {}
         self._runners: dict[tuple[int, torch.device], ScheduleRunner] = {}
         self._warned: set[str] = set()
         self._chosen: dict[tuple[torch.device, int, torch.dtype], Schedule | None] = {}
@@ -149,7 +149,6 @@ class ScheduledModule(nn.Module):
         """Drop the import and the compiled runners, so the next forward rebuilds them from the module as it is."""
         self._binding = None
         self._chosen.clear()
-        self._programs.clear()
         self._runners.clear()
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
@@ -198,9 +197,7 @@ class ScheduledModule(nn.Module):
         key = (id(schedule), device)
         runner = self._runners.get(key)
         if runner is None:
-            program = self._programs.get(device)
-            if program is None:
-                program = self._programs[device] = Program.from_imported(self._bound().imported, device)
+            program = self._bound().programs(device, schedule.kernels)
             runner = self._runners[key] = ScheduleRunner(program, schedule, device, self.cuda_graph)
         return runner
 
@@ -215,7 +212,8 @@ class ScheduledModule(nn.Module):
         (``strict``: at construction) or at least one from a folder, else UserError; after a conversion, any."""
         imported = import_module(self.module, example_input(self.module, self.input_shape), type(self.module).__name__)
         given = self._given if strict else _made_for(self._given, imported.graph)
-        binding = _Binding(imported, _checked(given, imported.graph, self._folder if strict else None))
+        binding = _Binding(imported, _checked(given, imported.graph, self._folder if strict else None),
+                           Programs(imported))
         if self._watch is not None:
             self._watch.arm()
         return binding
@@ -228,10 +226,11 @@ class ScheduledModule(nn.Module):
 
 @dataclass(frozen=True)
 class _Binding:
-    """The module imported as it is, with the schedules that fit its graph."""
+    """The module imported as it is, with the schedules that fit its graph and the programs bound from it."""
 
     imported: Imported
     schedules: tuple[Schedule, ...]
+    programs: Programs
 
 
 def _wrapped_module_keys(state_dict: Mapping[str, Any], module: nn.Module) -> bool:

@@ -1,7 +1,8 @@
 """The callable of each unit, by kind: what a unit computes, bound to a module's weights on one device.
 
 * ``conv``: a :class:`FoldedConv`, its batch-norm folded into weight and bias (eval mode), a prologue batch-norm as
-  a per-channel scale and shift of its input, its activations by name; ``sepconv``: two of them.
+  a per-channel scale and shift of its input, its activations by name, run by the program's kernels (a
+  :data:`ConvBinder`, :mod:`~ios_ray.runtime.kernels`); ``sepconv``: two of them.
 * ``linear``, ``conv_transpose``, ``conv3d`` (the layer's own call), ``flatten``, ``shuffle`` (channels in groups,
   transposed), ``slice`` (a range of channels), ``scale`` (``x * gate``): the op itself; ``add``, ``concat`` and
   ``elementwise``: their input value as it is.
@@ -22,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ios_ray.frontend.activations import activation_fn
-from ios_ray.ir import Unit
+from ios_ray.ir import Shape, Unit
 
 UnitFn = Callable[[list[torch.Tensor]], torch.Tensor]
 
@@ -43,20 +44,24 @@ class FoldedConv:
     pre_shift: torch.Tensor | None = None
 
     def __call__(self, inputs: list[torch.Tensor]) -> torch.Tensor:
-        x = inputs[0]
+        y = F.conv2d(self.prologue(inputs[0]), self.weight, self.bias, self.stride, self.padding, self.dilation,
+                     self.groups)
+        return activation_fn(self.act)(y)
+
+    def prologue(self, x: torch.Tensor) -> torch.Tensor:
+        """The conv's input after its prologue: the batch-norm before it as a scale and shift, and its activation."""
         if self.pre_scale is not None:
             x = torch.addcmul(self.pre_shift, x, self.pre_scale)  # type: ignore[arg-type]
-        x = activation_fn(self.pre_act)(x)
-        y = F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
-        return activation_fn(self.act)(y)
+        return activation_fn(self.pre_act)(x)
 
 
 @dataclass
 class FoldedSepConv:
-    """Depthwise conv then pointwise conv with the batch-norm folded into the pointwise one."""
+    """Depthwise conv then pointwise conv with the batch-norm folded into the pointwise one (each as its kernels
+    run it)."""
 
-    depthwise: FoldedConv
-    pointwise: FoldedConv
+    depthwise: UnitFn
+    pointwise: UnitFn
 
     def __call__(self, inputs: list[torch.Tensor]) -> torch.Tensor:
         return self.pointwise([self.depthwise(inputs)])
@@ -108,26 +113,39 @@ class Epilogue:
         return y
 
 
-def bind_unit(unit: Unit, module: fx.GraphModule, nodes: Mapping[str, fx.Node], constants: Mapping[str, Any]) -> UnitFn:
-    """The callable of one unit, on ``module``'s weights (``nodes`` by name, ``constants`` by node name)."""
-    body = _bind_body(unit, module, nodes, constants)
+#: Binds a folded conv, given its per-sample input shape, to the callable that runs it (the kernels' choice).
+ConvBinder = Callable[[FoldedConv, Shape], UnitFn]
+
+
+def eager_conv(conv: FoldedConv, input_shape: Shape) -> UnitFn:
+    """A folded conv as it is: torch's own convolution, then its activation."""
+    return conv
+
+
+def bind_unit(unit: Unit, module: fx.GraphModule, nodes: Mapping[str, fx.Node], constants: Mapping[str, Any],
+              input_shape: Shape = (), conv: ConvBinder = eager_conv) -> UnitFn:
+    """The callable of one unit, on ``module``'s weights (``nodes`` by name, ``constants`` by node name); a conv's
+    through ``conv``, given ``input_shape``, the per-sample shape of the unit's first input."""
+    body = _bind_body(unit, module, nodes, constants, input_shape, conv)
     steps = unit.refs.get("epilogue", ())
     if not steps:
         return body
     return Epilogue(body, tuple(_step(nodes[name], module, constants) for name in steps))
 
 
-def _bind_body(unit: Unit, module: fx.GraphModule, nodes: Mapping[str, fx.Node], constants: Mapping[str, Any]
-               ) -> UnitFn:
+def _bind_body(unit: Unit, module: fx.GraphModule, nodes: Mapping[str, fx.Node], constants: Mapping[str, Any],
+               input_shape: Shape, conv: ConvBinder) -> UnitFn:
     """The callable of a unit without its epilogue."""
     attrs, refs = unit.attrs, unit.refs
     if unit.kind == "conv":
-        return fold(module.get_submodule(refs["conv"]), _bn(module, refs, "bn"), attrs, _bn(module, refs, "pre_bn"))
+        folded = fold(module.get_submodule(refs["conv"]), _bn(module, refs, "bn"), attrs, _bn(module, refs, "pre_bn"))
+        return conv(folded, input_shape)
     if unit.kind == "sepconv":
         depthwise = fold(module.get_submodule(refs["depthwise"]), None, {"pre_act": attrs["pre_act"]},
                          _bn(module, refs, "pre_bn"))
         pointwise = fold(module.get_submodule(refs["pointwise"]), _bn(module, refs, "bn"), {"act": attrs["act"]})
-        return FoldedSepConv(depthwise, pointwise)
+        between = (depthwise.weight.shape[0], *unit.shape[1:])
+        return FoldedSepConv(conv(depthwise, input_shape), conv(pointwise, between))
     if unit.kind == "linear":
         linear = module.get_submodule(refs["linear"])
         return lambda inputs: linear(inputs[0])

@@ -1,0 +1,259 @@
+"""The kernels a program's units run with (ios_ray/runtime/kernels.py): fused kernels compute what eager ones do, in
+every layout, dtype and activation the fused op takes; the model's own code keeps its layout; a device running other
+kernels is another device for the store; and the CUDA binding runs cuDNN's fused op inside captures and streams
+(against the fake torch.cuda of tests/fake_cuda.py; the real thing: tests/test_runtime_cuda.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import ios_ray
+from ios_ray.app.api import SearchResult
+from ios_ray.dtypes import MEMORY_FORMATS
+from ios_ray.errors import UserError
+from ios_ray.frontend import import_module
+from ios_ray.frontend.activations import ACTIVATIONS, activation_text
+from ios_ray.profiler.fingerprint import cpu_info, fingerprint_of
+from ios_ray.paired import least_rounds
+from ios_ray.profiler.jobs import local_identity
+from ios_ray.runtime import Program, ScheduleRunner, ScheduledModule
+from ios_ray.runtime.kernels import (CudnnConvRelu, InGraphFormat, OneDnnConv, activation_layout, conv_binder,
+                                     folded, onednn_fuses)
+from ios_ray.runtime.units import FoldedConv
+from ios_ray.schedule import read_schedule, save_schedule, schedule_from_json
+from ios_ray.store import LatencyStore
+from tests.fake_cuda import FakeCuda
+from tests.helpers import randomise_batchnorm, relative_error
+from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
+
+CPU = torch.device("cpu")
+CUDA = torch.device("cuda", 0)
+
+
+def fused_and_eager(module: nn.Module, x: torch.Tensor) -> tuple[Program, Program]:
+    imported = import_module(module, x[:1])
+    return Program.from_imported(imported, CPU, "fused"), Program.from_imported(imported, CPU, "eager")
+
+
+@pytest.mark.parametrize("strategy", list(BUILDERS))
+@pytest.mark.parametrize("memory_format", ["contiguous", "channels_last"])
+def test_fused_kernels_compute_what_eager_ones_do_under_every_schedule(strategy: str, memory_format: str) -> None:
+    layout = MEMORY_FORMATS[memory_format]
+    model, x = tiny().to(memory_format=layout), torch.randn(3, *Tiny.input_shape).contiguous(memory_format=layout)
+    fused, eager = fused_and_eager(model, x)
+    assert fused.layout == "channels_last" and eager.layout == memory_format
+    with torch.no_grad():
+        expected = model(x)
+    schedule = make_schedule(fused.graph, BUILDERS[strategy], 3, kernels="fused")
+    got = ScheduleRunner(fused, schedule)(x)
+    assert relative_error(got, expected) <= 1e-5
+    assert relative_error(fused.run(x), expected) <= 1e-5
+
+
+def test_fused_kernels_bind_every_conv_to_one_onednn_call_with_its_weight_packed_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    packs: list[list[int]] = []
+    reorder = torch.ops.mkldnn._reorder_convolution_weight
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_convolution_weight",
+                        lambda *args: packs.append(list(args[-1])) or reorder(*args))
+    model, x = tiny(), torch.randn(2, *Tiny.input_shape)
+    fused, _ = fused_and_eager(model, x)
+    convs = [fn for fn in fused.fns.values() if folded(fn) is not None]
+    assert convs and all(isinstance(fn, OneDnnConv) for fn in convs)
+    assert len(packs) == len(convs) and all(shape[0] == 1 for shape in packs)  # packed for a batch-1 input
+    runner = ScheduleRunner(fused, make_schedule(fused.graph, BUILDERS["ios_like"], 2, kernels="fused"))
+    assert len(packs) == len(convs) + 1  # and the merged conv of the schedule's merge stage, when it is compiled
+    for batch in (2, 5):
+        runner(torch.randn(batch, *Tiny.input_shape))
+    assert len(packs) == len(convs) + 1  # nothing packed while running, whatever the batch
+
+
+def activation_texts() -> list[str]:
+    """Every activation of the vocabulary, with default and non-default parameters."""
+    texts = [activation_text(name, [default for _, default in params]) for name, (_, params) in ACTIVATIONS.items()]
+    return texts + ["leaky_relu(0.2)", "hardtanh(-2.0, 3.0)", "gelu('tanh')"]
+
+
+@pytest.mark.parametrize("act", activation_texts())
+def test_onednn_applies_every_activation_of_the_vocabulary_as_torch_does(act: str) -> None:
+    torch.manual_seed(0)
+    conv = FoldedConv(torch.randn(8, 6, 3, 3), torch.randn(8), (1, 1), (1, 1), (1, 1), 1, act=act)
+    x = torch.randn(2, 6, 9, 9).contiguous(memory_format=torch.channels_last)
+    fused = conv_binder("fused", CPU)(conv, (6, 9, 9))
+    assert isinstance(fused, OneDnnConv) == onednn_fuses(torch.float32)
+    assert relative_error(fused([x]), conv([x])) <= 1e-5
+
+
+@pytest.mark.parametrize("stride, padding, dilation, groups, bias", [
+    ((2, 2), (0, 0), (1, 1), 1, True), ((1, 2), (2, 0), (2, 2), 1, False), ((1, 1), (1, 1), (1, 1), 6, True),
+    ((2, 1), (1, 1), (1, 1), 2, False)])
+def test_onednn_convs_of_every_shape_with_a_prologue_equal_eager(
+        stride: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int], groups: int, bias: bool) -> None:
+    torch.manual_seed(0)
+    conv = FoldedConv(torch.randn(12, 6 // groups, 3, 3), torch.randn(12) if bias else None, stride, padding, dilation,
+                      groups, act="relu", pre_act="relu", pre_scale=torch.rand(1, 6, 1, 1) + 0.5,
+                      pre_shift=torch.randn(1, 6, 1, 1))
+    fused = conv_binder("fused", CPU)(conv, (6, 11, 11))
+    for x in (torch.randn(3, 6, 11, 11), torch.randn(1, 6, 13, 7).contiguous(memory_format=torch.channels_last),
+              torch.randn(2, 8, 11, 11)[:, 1:7]):  # NCHW, NHWC of another size, a channel slice (a view)
+        assert relative_error(fused([x]), conv([x])) <= 1e-5
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.bfloat16, 3e-2), (torch.float16, 1e-2)])
+def test_fused_kernels_in_half_precision_equal_eager_within_its_rounding(dtype: torch.dtype, tolerance: float) -> None:
+    model, x = tiny().to(dtype), torch.randn(2, *Tiny.input_shape, dtype=dtype)
+    fused, eager = fused_and_eager(model, x)
+    assert all(isinstance(fn, OneDnnConv) == onednn_fuses(dtype) for fn in fused.fns.values() if folded(fn))
+    assert relative_error(fused.run(x), eager.run(x)) <= tolerance
+
+
+class ViewsAFeatureMap(nn.Module):
+    """A head that reads a 4x4 feature map as 8 rows of 16 with ``view``, which only an NCHW tensor allows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(16, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(x))
+        return self.fc(y.view(y.size(0), 8, 16))
+
+
+def test_the_models_own_code_takes_its_inputs_in_the_graphs_format() -> None:
+    model, x = ViewsAFeatureMap().eval(), torch.randn(2, 3, 4, 4)
+    fused, _ = fused_and_eager(model, x)
+    opaque = [u.id for u in fused.graph.units if u.kind == "opaque"]
+    assert opaque and all(isinstance(fused.fns[u], InGraphFormat) for u in opaque)
+    with torch.no_grad():
+        assert relative_error(fused.run(x), model(x)) <= 1e-5
+
+
+class Segmenter(nn.Module):
+    """A model whose output is a feature map (as a segmentation model's is)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(3, 4, 3, padding=1)
+        self.b = nn.Conv2d(4, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x)))
+
+
+def test_a_deployed_fused_schedule_returns_what_the_model_does_in_its_layout() -> None:
+    model, x = Segmenter().eval(), torch.randn(2, 3, 8, 8)
+    graph = import_module(model, x[:1]).graph
+    scheduled = ScheduledModule(model, [make_schedule(graph, BUILDERS["sequential"], 2, kernels="fused")])
+    with torch.no_grad():
+        got, expected = scheduled(x), model(x)
+    assert relative_error(got, expected) <= 1e-5
+    assert got.is_contiguous() and got.view(2, -1).shape == (2, 128)  # NCHW, as eager returns it
+
+
+def test_kernels_change_the_device_fingerprint_and_eager_keeps_the_old_one() -> None:
+    info = cpu_info()
+    identity = local_identity("cpu", fingerprint_of(info), info, "measured")
+    fused = identity.running("fused")
+    assert fused.fingerprint != identity.fingerprint and fused.info["kernels"] == fused.kernels == "fused"
+    assert identity.running("eager") == identity and "kernels" not in identity.running("eager").info
+    assert fused.running("eager").fingerprint == identity.fingerprint
+
+
+def test_a_schedule_file_records_its_kernels_and_older_files_are_eager(tmp_path: Path) -> None:
+    schedule = make_schedule(import_module(tiny(), torch.randn(1, *Tiny.input_shape)).graph, BUILDERS["greedy"], 1,
+                             kernels="fused")
+    save_schedule(schedule, tmp_path / "s.json")
+    assert read_schedule(tmp_path / "s.json").kernels == "fused"
+    older = schedule.to_json()
+    del older["kernels"]
+    assert schedule_from_json(older).kernels == "eager"
+    with pytest.raises(ValueError, match='kernels is "inductor", not one of eager, fused'):
+        schedule_from_json({**older, "kernels": "inductor"})
+
+
+def test_unknown_kernels_are_refused_in_one_sentence() -> None:
+    with pytest.raises(UserError, match="kernels must be one of eager, fused, not 'turbo'"):
+        activation_layout("turbo", "contiguous")
+
+
+def test_on_a_gpu_fused_kernels_run_cudnns_fused_relu_inside_captures_and_side_streams(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    cuda = FakeCuda().install(monkeypatch)
+    calls: list[bool] = []
+
+    def cudnn_convolution_relu(x, weight, bias, stride, padding, dilation, groups):  # noqa: ANN001, ANN202
+        assert weight.is_contiguous(memory_format=torch.channels_last)
+        calls.append(cuda.capturing is not None)
+        cuda.launch(0.01)
+        return F.relu(F.conv2d(x, weight, bias, stride, padding, dilation, groups))
+
+    monkeypatch.setattr(torch, "cudnn_convolution_relu", cudnn_convolution_relu)
+    model, x = tiny(), torch.randn(2, *Tiny.input_shape)
+    cpu = Program.from_imported(import_module(model, x[:1]), CPU, "eager")
+    bind = conv_binder("fused", CUDA)
+    fns = {u.id: bind(fn, cpu.graph.value_shape(u.inputs[0])) if isinstance(fn := cpu.fns[u.id], FoldedConv) else fn
+           for u in cpu.graph.units}
+    relu_convs = [u.id for u in cpu.graph.units if u.kind == "conv" and u.attrs["act"] == "relu"]
+    assert relu_convs and all(isinstance(fns[u], CudnnConvRelu) for u in relu_convs)
+    assert all(fns[u].weight.is_contiguous(memory_format=torch.channels_last) for u in cpu.fns
+               if isinstance(fns[u], FoldedConv))  # the others: torch's conv, channels-last
+    program = Program(cpu.graph, fns, CUDA, "fused")
+    runner = ScheduleRunner(program, make_schedule(program.graph, BUILDERS["ios_like"], 2, kernels="fused"), CUDA,
+                            cuda_graph=True)
+    assert runner.captured is not None
+    with torch.no_grad():
+        got = runner.captured(x)  # the fake device runs nothing: the tensors stay on the CPU
+        expected = model(x)
+    assert relative_error(got, expected) <= 1e-5
+    assert calls.count(True) == len(relu_convs) and [g.captured for g in cuda.graphs] == [True]
+
+
+def search_tiny(store: Path, kernels: str, devices: tuple[str, ...] = ("cpu",)) -> SearchResult:
+    """A quick search of the tiny model at batch 2 with the given kernels."""
+    return ios_ray.search(tiny(), list(devices), [2], input_shape=Tiny.input_shape, store=store, kernels=kernels,
+                          warmup=0, repeat=2, check_rounds=least_rounds(), progress=False)
+
+
+def test_stages_run_with_other_kernels_are_other_measurements(ray_local: None, tmp_path: Path) -> None:
+    store = tmp_path / "store.duckdb"
+    fused = search_tiny(store, "fused")["cpu", 2]
+    assert fused.schedule.kernels == "fused" and fused.schedule.params["kernels"]["how"] == "given"
+    assert fused.schedule.device_info["kernels"] == "fused" and fused.measured > 0
+    eager = search_tiny(store, "eager")["cpu", 2]
+    assert eager.schedule.kernels == "eager" and eager.cached == 0 and eager.measured > 0  # nothing mixed
+    assert eager.schedule.device_fingerprint != fused.schedule.device_fingerprint
+    rows = LatencyStore(store, create=False).query(device="cpu")
+    assert set(rows.column("device_fingerprint").to_pylist()) == {eager.schedule.device_fingerprint,
+                                                                  fused.schedule.device_fingerprint}
+    again = search_tiny(store, "fused")["cpu", 2]
+    assert again.measured == 0 and again.cached == fused.measured  # each kernels' rows are reused by their own
+
+
+def test_auto_kernels_are_chosen_by_timing_the_sequential_schedule_whole(ray_local: None, tmp_path: Path) -> None:
+    outcome = search_tiny(tmp_path / "store.duckdb", "auto")["cpu", 2]
+    choice = outcome.schedule.params["kernels"]
+    assert choice["how"] == "measured" and choice["rounds"] >= least_rounds()
+    kept = "fused" if choice["ratio_high"] is not None and choice["ratio_high"] < 1 else "eager"
+    assert outcome.schedule.kernels == choice["kernels"] == kept  # fused only where faster beyond noise
+    assert choice["ratio_low"] <= choice["ratio"] <= choice["ratio_high"]
+    assert outcome.kernels.startswith(f"{kept} kernels: ") and "fused / eager" in outcome.kernels
+
+
+def test_on_a_sim_device_auto_is_eager_and_named_kernels_are_kept(ray_local: None, tmp_path: Path) -> None:
+    store = tmp_path / "store.duckdb"
+    auto = search_tiny(store, "auto", ("sim:v100",))["sim:v100", 2]
+    assert auto.schedule.kernels == "eager" and auto.schedule.params["kernels"]["how"] == "simulated"
+    named = search_tiny(store, "fused", ("sim:v100",))["sim:v100", 2]
+    assert named.schedule.kernels == "fused" and named.schedule.source == "simulated"
+    assert named.schedule.device_fingerprint != auto.schedule.device_fingerprint
+
+
+def test_a_search_refuses_unknown_kernels_in_one_sentence(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="kernels must be one of auto, eager, fused, not 'fast'"):
+        search_tiny(tmp_path / "store.duckdb", "fast")
