@@ -4,27 +4,30 @@
     PYTHONUNBUFFERED=1 python3 bench/gpu_check.py --out $OUT/gpu
 
 Steps, in order, each a fresh process with a time limit (a step that fails or runs out of time costs only its own
-figures; the report is rewritten after every step; a step starts only while the later steps keep their minimum):
+figures; the report is rewritten after every step). The steps whose least times fit ``--budget-s`` in order are
+planned, each keeping the least time of the planned steps after it; a short budget leaves out the last ones, never
+the first; extra steps run only on time the others left over:
 
 1. environment: the GPU, driver, torch/CUDA/cuDNN versions, CPU and date (``bench/gpu_steps.py env``);
 2. the GPU tests (``pytest -m gpu``): all must pass, none be skipped;
 3. calibration: what measuring one planned stage costs on the GPU at both batch sizes (``gpu_steps.py
    calibrate``); each search's warmup and repeat are then sized to fit its time limit;
-4. at batch 1: ``ios-ray search --devices cuda`` on a fresh store (stages timed in CUDA graphs), ``ios-ray bench
-   --device cuda --json --no-compile`` (every variant but torch.compile), the same bench again with
-   ``torch.compile(mode="reduce-overhead")`` beside the others (its own step, since compiling a large model can take
-   minutes), and a PyTorch profiler summary of the DP's and the sequential schedule in a graph (``profile.txt``);
-5. at batch 32: the search, on the same store, and the bench (without torch.compile, whose targets are at batch 1);
-6. calibration and ``ios-ray search --devices cpu`` at batch 1 on this host's CPU, on a store of its own;
-7. where time is left (these steps keep no time from the ones before): the search and the bench at batch 1 in
-   float16 and channels_last, on a store of their own (no target; GPU serving mostly runs in half precision, and
-   NHWC is the layout Tensor Core convolutions are made for).
+4. at batch 1: ``ios-ray search --devices cuda`` on a fresh store (its kernels chosen by timing, its stages timed
+   in CUDA graphs), ``ios-ray bench --device cuda --json --no-compile`` (every variant but torch.compile), the same
+   bench again with ``torch.compile(mode="reduce-overhead")`` beside the others (its own step, since compiling a
+   large model can take minutes), and a PyTorch profiler summary of the DP's and the sequential schedule in a graph
+   (``profile.txt``: kernels and cuDNN's layout transposes per forward);
+5. the same at batch 1 in float16 and channels_last (what GPU serving mostly runs in), on a store of its own, its
+   bench with reduce-overhead, and its profile;
+6. at batch 32: the search, on the main store, and the bench with reduce-overhead;
+7. extra, on time left over: a second model (``--second-model``, RandWire by default) searched and benched at batch
+   1; then calibration and ``ios-ray search --devices cpu`` at batch 1 on this host's CPU, on a store of its own.
 
 Writes ``DIR/report.md`` and ``DIR/report.json`` (device, versions, date, every figure and its target; targets in
 bench/gpu_report.py), ``DIR/profile.txt``, ``DIR/log.txt`` (each command and the end of its output) and
 ``DIR/latency.duckdb`` (every GPU stage measured). Working files go to ``--work`` (a temporary folder by default),
-outside DIR. Exit code 0 when every step ran to its end (targets may still be missed: the report says which; an
-extra step of 7. that found no time left over does not count), 1 when some step did not, 2 when there is nothing to
+outside DIR. Exit code 0 when every planned step ran to its end (targets may still be missed: the report says which;
+an extra step that found no time left over does not count), 1 when some step did not, 2 when there is nothing to
 check.
 
 ``--device cpu --model squeezenet --quick`` runs the same pipeline on this machine's CPU with tiny repeats (batches
@@ -53,7 +56,7 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this tree's ios_ray and bench, however the script is started
-from bench.gpu_report import COMPILED, markdown, targets  # noqa: E402
+from bench.gpu_report import COMPILED, markdown, targets, variant_names  # noqa: E402
 STEPS_SCRIPT = Path(__file__).resolve().with_name("gpu_steps.py")
 #: Seconds from start by which the report is final (8 minutes, less a margin for writing it).
 DEFAULT_BUDGET_S = 465.0
@@ -67,8 +70,10 @@ QUICK_PROTOCOL = (0, 1, 1)
 #: The GPU test files, for --quick (a full run collects every test file of the suite).
 QUICK_TEST_FILES = ("tests/test_stage_capture_cuda.py", "tests/test_bench_cuda.py")
 KEEP_STORE_BYTES = 15 << 20
-#: The dtype and memory format of the steps run on time left over: what GPU serving mostly runs in.
+#: The dtype and memory format of the half-precision steps: what GPU serving mostly runs in.
 HALF_NHWC = ("float16", "channels_last")
+#: The second model a GPU check searches and benches on time left over: many branches, many candidate stages.
+DEFAULT_SECOND_MODEL = "randwire"
 #: Seconds a step stopped at its time limit (Ctrl-C) has to end before its process group is killed; a step's limit
 #: leaves this much of the budget free, so that a step stopped at its limit still ends within the budget.
 STOP_GRACE_S = 15.0
@@ -84,7 +89,8 @@ class StepSkipped(Exception):
 
 @dataclass(frozen=True)
 class Setup:
-    """What to check and where: the device, the model, tiny repeats or not, the report and working folders."""
+    """What to check and where: the device, the model (and the second one, checked on time left over), tiny repeats
+    or not, the report and working folders."""
 
     device: str
     model: str
@@ -92,6 +98,7 @@ class Setup:
     out: Path
     work: Path
     budget_s: float
+    second_model: str | None = None
 
     @property
     def batches(self) -> tuple[int, int]:
@@ -109,18 +116,26 @@ class Setup:
         return self.work / "latency.duckdb"
 
     def search_of(
-        self, batch: int, dtype: str = "float32", memory_format: str = "contiguous"
+        self, batch: int, dtype: str = "float32", memory_format: str = "contiguous", model: str | None = None,
     ) -> tuple[str, Path, Path]:
-        """The report's key of the search on the device at ``batch`` in ``dtype`` and ``memory_format``, its schedule
-        folder and store (another dtype's or format's are apart, so that its figures count its own stages)."""
+        """The report's key of the search of ``model`` (default: the check's) on the device at ``batch`` in ``dtype``
+        and ``memory_format``, its schedule folder and store (another model's, dtype's or format's are apart, so that
+        its figures count its own stages)."""
         from ios_ray.vocabulary import settings_named
 
-        others = settings_named(dtype, memory_format)
+        others = [*([model] if model not in (None, self.model) else []), *settings_named(dtype, memory_format)]
         if not others:
             return f"{self.device} bs{batch}", self.schedules, self.store
-        name = "-".join(others)
-        return (" ".join([f"{self.device} bs{batch}", *others]), self.work / f"{name}-schedules",
-                self.work / f"{name}-latency.duckdb")
+        name = "-".join(other.replace(":", "-") for other in others)
+        key = " ".join([*([model] if model not in (None, self.model) else []), f"{self.device} bs{batch}",
+                        *settings_named(dtype, memory_format)])
+        return key, self.work / f"{name}-schedules", self.work / f"{name}-latency.duckdb"
+
+    def bench_key(self, batch: int, dtype: str = "float32", memory_format: str = "contiguous",
+                  model: str | None = None, compiled: bool = False) -> str:
+        """The report's key of a bench: the search's key less the device, and ``torch.compile`` where it ran."""
+        search = self.search_of(batch, dtype, memory_format, model)[0]
+        return search.replace(f"{self.device} bs", "") + (f" {COMPILED}" if compiled else "")
 
 
 @dataclass(frozen=True)
@@ -158,12 +173,13 @@ class Check:
         self.report: dict[str, Any] = {
             "kind": kind, "device": setup.device, "model": setup.model, "batches": list(setup.batches),
             "quick": setup.quick, "command": command, "started": _now(), "wall_s": 0.0, "environment": None,
-            "steps": [], "tests": None, "calibration": {}, "searches": {}, "bench": {}, "profile": None,
+            "steps": [], "tests": None, "calibration": {}, "searches": {}, "bench": {}, "profile": {},
             "schedules": {}, "targets": [],
         }
         setup.out.mkdir(parents=True, exist_ok=True)
         setup.work.mkdir(parents=True, exist_ok=True)
         (setup.out / "log.txt").write_text(f"gpu_check {command}\n")
+        (setup.out / "profile.txt").unlink(missing_ok=True)  # each profile step appends its tables
 
     def elapsed(self) -> float:
         """Seconds since the check started."""
@@ -174,14 +190,26 @@ class Check:
         return self.setup.budget_s - self.elapsed() - self.reserve_s - STOP_GRACE_S
 
     def run_all(self, steps: list[Step]) -> bool:
-        """Run every step that still fits; True where all of them ran to their end (an extra step skipped for want
-        of time left over does not count against that)."""
+        """Run the steps in order: those whose least times fit the budget in order (:func:`planned`) keep them, the
+        others are left out, extra ones run on time left over; True where every step but the extra ones ran to its
+        end (an extra step skipped for want of time left over does not count against that; a step left out does)."""
+        kept = planned(steps, self.setup.budget_s)
         for index, step in enumerate(steps):
-            self.reserve_s = sum(later.need_s for later in steps[index + 1:] if not later.extra)
-            self.run(step)
+            self.reserve_s = sum(later.need_s for later in steps[index + 1:] if later in kept)
+            if step.extra or step in kept:
+                self.run(step)
+            else:
+                self.skip(step, f"left out: a budget of {self.setup.budget_s:.0f} s keeps the least time of the "
+                                f"steps before it (it needs {step.need_s:.0f} s more)")
         self.write()
         return all(entry["status"] == "ok" or (step.extra and entry["status"] == "skipped")
                    for step, entry in zip(steps, self.report["steps"]))
+
+    def skip(self, step: Step, note: str) -> None:
+        """Record a step that does not run, and why."""
+        self.report["steps"].append({"name": step.name, "status": "skipped", "wall_s": 0.0, "timeout_s": 0.0,
+                                     "note": note})
+        print(f"[{self.elapsed():5.0f} s] {step.name}: skipped; {note}", flush=True)
 
     def run(self, step: Step) -> None:
         """Run one step within its time limit; record its status and note, then rewrite the report."""
@@ -233,6 +261,18 @@ class Check:
         self.report["targets"] = [t.as_json() for t in targets(self.report)]
         _write_atomically(self.setup.out / "report.json", json.dumps(self.report, indent=1))
         _write_atomically(self.setup.out / "report.md", markdown(self.report))
+
+
+def planned(steps: list[Step], budget_s: float) -> list[Step]:
+    """The steps (not extra) that keep their least time within ``budget_s``: taken in order while their least times,
+    with a stop's grace, still fit; a step that does not fit is left out and the later ones are still tried, so a
+    short budget drops the last steps, never the first."""
+    kept, used = [], STOP_GRACE_S
+    for step in steps:
+        if not step.extra and used + step.need_s <= budget_s:
+            kept.append(step)
+            used += step.need_s
+    return kept
 
 
 def run_command(args: list[str], timeout_s: float, cwd: Path) -> Completed:
@@ -327,33 +367,34 @@ def search_protocol(check: Check, key: str, device: str, batch: int, measure_s: 
 
 def search_step(
     check: Check, timeout: float, key: str, calibration: str, device: str, batch: int, store: Path, out: Path,
-    measure_s: float, dtype: str = "float32", memory_format: str = "contiguous",
+    measure_s: float, dtype: str = "float32", memory_format: str = "contiguous", model: str | None = None,
 ) -> str:
-    """``ios-ray search`` of the model on ``device`` at one batch size in ``dtype`` and ``memory_format``, its
-    protocol sized by the calibration (in float32, NCHW) under key ``calibration`` to measure for about
-    ``measure_s`` (less where the time limit is shorter); its figures (under ``key``) from the schedule file and the
-    store."""
+    """``ios-ray search`` of ``model`` (default: the check's) on ``device`` at one batch size in ``dtype`` and
+    ``memory_format``, its protocol sized by the calibration (in float32, NCHW) under key ``calibration`` to measure
+    for about ``measure_s`` (less where the time limit is shorter); its figures (under ``key``) from the schedule file
+    and the store."""
+    model = model or check.setup.model
     budget = min(measure_s, timeout - SEARCH_OVERHEAD_S[device])
     warmup, repeat = search_protocol(check, calibration, device, batch, budget)
     from ios_ray.paired import least_rounds
     from ios_ray.vocabulary import DEFAULT_CHECK_ROUNDS
 
     rounds = least_rounds() if check.setup.quick else DEFAULT_CHECK_ROUNDS
-    done = check.python(["-m", "ios_ray", "search", "--model", check.setup.model, "--devices", device, "--batches",
+    done = check.python(["-m", "ios_ray", "search", "--model", model, "--devices", device, "--batches",
                          str(batch), "--store", str(store), "--out", str(out), "--warmup", str(warmup), "--repeat",
                          str(repeat), "--check-rounds", str(rounds), "--dtype", dtype, "--memory-format",
                          memory_format], timeout)
     from ios_ray.schedule import schedule_path
 
-    path = schedule_path(out, check.setup.model, device, batch, dtype, memory_format)
+    path = schedule_path(out, model, device, batch, dtype, memory_format)
     found = check.report["searches"][key] = {"warmup": warmup, "repeat": repeat, "wall_s": round(done.wall_s, 1),
                                              **search_figures(store, path, device, batch)}
     check.report["schedules"][key] = json.loads(path.read_text())
     if store == check.setup.store and store.stat().st_size <= KEEP_STORE_BYTES:
         shutil.copyfile(store, check.setup.out / "latency.duckdb")
     return (f"{found['stages']} stages ({found['uncaptured']} uncaptured) with warmup {warmup}, repeat {repeat}; "
-            f"check DP {found['dp_ms']:.3f} ms, sequential {found['sequential_ms']:.3f} ms in {found['rounds']} "
-            f"rounds; {found['decision']}")
+            f"{found['kernels']} kernels; check DP {found['dp_ms']:.3f} ms, sequential {found['sequential_ms']:.3f} ms "
+            f"in {found['rounds']} rounds; {found['decision']}")
 
 
 def search_figures(store: Path, schedule_path: Path, device: str, batch: int) -> dict[str, Any]:
@@ -368,6 +409,7 @@ def search_figures(store: Path, schedule_path: Path, device: str, batch: int) ->
         raise StepFailed(f"{schedule_path.name} has no end-to-end check")
     kept_ms = check.dp_ms if check.kept == "dp" else check.sequential_ms
     return {"stages": len(rows), "uncaptured": sum("uncaptured" in json.loads(info) for info in rows),
+            "kernels": schedule.kernels, "kernel_choice": schedule.params.get("kernels", {}).get("decision"),
             "dp_predicted_ms": check.dp_predicted_ms, "sequential_predicted_ms": check.sequential_predicted_ms,
             "dp_ms": check.dp_ms, "sequential_ms": check.sequential_ms, "kept": check.kept,
             "rounds": check.rounds, "decision": check.decision,
@@ -377,25 +419,27 @@ def search_figures(store: Path, schedule_path: Path, device: str, batch: int) ->
 
 def bench_step(
     check: Check, timeout: float, batch: int, dtype: str = "float32", memory_format: str = "contiguous",
-    compiled: bool = False,
+    compiled: bool = False, model: str | None = None,
 ) -> str:
-    """``ios-ray bench --json`` at one batch size, without torch.compile; ``compiled``: again with
-    ``torch.compile(mode="reduce-overhead")`` beside the other variants (its own step: compiling a large model can
-    take minutes, and must not cost the figures of the run without it)."""
+    """``ios-ray bench --json`` of ``model`` (default: the check's) at one batch size, without torch.compile;
+    ``compiled``: with ``torch.compile(mode="reduce-overhead")`` beside the other variants (at the small batch in its
+    own step, after the bench without it: compiling a large model can take minutes, and must not cost the figures of
+    the run without it)."""
     setup = check.setup
-    search, schedules, store = setup.search_of(batch, dtype, memory_format)
+    search, schedules, store = setup.search_of(batch, dtype, memory_format, model)
     if search not in check.report["searches"]:
         raise StepSkipped(f"the search {search} did not finish, so there is no schedule for it")
     compile_options = ["--compile-mode", "reduce-overhead"] if compiled else ["--no-compile"]
-    done = check.python(["-m", "ios_ray", "bench", "--model", setup.model, "--device", setup.device, "--batches",
-                         str(batch), "--schedules", str(schedules), "--store", str(store), "--rounds",
+    done = check.python(["-m", "ios_ray", "bench", "--model", model or setup.model, "--device", setup.device,
+                         "--batches", str(batch), "--schedules", str(schedules), "--store", str(store), "--rounds",
                          "2" if setup.quick else "20", "--dtype", dtype, "--memory-format", memory_format, "--json",
                          *compile_options], timeout)
     found = json.loads(done.stdout)
-    key = search.removeprefix(f"{setup.device} bs") + (f" {COMPILED}" if compiled else "")
-    check.report["bench"][key] = {"rows": found["rows"], "notes": found["notes"]}
+    check.report["bench"][setup.bench_key(batch, dtype, memory_format, model, compiled)] = {
+        "rows": found["rows"], "notes": found["notes"]}
     rows = {row["name"]: row for row in found["rows"]}
-    ios = "IOS + graph" if setup.device == "cuda" else "IOS"
+    kernels = found["rows"][0].get("kernels", "eager") if found["rows"] else "eager"
+    ios = variant_names(setup.device, kernels)["ios"]
     return (f"{len(rows)} variants; {ios} {rows[ios]['median_ms']:.3f} ms, "
             f"{rows[ios]['speedup_vs_sequential']:.2f}x sequential ({_span(rows[ios], 'vs_sequential')}), "
             f"{rows[ios]['speedup']:.2f}x eager ({_span(rows[ios], 'speedup')})"
@@ -408,56 +452,76 @@ def _span(row: dict[str, Any], name: str) -> str:
     return "no interval" if low is None or high is None else f"{low:.2f}-{high:.2f}"
 
 
-def profile_step(check: Check, timeout: float) -> str:
-    """The PyTorch profiler's tables for the DP's and the sequential schedule at the small batch."""
+def profile_step(check: Check, timeout: float, dtype: str = "float32", memory_format: str = "contiguous") -> str:
+    """The PyTorch profiler's tables for the DP's and the sequential schedule at the small batch, in ``dtype`` and
+    ``memory_format`` (under the report's ``profile`` by the search's key)."""
     setup = check.setup
     small = setup.batches[0]
-    if f"{setup.device} bs{small}" not in check.report["searches"]:
-        raise StepSkipped(f"the search at batch {small} did not finish")
-    out = setup.work / "profile.json"
+    key, schedules, store = setup.search_of(small, dtype, memory_format)
+    if key not in check.report["searches"]:
+        raise StepSkipped(f"the search {key} did not finish")
+    out = setup.work / f"profile-{key.replace(' ', '-')}.json"
+    text = setup.work / f"profile-{key.replace(' ', '-')}.txt"
     check.python([str(STEPS_SCRIPT), "profile", "--device", setup.device, "--model", setup.model, "--batch",
-                  str(small), "--store", str(setup.store), "--schedules", str(setup.schedules), "--calls",
-                  "3" if setup.quick else "20", "--out", str(out), "--text", str(setup.out / "profile.txt")], timeout)
-    found = check.report["profile"] = json.loads(out.read_text())
-    return "; ".join(f"{name}: {p['median_ms']:.3f} ms, {p['kernels_per_forward']} kernels per forward"
-                     for name, p in found.items())
+                  str(small), "--store", str(store), "--schedules", str(schedules), "--calls",
+                  "3" if setup.quick else "20", "--dtype", dtype, "--memory-format", memory_format, "--out", str(out),
+                  "--text", str(text)], timeout)
+    found = check.report["profile"][key] = json.loads(out.read_text())
+    with open(setup.out / "profile.txt", "a", encoding="utf-8") as profile_text:
+        profile_text.write(text.read_text())
+    return "; ".join(f"{name}: {p['median_ms']:.3f} ms, {p['kernels_per_forward']} kernels per forward, "
+                     f"{p['transposes_per_forward']} layout transposes" for name, p in found.items())
 
 
 def steps(setup: Setup) -> list[Step]:
     """The check's steps in order, with their time limits and the least time each is worth starting with."""
     small, large = setup.batches
     device = setup.device
-    compiles = device == "cuda" and not setup.quick  # the torch.compile target is a GPU's
+    compiles = device == "cuda" and not setup.quick  # the torch.compile targets are a GPU's
     cpu_store, cpu_out = setup.work / "cpu-latency.duckdb", setup.work / "cpu-schedules"
 
     def search(
-        batch: int, measure_s: float, dtype: str = "float32", memory_format: str = "contiguous"
+        batch: int, measure_s: float, dtype: str = "float32", memory_format: str = "contiguous",
+        model: str | None = None,
     ) -> Callable[[Check, float], str]:
-        key, out, store = setup.search_of(batch, dtype, memory_format)
+        key, out, store = setup.search_of(batch, dtype, memory_format, model)
         return partial(search_step, key=key, calibration=device, device=device, batch=batch, store=store, out=out,
-                       measure_s=measure_s, dtype=dtype, memory_format=memory_format)
+                       measure_s=measure_s, dtype=dtype, memory_format=memory_format, model=model)
 
-    # (name, time limit, least time worth starting with, what it does); the batch-1 figures (most targets) first;
-    # searches are sized to measure for about 45 and 60 s, with room in their limits where calibration was optimistic;
-    # float16 channels_last last, on time left over
+    def bench(batch: int, dtype: str = "float32", memory_format: str = "contiguous", compiled: bool = False,
+              model: str | None = None) -> Callable[[Check, float], str]:
+        return partial(bench_step, batch=batch, dtype=dtype, memory_format=memory_format,
+                       compiled=compiled and compiles, model=model)
+
+    half = " ".join(HALF_NHWC)
+    with_compile = f" {COMPILED}" if compiles else ""
+    second = setup.second_model
+    # (name, time limit, least time worth starting with, what it does); the batch-1 figures (most targets) first,
+    # torch.compile of the small batch in a step of its own after the bench without it (compiling can take minutes);
+    # searches are sized to measure for about 45 and 60 s, with room in their limits where calibration was
+    # optimistic; a short --budget-s leaves out the last steps (planned), extra ones run on time left over
     return [
         Step("environment", 40, 10, environment_step),
         Step("GPU tests", 100, 30, tests_step),
         Step(f"calibrate {device}", 60, 20, partial(calibrate_step, key=device, device=device, batches=(small, large))),
         Step(f"search {device} bs{small}", 150, 40, search(small, 45)),
-        Step(f"bench {device} bs{small}", 60, 25, partial(bench_step, batch=small)),
-        *([Step(f"bench {device} bs{small} {COMPILED}", 130, 50, partial(bench_step, batch=small, compiled=True))]
-          if compiles else []),
+        Step(f"bench {device} bs{small}", 60, 25, bench(small)),
+        *([Step(f"bench {device} bs{small} {COMPILED}", 130, 50, bench(small, compiled=True))] if compiles else []),
         Step(f"profile {device} bs{small}", 40, 15, profile_step),
-        Step(f"search {device} bs{large}", 160, 50, search(large, 60)),
-        Step(f"bench {device} bs{large}", 60, 25, partial(bench_step, batch=large)),
-        Step("calibrate host cpu", 30, 10, partial(calibrate_step, key="host cpu", device="cpu", batches=(1,))),
+        Step(f"search {device} bs{small} {half}", 120, 40, search(small, 40, *HALF_NHWC)),
+        Step(f"bench {device} bs{small} {half}{with_compile}", 130, 40, bench(small, *HALF_NHWC, compiled=True)),
+        Step(f"profile {device} bs{small} {half}", 40, 15, partial(profile_step, dtype=HALF_NHWC[0],
+                                                                    memory_format=HALF_NHWC[1])),
+        Step(f"search {device} bs{large}", 160, 50, search(large, 50)),
+        Step(f"bench {device} bs{large}{with_compile}", 130, 40, bench(large, compiled=True)),
+        *([Step(f"search {second} {device} bs{small}", 120, 40, search(small, 45, model=second), extra=True),
+           Step(f"bench {second} {device} bs{small}{with_compile}", 130, 40,
+                bench(small, compiled=True, model=second), extra=True)] if second else []),
+        Step("calibrate host cpu", 30, 10, partial(calibrate_step, key="host cpu", device="cpu", batches=(1,)),
+             extra=True),
         Step("search host cpu bs1", 100, 35, partial(search_step, key="host cpu bs1", calibration="host cpu",
                                                       device="cpu", batch=1, store=cpu_store, out=cpu_out,
-                                                      measure_s=35)),
-        Step(f"search {device} bs{small} {' '.join(HALF_NHWC)}", 120, 45, search(small, 45, *HALF_NHWC), extra=True),
-        Step(f"bench {device} bs{small} {' '.join(HALF_NHWC)}", 60, 20,
-             partial(bench_step, batch=small, dtype=HALF_NHWC[0], memory_format=HALF_NHWC[1]), extra=True),
+                                                      measure_s=35), extra=True),
     ]
 
 
@@ -481,6 +545,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, help="folder for stores and schedules (default: a temporary one)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--model", default="inception_v3")
+    parser.add_argument("--second-model", default=None, help="a second model searched and benched at the small "
+                        "batch on time left over (default: randwire on a GPU, none with --quick)")
     parser.add_argument("--quick", action="store_true", help="tiny repeats, small batches, no torch.compile: "
                         "exercises the pipeline, validates nothing")
     parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="seconds by which all is done")
@@ -490,7 +556,8 @@ def main(argv: list[str] | None = None) -> int:
         print(problem, file=sys.stderr)
         return 2
     work = args.work or Path(tempfile.mkdtemp(prefix="ios-ray-gpu-check-"))
-    setup = Setup(args.device, args.model, args.quick, args.out, work, args.budget_s)
+    second = args.second_model or (None if args.quick else DEFAULT_SECOND_MODEL)
+    setup = Setup(args.device, args.model, args.quick, args.out, work, args.budget_s, second)
     check = Check(setup, " ".join(["bench/gpu_check.py", *(argv if argv is not None else sys.argv[1:])]))
     print(f"gpu_check: {check.report['kind']}; report in {setup.out}, working files in {work}", flush=True)
     complete = check.run_all(steps(setup))

@@ -12,8 +12,9 @@
   time with 1, 2, 4 and 8 copies per graph and uncaptured (eager), which shows how much a replay's start-up and the
   host's launches weigh.
 * ``profile``: the DP's schedule (recomputed from the store, so it is there even where the search kept sequential)
-  and the sequential schedule, each run as deployed, under the PyTorch profiler: a key_averages table per schedule
-  and, per forward, the kernels launched and the device time they sum to.
+  and the sequential schedule, each run as deployed (with the search's kernels), under the PyTorch profiler: a
+  key_averages table per schedule and, per forward, the kernels launched, how many of them are cuDNN's layout
+  transposes, and the device time they sum to.
 """
 
 from __future__ import annotations
@@ -40,13 +41,14 @@ from ios_ray.app.bench import baseline_schedule
 from ios_ray.app.cli_util import store_lookup
 from ios_ray.app.evaluation import predicted_ms
 from ios_ray.devices import parse_device
-from ios_ray.frontend import import_model, import_module
+from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
 from ios_ray.models import resolve_model
 from ios_ray.profiler.fingerprint import cpu_info, gpu_info
 from ios_ray.profiler.jobs import MeasureJob, ModelSource
 from ios_ray.profiler.real import RealBackend, random_inputs
-from ios_ray.runtime import Program, ScheduleRunner, compile_stage, make_lanes, measure_latency
+from ios_ray.dtypes import in_memory_format, torch_dtype
+from ios_ray.runtime import Program, Programs, ScheduleRunner, compile_stage, make_lanes, measure_latency
 from ios_ray.runtime.cuda_graph import CaptureError
 from ios_ray.runtime.timing import graph_samples_ms
 from ios_ray.runtime.timing import samples_ms
@@ -168,31 +170,32 @@ def _copies(graph: Graph, model: str, chosen: list[PlannedStage], batch: int) ->
 
 
 def profile(
-    device: str, model: str, batch: int, store: Path, schedules: Path, text: Path, calls: int = 20
+    device: str, model: str, batch: int, store: Path, schedules: Path, text: Path, calls: int = 20,
+    dtype: str = "float32", memory_format: str = "contiguous",
 ) -> dict[str, Any]:
-    """The DP's and the sequential schedule run as deployed, timed and then profiled over ``calls`` forwards each;
-    writes the tables to ``text`` and returns, per schedule, its stages, median latency, kernels and device time
-    per forward."""
+    """The DP's and the sequential schedule run as deployed (in ``dtype`` and ``memory_format``, with the kernels of
+    the search's schedule), timed and then profiled over ``calls`` forwards each; writes the tables to ``text`` and
+    returns, per schedule, its stages, median latency, kernels, layout transposes and device time per forward."""
     spec = resolve_model(model)
     target = torch.device(device)
-    torch.manual_seed(0)
-    module = spec.build().eval().to(target)
-    imported = import_module(module, torch.randn(1, *spec.input_shape, device=target), spec.name)
-    program = Program.from_imported(imported, target)
-    kept = read_schedule(schedule_path(schedules, model, device, batch))
+    imported = import_model(model, dtype=dtype, memory_format=memory_format)
+    kept = read_schedule(schedule_path(schedules, model, device, batch, dtype, memory_format))
+    program = Programs(imported)(target, kept.kernels)
     named = {"DP schedule": dp_schedule(imported.graph, kept, store),
              "sequential schedule": baseline_schedule(imported.graph, kept, "sequential")}
-    x = torch.randn(batch, *spec.input_shape, device=target)
+    x = in_memory_format(torch.randn(batch, *spec.input_shape, device=target, dtype=torch_dtype(dtype)),
+                         memory_format)
     keys, lookup = StageKeys(imported.graph), store_lookup(store)
     summary, sections = {}, []
     for name, schedule in named.items():
         runner = ScheduleRunner(program, schedule, target)
         median = measure_latency(runner, x, 3, calls, target)[0]
-        table, kernels, busy_ms = _profiled(runner, x, calls)
+        table, kernels, transposes, busy_ms = _profiled(runner, x, calls)
         found = summary[name] = {
             "stages": len(schedule.stages), "multi_group_stages": sum(len(s.groups) > 1 for s in schedule.stages),
-            "median_ms": median, "predicted_ms": predicted_ms(schedule, keys, lookup, batch) if lookup else None,
-            "kernels_per_forward": kernels, "kernel_ms_per_forward": busy_ms}
+            "kernels": kept.kernels, "median_ms": median,
+            "predicted_ms": predicted_ms(schedule, keys, lookup, batch) if lookup else None,
+            "kernels_per_forward": kernels, "transposes_per_forward": transposes, "kernel_ms_per_forward": busy_ms}
         sections.append(_section(name, model, target, batch, found, table))
     text.write_text("\n".join(sections))
     return summary
@@ -200,9 +203,10 @@ def profile(
 
 def _section(name: str, model: str, target: torch.device, batch: int, found: dict[str, Any], table: str) -> str:
     """One schedule's part of profile.txt: what ran, its latency and prediction, then the profiler's table."""
-    how = "in a CUDA graph" if target.type == "cuda" else "no graph"
-    kernels = (f"; per forward {found['kernels_per_forward']} kernels summing to {found['kernel_ms_per_forward']} ms "
-               "of device time (more than the latency where groups overlap)") if target.type == "cuda" else ""
+    how = f"{found['kernels']} kernels, " + ("in a CUDA graph" if target.type == "cuda" else "no graph")
+    kernels = (f"; per forward {found['kernels_per_forward']} kernels ({found['transposes_per_forward']} of them "
+               f"layout transposes) summing to {found['kernel_ms_per_forward']} ms of device time (more than the "
+               "latency where groups overlap)") if target.type == "cuda" else ""
     predicted = "-" if found["predicted_ms"] is None else f"{found['predicted_ms']:.3f}"
     return (f"== {name} of {model} on {target.type}, batch {batch}, run as deployed ({how}): {found['stages']} stages "
             f"({found['multi_group_stages']} with several groups), median {found['median_ms']:.3f} ms, predicted "
@@ -215,19 +219,29 @@ def dp_schedule(graph: Graph, like: Schedule, store: Path) -> Schedule:
     params = SearchParams.from_json(like.params)
     keys = StageKeys(graph)
     plan = plan_graph(graph, params, keys)
-    table = LatencyStore(store, create=False).lookup(list(plan.stages), like.device_fingerprint, like.batch)
+    table = LatencyStore(store, create=False).lookup(list(plan.stages), like.device_fingerprint, like.batch,
+                                                     like.dtype)
     result = optimize_graph(graph, TableLatency(keys, table, missing=math.inf), params)
     return Schedule(like.model, graph.fingerprint, like.device, like.batch, result.schedules, like.dtype,
-                    like.device_fingerprint, like.device_info, dict(like.params), like.source)
+                    like.device_fingerprint, like.device_info, dict(like.params), like.source,
+                    memory_format=like.memory_format, kernels=like.kernels)
 
 
 #: Device events that are copies or fills, not kernels (the graph's input copied in, its output copied out).
 _COPIES = ("Memcpy", "Memset")
+#: What cuDNN names the kernels that transpose activations between NCHW and NHWC around its NHWC convolutions.
+LAYOUT_TRANSPOSES = ("nchwToNhwc", "nhwcToNchw")
 
 
-def _profiled(runner: ScheduleRunner, x: torch.Tensor, calls: int) -> tuple[str, float | None, float | None]:
-    """The key_averages table of ``calls`` forwards, and per forward the kernels (copies and fills left out) and their
-    summed device time."""
+def is_layout_transpose(kernel: str) -> bool:
+    """Whether a profiled kernel's name is one of cuDNN's layout transposes."""
+    return any(name in kernel for name in LAYOUT_TRANSPOSES)
+
+
+def _profiled(runner: ScheduleRunner, x: torch.Tensor, calls: int
+              ) -> tuple[str, float | None, float | None, float | None]:
+    """The key_averages table of ``calls`` forwards, and per forward the kernels (copies and fills left out), the
+    layout transposes among them and their summed device time."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
@@ -244,12 +258,14 @@ def _profiled(runner: ScheduleRunner, x: torch.Tensor, calls: int) -> tuple[str,
         table = averages.table(sort_by="self_device_time_total" if cuda else "self_cpu_time_total", row_limit=20,
                                max_name_column_width=60)
     except Exception as exc:  # noqa: BLE001 - a profiler that fails here still leaves the latencies
-        return f"the PyTorch profiler failed: {type(exc).__name__}: {exc}", None, None
+        return f"the PyTorch profiler failed: {type(exc).__name__}: {exc}", None, None, None
     if not cuda:
-        return table, None, None
+        return table, None, None, None
     kernels = [e for e in averages if e.device_type == DeviceType.CUDA and not e.key.startswith(_COPIES)]
     busy_us = sum(e.self_device_time_total for e in kernels)
-    return table, round(sum(e.count for e in kernels) / calls, 1), round(busy_us / calls / 1e3, 4)
+    transposes = sum(e.count for e in kernels if is_layout_transpose(e.key))
+    return (table, round(sum(e.count for e in kernels) / calls, 1), round(transposes / calls, 1),
+            round(busy_us / calls / 1e3, 4))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -265,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", type=Path)
     parser.add_argument("--schedules", type=Path)
     parser.add_argument("--text", type=Path)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--memory-format", default="contiguous")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.step == "env":
@@ -272,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.step == "calibrate":
         found = calibrate(args.device, args.model, [int(b) for b in args.batches.split(",")], args.sample)
     else:
-        found = profile(args.device, args.model, args.batch, args.store, args.schedules, args.text, args.calls)
+        found = profile(args.device, args.model, args.batch, args.store, args.schedules, args.text, args.calls,
+                        args.dtype, args.memory_format)
     args.out.write_text(json.dumps(found, indent=1))
     return 0
 

@@ -84,3 +84,8 @@ def settings_named(dtype: str, memory_format: str) -> tuple[str, ...]:
     file names and titles add, e.g. ``("float16", "channels_last")``."""
     defaults = (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT)
     return tuple(setting for setting, default in zip((dtype, memory_format), defaults) if setting != default)
+
+
+def kernel_named(name: str, kernels: str) -> str:
+    """A schedule's name with the kernels it runs with where they are not eager: ``IOS fused``, ``sequential``."""
+    return name if kernels == EAGER_KERNELS else f"{name} {kernels}"

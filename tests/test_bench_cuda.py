@@ -44,3 +44,17 @@ def test_bench_runs_every_gpu_baseline_side_by_side(tmp_path: Path) -> None:
         assert rows["eager"].speedup == 1.0 and result.notes == ("torch.compile skipped (--no-compile)",)
         for row in rows.values():
             assert 0 < row.p10_ms <= row.median_ms <= row.p90_ms and row.error <= GPU_FLOAT32_TOLERANCE
+
+
+def test_bench_names_the_schedules_for_their_fused_kernels(tmp_path: Path) -> None:
+    module = tiny().cuda()
+    graph = import_module(module, torch.randn(1, *Tiny.input_shape, device="cuda"), "tiny").graph
+    schedule = make_schedule(graph, BUILDERS["ios_like"], 2, device="cuda", model="tiny", kernels="fused")
+    save_schedule(schedule, tmp_path / "tiny" / "cuda" / "bs2.json")
+    [result] = bench_model(module, "tiny", Tiny.input_shape, "cuda", torch.device("cuda"), [2], tmp_path, None,
+                           rounds=3, compile_modes=())
+    rows = {row.name: row for row in result.rows}
+    assert list(rows) == ["eager", "eager + graph", "sequential fused + graph", "greedy fused + graph", "IOS fused",
+                          "IOS fused + graph"]
+    assert result.baseline == "sequential fused + graph"
+    assert all(row.error <= GPU_FLOAT32_TOLERANCE for row in rows.values())

@@ -22,6 +22,7 @@ import bench.gpu_check as gpu_check_module
 from bench import gpu_steps
 from bench.gpu_check import SAFETY, Completed, choose_protocol, run_command
 from bench.gpu_report import Target, markdown, targets
+from ios_ray.vocabulary import kernel_named
 from ios_ray.cli import app
 from ios_ray.profiler.fingerprint import GPU_TIMING
 
@@ -109,6 +110,36 @@ def test_targets_are_judged_from_the_figures_and_missing_ones_are_said_so() -> N
     assert {t.result for t in targets(report)} == {"n/a", "-"}
 
 
+def test_the_compile_and_layout_targets_read_their_own_runs_and_the_kernels_the_search_chose() -> None:
+    def fused(bench: dict) -> dict:
+        for row in bench["rows"]:
+            row.update(kernels="fused", name=row["name"].replace("IOS", "IOS fused").replace("sequential",
+                                                                                           "sequential fused"))
+        return bench
+
+    profile = {"DP schedule": {"transposes_per_forward": 0.0}, "sequential schedule": {"transposes_per_forward": 0.0}}
+    report = {"device": "cuda", "quick": False, "batches": [1, 32], "wall_s": 400.0, "tests": None,
+              "bench": {"1": fused(bench_rows(ios=1.0, seq=1.3, eager=1.6, compiled=None, predicted=1.0)),
+                        "1 torch.compile": fused(bench_rows(ios=1.0, seq=1.3, eager=1.6, compiled=1.4, predicted=1.0)),
+                        "1 float16 channels_last torch.compile": fused(
+                            bench_rows(ios=1.0, seq=1.2, eager=1.6, compiled=1.2, predicted=1.0)),
+                        "32 torch.compile": bench_rows(ios=1.0, seq=1.1, eager=1.2, compiled=1.05, predicted=1.0),
+                        "randwire 1 torch.compile": bench_rows(ios=1.0, seq=1.5, eager=2, compiled=0.8,
+                                                               predicted=1.0)},
+              "profile": {"cuda bs1": profile, "cuda bs1 float16 channels_last": {
+                  **profile, "DP schedule": {"transposes_per_forward": 12.0}}}}
+    found = {t.what: t for t in targets(report)}
+    assert found["IOS + graph vs sequential + graph, batch 1"].result == "PASS"  # found as "IOS fused + graph"
+    assert found["IOS + graph vs torch.compile reduce-overhead, batch 1"].figure == pytest.approx(1.4)
+    assert found["IOS + graph vs torch.compile reduce-overhead, batch 1"].result == "PASS"  # 1.4 >= 1.3
+    assert found["IOS + graph vs torch.compile reduce-overhead, batch 1 float16 channels_last"].result == "MISS"
+    assert found["IOS + graph vs torch.compile reduce-overhead, batch 32"].result == "PASS"  # 1.05 >= 1.0
+    assert found["cuDNN layout transposes per forward, DP schedule, batch 1"].result == "PASS"
+    assert found["cuDNN layout transposes per forward, DP schedule, batch 1 float16 channels_last"].result == "MISS"
+    assert found["randwire 1: IOS + graph vs torch.compile reduce-overhead"].figure == pytest.approx(0.8)
+    assert found["randwire 1: IOS + graph vs torch.compile reduce-overhead"].result == "-"  # shown, no target
+
+
 def test_the_report_shows_the_gpu_and_the_copies_calibration(monkeypatch: pytest.MonkeyPatch) -> None:
     props = SimpleNamespace(name="NVIDIA H100 80GB HBM3", major=9, minor=0, multi_processor_count=132,
                             total_memory=80 << 30)
@@ -184,6 +215,27 @@ def test_searches_are_sized_for_the_stages_a_lazy_search_measures() -> None:
     assert gpu_check_module.search_protocol(check, "cuda", "cuda", 1, 45.0) == (1, 3)
 
 
+def test_a_short_budget_leaves_out_the_last_steps_never_the_first(tmp_path: Path) -> None:
+    setup = gpu_check_module.Setup("cuda", "inception_v3", False, tmp_path / "out", tmp_path / "work", 320.0,
+                                   "randwire")
+    steps = gpu_check_module.steps(setup)
+    kept = gpu_check_module.planned(steps, setup.budget_s)
+    names = [step.name for step in kept]
+    assert names[:4] == ["environment", "GPU tests", "calibrate cuda", "search cuda bs1"]
+    assert names == [step.name for step in steps if not step.extra][:len(names)]  # a prefix, in order
+    assert sum(step.need_s for step in kept) + gpu_check_module.STOP_GRACE_S <= 320
+    assert len(kept) < len([step for step in steps if not step.extra])  # the last ones left out
+    check = gpu_check_module.Check(setup, "test")
+    limits: dict[str, float] = {}
+    for step in steps:  # nothing runs: each step only records the time it was given
+        object.__setattr__(step, "run", lambda _, timeout, name=step.name: str(limits.setdefault(name, timeout)))
+    check.run_all(steps)
+    assert limits["environment"] >= 10 and limits["GPU tests"] >= 30  # each keeps its least time, at the start too
+    statuses = {entry["name"]: entry["status"] for entry in check.report["steps"]}
+    assert statuses["environment"] == statuses["GPU tests"] == "ok"
+    assert statuses[f"bench cuda bs32 {gpu_check_module.COMPILED}"] == "skipped"
+
+
 def test_extra_steps_run_on_time_left_over_and_keep_none_from_the_steps_before(tmp_path: Path) -> None:
     setup = gpu_check_module.Setup("cpu", "m", True, tmp_path / "out", tmp_path / "work", 100.0)
     check = gpu_check_module.Check(setup, "test")
@@ -236,19 +288,22 @@ def test_the_whole_pipeline_runs_on_the_cpu_with_tiny_repeats(
     assert sorted(p.name for p in out.iterdir()) == ["latency.duckdb", "log.txt", "profile.txt", "report.json",
                                                      "report.md"]
     report = json.loads((out / "report.json").read_text())
-    assert [s["status"] for s in report["steps"]] == ["ok"] * 12, report["steps"]
+    assert [s["status"] for s in report["steps"]] == ["ok"] * 13, report["steps"]
     assert report["environment"]["cpu"]["cores"] >= 1 and "gpu" not in report["environment"]  # no GPU figure
     assert set(report["searches"]) == {"cpu bs1", "cpu bs2", "host cpu bs1", "cpu bs1 float16 channels_last"}
     for search in report["searches"].values():
         assert search["stages"] > 0 and search["kept"] in ("dp", "sequential") and search["dp_ms"] > 0
-        assert (search["warmup"], search["repeat"]) == (0, 1)
+        assert (search["warmup"], search["repeat"]) == (0, 1) and search["kernels"] in ("eager", "fused")
     for batch in ("1", "2", "1 float16 channels_last"):
-        assert [row["name"] for row in report["bench"][batch]["rows"]] == ["eager", "sequential", "greedy", "IOS"]
+        kernels = report["bench"][batch]["rows"][0]["kernels"]
+        assert [row["name"] for row in report["bench"][batch]["rows"]] == [
+            "eager", *(kernel_named(name, kernels) for name in ("sequential", "greedy", "IOS"))]
     [half] = (tmp_path / "work" / "float16-channels_last-schedules").rglob("*.json")
     assert half.name == "bs1-float16-channels_last.json"
     assert (json.loads(half.read_text())["dtype"], json.loads(half.read_text())["memory_format"]) == (
         "float16", "channels_last")
-    assert set(report["profile"]) == {"DP schedule", "sequential schedule"}
+    assert set(report["profile"]) == {"cpu bs1", "cpu bs1 float16 channels_last"}
+    assert all(set(found) == {"DP schedule", "sequential schedule"} for found in report["profile"].values())
     assert {t["result"] for t in report["targets"]} <= {"n/a", "-"}
     text = (out / "report.md").read_text()
     assert "not a validation" in text and "no target applies" in text

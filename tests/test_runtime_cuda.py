@@ -20,6 +20,7 @@ from ios_ray.ir import GRAPH_INPUT
 from ios_ray.runtime import Program, ScheduledModule, ScheduleRunner, compile_stage, make_lanes, measure_latency
 from ios_ray.runtime.stages import ParallelStage
 from ios_ray.runtime.streams import StreamFork
+from bench.gpu_steps import is_layout_transpose
 from tests.helpers import randomise_batchnorm, relative_error, tf32
 from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
 from ios_ray.zoo import ZOO
@@ -130,3 +131,42 @@ def test_measure_latency_on_cuda(program: Program) -> None:
     runner = ScheduleRunner(program, make_schedule(program.graph, BUILDERS["sequential"], 1), "cuda")
     median, p10, p90 = measure_latency(runner, torch.randn(1, *SHAPE, device="cuda"), 2, 5, "cuda")
     assert 0 < p10 <= median <= p90
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_scheduled_inception_with_fused_kernels_equals_eager_on_cuda(dtype: torch.dtype) -> None:
+    """Fused kernels on a GPU: activations channels-last, ReLU convs through cuDNN's fused op, in CUDA graphs."""
+    torch.manual_seed(0)
+    model = randomise_batchnorm(ZOO["inception_v3"].build()).cuda().to(dtype)
+    graph = import_module(model, example_input(model, (3, 299, 299))).graph
+    name = str(dtype).removeprefix("torch.")
+    schedules = [dataclasses.replace(make_schedule(graph, BUILDERS["ios_like"], b, device="cuda", model="inception_v3",
+                                                   kernels="fused"), dtype=name) for b in (1, 4)]
+    scheduled = ScheduledModule(model, schedules)
+    tolerance = GPU_FLOAT32_TOLERANCE if dtype == torch.float32 else HALF_TOLERANCE[dtype]
+    for batch in (1, 4, 4):
+        x = torch.randn(batch, 3, 299, 299, device="cuda", dtype=dtype)
+        with torch.no_grad():
+            got = scheduled(x)
+            assert relative_error(got, model(x)) <= tolerance
+
+
+def test_fused_kernels_launch_no_layout_transposes_on_cuda() -> None:
+    """In float32 NCHW cuDNN transposes around its NHWC kernels; fused kernels hold activations NHWC throughout."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    model = ZOO["inception_v3"].build().cuda().eval()
+    imported = import_module(model, torch.randn(1, 3, 299, 299, device="cuda"))
+    x = torch.randn(1, 3, 299, 299, device="cuda")
+    transposes = {}
+    for kernels in ("eager", "fused"):
+        program = Program.from_imported(imported, "cuda", kernels)
+        runner = ScheduleRunner(program, make_schedule(imported.graph, BUILDERS["sequential"], 1, kernels=kernels),
+                                "cuda", cuda_graph=False)
+        runner(x)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            runner(x)
+            torch.cuda.synchronize()
+        transposes[kernels] = sum(e.count for e in prof.key_averages() if is_layout_transpose(e.key))
+    assert transposes["fused"] == 0, transposes

@@ -33,7 +33,7 @@ from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import Imported, import_module, output_tensor
 from ios_ray.ir import Graph
 from ios_ray.paired import median_interval, ratios_of
-from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, EAGER_KERNELS
+from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, EAGER_KERNELS, kernel_named
 from ios_ray.runtime import Programs, ScheduleRunner, read_schedules
 from ios_ray.runtime.cuda_graph import CapturedForward
 from ios_ray.runtime.schedule_set import pick_batch
@@ -134,11 +134,6 @@ def bench_model(
         baseline = sequential_baseline(target.type, ios.kernels)
         rows = bench_rows([*variants, *compiled], x, keys, lookup, baseline, rounds=rounds)
         yield BenchResult(name, device, batch, ios, baseline, tuple(rows), tuple(notes))
-
-
-def kernel_named(name: str, kernels: str) -> str:
-    """A schedule's variant name with its kernels where they are not eager: ``IOS fused``."""
-    return name if kernels == EAGER_KERNELS else f"{name} {kernels}"
 
 
 def sequential_baseline(device_type: str, kernels: str = EAGER_KERNELS) -> str:

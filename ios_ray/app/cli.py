@@ -312,7 +312,8 @@ def bench(
         check = result.schedule.end_to_end
         context = {"model": result.model, "device": result.device, "schedule_batch": result.schedule.batch,
                    "search_kept": check.kept if check is not None else None,
-                   "search_decision": check.decision if check is not None else None, "baseline": result.baseline}
+                   "search_decision": check.decision if check is not None else None, "baseline": result.baseline,
+                   "kernels": result.schedule.kernels}
         report["rows"] += [{**context, **dataclasses.asdict(row)} for row in result.rows]
         report["notes"] += list(result.notes)
     if as_json:

@@ -1,0 +1,149 @@
+"""Fused kernels on this CPU: IOS with fused kernels against IOS with eager ones (as before) and torch.compile.
+
+Two parts (``--part``):
+
+* ``side-by-side``: for each model and batch size, a search with ``kernels="eager"`` (the IOS schedule as ios-ray
+  found it before fused kernels) and one with ``kernels="fused"``, each on a store of its own; then, in one process
+  and in interleaved rounds, eager, the eager search's IOS schedule with eager kernels ("IOS eager"), the fused
+  search's with fused kernels ("IOS fused") and ``torch.compile`` (default mode). Ratios are per round, with 95%
+  intervals (:func:`~ios_ray.paired.median_interval`). Target: IOS fused never slower than IOS eager beyond noise
+  (the interval of fused / eager not wholly above 1).
+* ``ios-ray-bench``: what a user runs: ``ios-ray search`` (default kernels: ``auto``) and ``ios-ray bench`` on
+  SqueezeNet at batch 1, in fresh processes. Target: the IOS row (named for its kernels) within 10% of
+  ``torch.compile``'s median, or faster.
+
+Run: python bench/kernels.py [--models inception_v3,squeezenet] [--batches 1,8] [--rounds 30]
+(about 15 minutes on 2 cores with the defaults; exit code 1 when a target is missed)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+import ios_ray  # noqa: E402
+from bench.verdict import run_parts  # noqa: E402
+from ios_ray.app.bench import compiled_variants, relative_error  # noqa: E402
+from ios_ray.frontend import import_model, load_model  # noqa: E402
+from ios_ray.paired import REPORT_CONFIDENCE, median_interval, percent, ratios_of  # noqa: E402
+from ios_ray.runtime import Programs, ScheduleRunner  # noqa: E402
+from ios_ray.runtime.timing import interleaved_samples_ms, summary_ms  # noqa: E402
+from ios_ray.schedule import Schedule  # noqa: E402
+
+#: IOS fused may be at most this much slower than torch.compile's median in ``ios-ray bench`` (issue 44).
+COMPILE_MARGIN = 1.10
+
+
+def side_by_side(models: list[str], batches: list[int], rounds: int, folder: Path, console: Console
+                 ) -> tuple[Table, bool]:
+    """Search each model with eager and with fused kernels, then time both IOS schedules beside eager and
+    torch.compile."""
+    table = Table("model", "batch", "eager ms", "IOS eager ms", "IOS fused ms", "torch.compile ms",
+                  f"IOS fused / IOS eager ({percent(REPORT_CONFIDENCE)})",
+                  f"IOS fused / torch.compile ({percent(REPORT_CONFIDENCE)})", "max rel err", "target",
+                  title="fused kernels against eager ones and torch.compile (CPU, interleaved rounds)")
+    passed = True
+    for model in models:
+        loaded = load_model(model)
+        module = loaded.module.eval()
+        programs = Programs(import_model(loaded))
+        for batch in batches:
+            kept = {kernels: _search(model, batch, kernels, folder, console) for kernels in ("eager", "fused")}
+            x = torch.randn(batch, *loaded.input_shape)
+            calls = {"eager": module, **{f"IOS {k}": ScheduleRunner(programs("cpu", k), s) for k, s in kept.items()}}
+            compiled, notes = compiled_variants(module, x, ("default",))
+            calls |= {v.name: v.forward for v in compiled}
+            for note in notes:
+                console.print(f"{model} bs{batch}: {note}")
+            with torch.inference_mode():
+                expected = module(x)
+                error = max(relative_error(call(x), expected) for call in calls.values())
+            samples = interleaved_samples_ms({n: (lambda c=c: c(x)) for n, c in calls.items()}, "cpu", 3, rounds)
+            versus_eager = median_interval(ratios_of(samples["IOS fused"], samples["IOS eager"]))
+            versus_compile = (median_interval(ratios_of(samples["IOS fused"], samples["torch.compile"]))
+                              if "torch.compile" in samples else None)
+            ok = versus_eager.low is not None and versus_eager.low <= 1
+            passed &= ok
+            medians = {name: summary_ms(times)[0] for name, times in samples.items()}
+            table.add_row(model, str(batch), *(f"{medians[n]:.2f}" if n in medians else "-" for n in (
+                "eager", "IOS eager", "IOS fused", "torch.compile")), _cell(versus_eager), _cell(versus_compile),
+                f"{error:.1e}", "PASS" if ok else "FAIL")
+    return table, passed
+
+
+def bench_command(rounds: int, folder: Path, console: Console) -> tuple[Table, bool]:
+    """``ios-ray search`` and ``ios-ray bench`` on SqueezeNet at batch 1, as a user runs them."""
+    store, out = folder / "cli-latency.duckdb", folder / "cli-schedules"
+    common = ["--model", "squeezenet", "--batches", "1", "--store", str(store)]
+    _ios_ray("search", *common, "--devices", "cpu", "--out", str(out))
+    found = json.loads(_ios_ray("bench", *common, "--device", "cpu", "--schedules", str(out), "--rounds", str(rounds),
+                                "--json"))
+    rows = {row["name"]: row for row in found["rows"]}
+    ios = next(name for name in rows if name.startswith("IOS"))
+    ratio = rows[ios]["median_ms"] / rows["torch.compile"]["median_ms"]
+    ok = ratio <= COMPILE_MARGIN
+    table = Table("variant", "median ms", "p10 ms", "p90 ms", "vs eager (95%)", title="ios-ray bench --model "
+                  f"squeezenet --batches 1 (CPU): {ios} / torch.compile medians {ratio:.3f}, target <= "
+                  f"{COMPILE_MARGIN}: {'PASS' if ok else 'FAIL'}")
+    for name, row in rows.items():
+        span = ("" if row["speedup_low"] is None else f" ({row['speedup_low']:.2f}-{row['speedup_high']:.2f})")
+        table.add_row(name, f"{row['median_ms']:.2f}", f"{row['p10_ms']:.2f}", f"{row['p90_ms']:.2f}",
+                      f"{row['speedup']:.2f}x{span}")
+    for note in found["notes"]:
+        console.print(note)
+    return table, ok
+
+
+def _search(model: str, batch: int, kernels: str, folder: Path, console: Console) -> Schedule:
+    """The schedule a search with ``kernels`` keeps, on a store of its own."""
+    result = ios_ray.search(model, ["cpu"], [batch], store=folder / f"{model}-{kernels}.duckdb", kernels=kernels,
+                            progress=False)
+    outcome = result["cpu", batch]
+    console.print(f"{model} bs{batch} {kernels}: {outcome.measured} stages measured in {outcome.wall_s:.0f} s; "
+                  f"{outcome.end_to_end.decision if outcome.end_to_end else 'no check'}")
+    return outcome.schedule
+
+
+def _cell(interval: object) -> str:
+    """A ratio and its interval, or '-'."""
+    if interval is None:
+        return "-"
+    return f"{interval.median:.3f} ({interval.span})"  # type: ignore[attr-defined]
+
+
+def _ios_ray(*args: str) -> str:
+    """Run one ios-ray command in a fresh process; its stdout, or RuntimeError with its output."""
+    done = subprocess.run([sys.executable, "-m", "ios_ray", *args], capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"ios-ray {args[0]} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def main() -> int:
+    """Run the parts; exit status 0 when every target of what ran is met."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="inception_v3,squeezenet")
+    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--part", choices=("side-by-side", "ios-ray-bench"))
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="ios-ray-kernels-"))
+    models, batches = args.models.split(","), [int(b) for b in args.batches.split(",")]
+    return run_parts({
+        "side-by-side": lambda console: side_by_side(models, batches, args.rounds, folder, console),
+        "ios-ray-bench": lambda console: bench_command(args.rounds, folder, console),
+    }, args.part, width=200)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
