@@ -102,6 +102,35 @@ class PairedTiming:
         return len(self.first_ms)
 
 
+@dataclass(frozen=True)
+class ContestTiming:
+    """Several callables timed in rounds against a baseline (:func:`~ios_ray.runtime.compare.contest`): each one's ms
+    per round it ran (one dropped at the first look stops there), and each candidate's ratio over the baseline, at
+    the rounds both ran, with its interval."""
+
+    times_ms: dict[str, tuple[float, ...]]
+    baseline: str
+    ratios: dict[str, RatioInterval]
+
+    @property
+    def rounds(self) -> int:
+        """How many rounds the baseline ran (the most any callable ran)."""
+        return len(self.times_ms[self.baseline])
+
+    @property
+    def kept(self) -> str:
+        """The candidate kept: of those faster than the baseline beyond noise, the one of the lowest median ratio;
+        the baseline where none is."""
+        faster = [name for name, ratio in self.ratios.items() if ratio.verdict == FASTER]
+        return min(faster, key=lambda name: self.ratios[name].median) if faster else self.baseline
+
+
+def contest_confidence(confidence: float, candidates: int) -> float:
+    """The confidence of each of ``candidates`` intervals against one baseline such that all of them hold together
+    at ``confidence`` (Bonferroni): a contest may keep any of them, so each chance to miss must be shared."""
+    return 1 - (1 - confidence) / max(candidates, 1)
+
+
 def percent(confidence: float) -> str:
     """A confidence in words: ``99.9%``, ``95%``."""
     return f"{confidence * 100:.4g}%"

@@ -50,12 +50,43 @@ class BlockSchedule:
         return float(sum(self.latencies))  # type: ignore[arg-type]
 
 
+#: The schedules an end-to-end check may run, by their names in files, and as a reader reads them: the DP's, its
+#: alternatives that run fewer stages or fewer groups at once, greedy, and sequential (the baseline).
+CANDIDATES = {"dp": "IOS", "dp-fewer-stages": "IOS with fewer stages", "dp-fewer-groups": "IOS with fewer groups",
+              "greedy": "greedy", "sequential": "sequential"}
+
+
+@dataclass(frozen=True)
+class CandidateRun:
+    """One schedule as the end-to-end check ran it: its median ms over the rounds it ran, its prediction (the sum of
+    its stage latencies) and corrected prediction (:mod:`~ios_ray.scheduler.correction`; None: no correction), and
+    its ratio over sequential with its interval (None for sequential itself)."""
+
+    name: str
+    ms: float
+    rounds: int
+    predicted_ms: float | None = None
+    corrected_ms: float | None = None
+    ratio: RatioInterval | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON form."""
+        found: dict[str, Any] = {"name": self.name, "ms": self.ms, "rounds": self.rounds,
+                                 "predicted_ms": self.predicted_ms, "corrected_ms": self.corrected_ms}
+        if self.ratio is not None:
+            found |= {"ratio": self.ratio.median, "ratio_low": self.ratio.low, "ratio_high": self.ratio.high}
+        return found
+
+
 @dataclass(frozen=True)
 class EndToEnd:
-    """The search's end-to-end check: the DP's schedule and the sequential one timed whole in paired rounds on the
-    device (:mod:`ios_ray.paired`), their median times beside their predictions (sums of stage latencies), and the
-    ratio DP / sequential with its interval. The file keeps the DP's schedule only where that interval lies wholly
-    below 1. ``ratio`` is None in files written before checks were paired; theirs kept the lower median."""
+    """The search's end-to-end check: the DP's schedule, its alternatives, greedy and the sequential schedule timed
+    whole in rounds on the device (:mod:`ios_ray.paired`), with the DP's and sequential's median times beside their
+    predictions (sums of stage latencies) and the ratio DP / sequential with its interval, and each candidate that ran
+    (``candidates``). The file keeps the candidate of the lowest median among those faster than sequential beyond
+    noise (``kept_name``), else sequential. Files written before candidates ran only the DP's and the sequential
+    schedule and keep the DP's where its interval lies wholly below 1; ``ratio`` is None in files written before
+    checks were paired, which kept the lower median."""
 
     rounds: int
     dp_ms: float
@@ -63,43 +94,82 @@ class EndToEnd:
     dp_predicted_ms: float | None = None
     sequential_predicted_ms: float | None = None
     ratio: RatioInterval | None = None
+    candidates: tuple[CandidateRun, ...] = ()
+    kept_name: str | None = None
 
     @property
     def kept(self) -> str:
-        """``"dp"`` or ``"sequential"``."""
+        """The name of the schedule kept (:data:`CANDIDATES`: ``dp``, ``greedy``, ``sequential``...)."""
+        if self.kept_name is not None:
+            return self.kept_name
         if self.ratio is None:
             return "sequential" if self.sequential_ms < self.dp_ms else "dp"
         return "dp" if self.ratio.verdict == FASTER else "sequential"
 
     @property
+    def deciding(self) -> RatioInterval | None:
+        """The interval the decision rests on: the kept candidate's over sequential, or where sequential was kept
+        that of the candidate that ran beside it to the end (the DP's in files before candidates)."""
+        timed = [c for c in self.candidates if c.ratio is not None]
+        if not timed:
+            return self.ratio
+        kept = next((c for c in timed if c.name == self.kept), None)
+        return (kept or max(timed, key=lambda c: c.rounds)).ratio
+
+    @property
     def reason(self) -> str:
         """Why the kept schedule was kept: ``faster beyond noise``, ``within noise``, ``IOS slower beyond noise``."""
-        if self.ratio is None:
+        ratio = self.deciding
+        if ratio is None:
             return "lower median, unpaired check"
         return {FASTER: "faster beyond noise", SLOWER: "IOS slower beyond noise",
-                WITHIN_NOISE: "within noise"}[self.ratio.verdict]
+                WITHIN_NOISE: "within noise"}[ratio.verdict]
 
     @property
     def decision(self) -> str:
-        """The decision in words: ``kept sequential: within noise, 0.98-1.03``."""
-        kept = "kept IOS" if self.kept == "dp" else "kept sequential"
-        return f"{kept}: {self.reason}" + ("" if self.ratio is None else f", {self.ratio.span}")
+        """The decision in words: ``kept sequential: within noise, 0.98-1.03``, ``kept greedy: faster beyond noise,
+        0.80-0.85``."""
+        ratio = self.deciding
+        return f"kept {CANDIDATES[self.kept]}: {self.reason}" + ("" if ratio is None else f", {ratio.span}")
+
+    @property
+    def kept_over_predicted(self) -> float | None:
+        """What the kept schedule measured over what was predicted of it (its corrected prediction where the search
+        had a correction), or None without a prediction."""
+        kept = next((c for c in self.candidates if c.name == self.kept), None)
+        if kept is not None:
+            predicted = kept.corrected_ms if kept.corrected_ms is not None else kept.predicted_ms
+            return kept.ms / predicted if predicted else None
+        ms, predicted = ((self.dp_ms, self.dp_predicted_ms) if self.kept == "dp" else
+                         (self.sequential_ms, self.sequential_predicted_ms))
+        return ms / predicted if predicted else None
+
+    def times(self) -> str:
+        """Each schedule's median time in words: ``IOS 1.011, greedy 0.908, sequential 1.108 ms``."""
+        ran = self.candidates or (CandidateRun("dp", self.dp_ms, self.rounds),
+                                  CandidateRun("sequential", self.sequential_ms, self.rounds))
+        return ", ".join(f"{CANDIDATES[c.name]} {c.ms:.3f}" for c in ran) + " ms"
 
     def summary(self) -> str:
-        """One line: both end-to-end times, the ratio with its interval and rounds, and the decision."""
+        """One line: both end-to-end times, the ratio with its interval and rounds, the other candidates, and the
+        decision."""
         times = f"DP schedule {self.dp_ms:.3f} ms, sequential {self.sequential_ms:.3f} ms"
+        others = "".join(f"; {CANDIDATES[c.name]} {c.ms:.3f} ms" for c in self.candidates
+                         if c.name not in ("dp", "sequential"))
         if self.ratio is None:
-            return f"{times} ({self.rounds} rounds); {self.decision}"
-        return (f"{times}; DP / sequential {self.ratio.median:.3f} ({percent(self.ratio.confidence)} interval "
-                f"{self.ratio.span}, {self.rounds} rounds); {self.decision}")
+            return f"{times}{others} ({self.rounds} rounds); {self.decision}"
+        return (f"{times}{others}; DP / sequential {self.ratio.median:.3f} ({percent(self.ratio.confidence)} "
+                f"interval {self.ratio.span}, {self.rounds} rounds); {self.decision}")
 
     def to_json(self) -> dict[str, Any]:
-        """Plain JSON form."""
+        """Plain JSON form (``candidates`` only where the check ran them)."""
         found = {"rounds": self.rounds, "dp_ms": self.dp_ms, "sequential_ms": self.sequential_ms,
                  "dp_predicted_ms": self.dp_predicted_ms, "sequential_predicted_ms": self.sequential_predicted_ms}
         if self.ratio is not None:
             found |= {"ratio": self.ratio.median, "ratio_low": self.ratio.low, "ratio_high": self.ratio.high,
                       "confidence": self.ratio.confidence}
+        if self.candidates:
+            found["candidates"] = [c.to_json() for c in self.candidates]
         return found | {"kept": self.kept, "decision": self.decision}
 
 
@@ -270,9 +340,15 @@ _FIELDS: dict[str, tuple[Check, bool]] = {
 _END_TO_END_FIELDS: dict[str, tuple[Check, bool]] = {
     "rounds": (lambda v: None if _is_int(v) and v > 0 else "a whole number above 0", True),
     "dp_ms": (_ms, True), "sequential_ms": (_ms, True), "dp_predicted_ms": (_ms_or_null, False),
-    "sequential_predicted_ms": (_ms_or_null, False), "kept": (_one_of(("dp", "sequential")), False),
+    "sequential_predicted_ms": (_ms_or_null, False), "kept": (_one_of(tuple(CANDIDATES)), False),
     "ratio": (_ratio_or_null, False), "ratio_low": (_ratio_or_null, False), "ratio_high": (_ratio_or_null, False),
     "confidence": (_confidence, False), "decision": (_text, False),
+}
+_CANDIDATE_FIELDS: dict[str, tuple[Check, bool]] = {
+    "name": (_one_of(tuple(CANDIDATES)), True), "ms": (_ms, True),
+    "rounds": (lambda v: None if _is_int(v) and v > 0 else "a whole number above 0", True),
+    "predicted_ms": (_ms_or_null, False), "corrected_ms": (_ms_or_null, False), "ratio": (_ratio_or_null, False),
+    "ratio_low": (_ratio_or_null, False), "ratio_high": (_ratio_or_null, False),
 }
 _MEMORY_FIELDS: dict[str, tuple[Check, bool]] = {
     "peak_bytes": (_bytes, True), "sequential_peak_bytes": (_bytes, True),
@@ -304,7 +380,8 @@ def schedule_defects(data: Any) -> list[str]:
     check = data.get("end_to_end")
     if check is not None:
         defects += ["end_to_end is not an object or null"] if not isinstance(check, dict) else \
-            _field_defects(check, _END_TO_END_FIELDS, "end_to_end.") + _interval_defects(check)
+            _field_defects(check, _END_TO_END_FIELDS, "end_to_end.") + _interval_defects(check) + \
+            _candidate_defects(check.get("candidates", []))
     blocks = data.get("blocks")
     if not isinstance(blocks, list):
         return defects + [f"blocks is {_shown(blocks)}, not a list"]
@@ -317,6 +394,18 @@ def schedule_defects(data: Any) -> list[str]:
             where = f"blocks[{b}].stages[{i}]"
             defects += _field_defects(stage, _STAGE_FIELDS, f"{where}.") if isinstance(stage, dict) else \
                 [f"{where} is {_shown(stage)}, not an object"]
+    return defects
+
+
+def _candidate_defects(candidates: Any) -> list[str]:
+    """The defects of an end-to-end check's candidates (a list of objects)."""
+    if not isinstance(candidates, list):
+        return [f"end_to_end.candidates is {_shown(candidates)}, not a list"]
+    defects = []
+    for i, candidate in enumerate(candidates):
+        where = f"end_to_end.candidates[{i}]"
+        defects += _field_defects(candidate, _CANDIDATE_FIELDS, f"{where}.") if isinstance(candidate, dict) else \
+            [f"{where} is {_shown(candidate)}, not an object"]
     return defects
 
 
@@ -401,11 +490,18 @@ def _end_to_end(data: Mapping[str, Any] | None) -> EndToEnd | None:
         return None
     predicted = [None if data.get(k) is None else float(data[k]) for k in ("dp_predicted_ms", "sequential_predicted_ms")]
     rounds = int(data["rounds"])
-    ratio = None
-    if data.get("ratio") is not None:
-        low, high = (None if data.get(k) is None else float(data[k]) for k in ("ratio_low", "ratio_high"))
-        ratio = RatioInterval(float(data["ratio"]), low, high, float(data["confidence"]), rounds)
-    return EndToEnd(rounds, float(data["dp_ms"]), float(data["sequential_ms"]), *predicted, ratio)
+    ratio = _ratio(data, float(data["confidence"]), rounds) if data.get("ratio") is not None else None
+    candidates = tuple(CandidateRun(c["name"], float(c["ms"]), int(c["rounds"]), c.get("predicted_ms"),
+                                    c.get("corrected_ms"), _ratio(c, float(data["confidence"]), int(c["rounds"]))
+                                    if c.get("ratio") is not None else None) for c in data.get("candidates", ()))
+    return EndToEnd(rounds, float(data["dp_ms"]), float(data["sequential_ms"]), *predicted, ratio, candidates,
+                    data.get("kept") if candidates else None)
+
+
+def _ratio(data: Mapping[str, Any], confidence: float, rounds: int) -> RatioInterval:
+    """A ratio and its interval as a file holds them (``ratio``, ``ratio_low``, ``ratio_high``)."""
+    low, high = (None if data.get(k) is None else float(data[k]) for k in ("ratio_low", "ratio_high"))
+    return RatioInterval(float(data["ratio"]), low, high, confidence, rounds)
 
 
 def schedule_path(

@@ -150,7 +150,7 @@ def test_a_half_model_object_is_measured_stored_and_deployed_in_its_own_dtype(ra
     assert "input 3x16x16, bfloat16" in repr(result)
     check = outcome.end_to_end
     assert check.ratio is not None and check.rounds >= LookPlan.planned(least_rounds()).looks[0]
-    assert f"ratio {check.ratio.median:.3f} in {check.rounds} rounds; {check.decision}" in repr(result)
+    assert f"ratio {check.deciding.median:.3f} in {check.rounds} rounds; {check.decision}" in repr(result)
     assert set(LatencyStore(store, create=False).query(device="cpu")["dtype"].to_pylist()) == {"bfloat16"}
     [path] = result.save(tmp_path / "out")
     assert path.name == "bs2-bfloat16.json" and read_schedule(path).dtype == "bfloat16"
@@ -166,7 +166,9 @@ def test_a_half_model_object_is_measured_stored_and_deployed_in_its_own_dtype(ra
     assert again.cached == outcome.measured  # every bfloat16 row found again
     if again.schedule.params["measure"]["remeasured"] == 0:  # no stored outlier (a burst of load) measured again
         assert again.measured == 0
-        assert again.predicted_ms == outcome.predicted_ms  # the DP's, from the same stored latencies
+    # the DP's prediction, from the same stored latencies, priced by the correction fitted from the schedules the
+    # first search's check ran whole (the float32 search's runs are of another dtype)
+    assert again.correction.runs == len(outcome.end_to_end.candidates) and again.correction != outcome.correction
 
 
 def test_a_model_whose_graph_depends_on_its_dtype_is_imported_in_it_everywhere(ray_local: None, tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """The end-to-end check's loop on a fake clock: paired rounds in alternating order, stopping at a planned look once
-the interval decides, at the last look, or where the time cap would be passed; A/A checks never report a win."""
+the interval decides, at the last look, or where the time cap would be passed; A/A checks never report a win; a
+contest of several candidates keeps the fastest beyond noise, never one only within noise, at little more cost."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Callable
 
 import pytest
 
-from ios_ray.paired import FASTER, SLOWER, WITHIN_NOISE, LookPlan
-from ios_ray.runtime.compare import paired_timing
+from ios_ray.paired import FASTER, SLOWER, WITHIN_NOISE, ContestTiming, LookPlan, contest_confidence
+from ios_ray.runtime.compare import SCREEN_ROUNDS, contest, paired_timing
 from ios_ray.runtime.timing import alternating_rounds
 from ios_ray.vocabulary import DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS
 
@@ -111,3 +112,52 @@ def test_a_checks_rounds_alternate_back_to_back_and_a_reports_rewarm() -> None:
 def test_a_check_needs_a_warmup_of_zero_or_more() -> None:
     with pytest.raises(ValueError, match="warmup"):
         paired_timing(lambda: None, lambda: None, "cpu", LookPlan.planned(8), warmup=-1)
+
+
+def contest_of(machine: FakeMachine, names: list[str], max_seconds: float | None = None) -> ContestTiming:
+    """A contest of the named callables against ``sequential`` on the machine, as the search's check runs it."""
+    plan = LookPlan.planned(DEFAULT_CHECK_ROUNDS, contest_confidence(DEFAULT_CHECK_CONFIDENCE, len(names) - 1))
+    return contest({name: machine.callable(name) for name in names}, "sequential", "cpu", plan,
+                   max_seconds=max_seconds, sample=machine.sample, clock=machine.clock)
+
+
+CANDIDATES = ["dp", "dp-fewer-stages", "greedy", "sequential"]
+
+
+def test_a_candidate_faster_only_within_noise_is_never_kept_over_sequential() -> None:
+    for seed in range(20):
+        timing = contest_of(FakeMachine(dict.fromkeys(CANDIDATES, 13.0), seed), CANDIDATES)
+        assert timing.kept == "sequential", (seed, timing.ratios)
+        assert all(ratio.verdict != FASTER for ratio in timing.ratios.values())
+
+
+def test_a_greedy_schedule_that_runs_faster_than_the_dps_is_kept() -> None:
+    for seed in range(10):
+        machine = FakeMachine({"dp": 11.5, "dp-fewer-stages": 11.8, "greedy": 10.0, "sequential": 13.0}, seed)
+        timing = contest_of(machine, CANDIDATES)
+        assert timing.kept == "greedy", (seed, timing.ratios)
+        assert timing.ratios["greedy"].high < 1 and timing.ratios["dp"].low is None  # dp stopped after screening
+
+
+def test_after_screening_only_the_best_candidate_runs_beside_sequential() -> None:
+    machine = FakeMachine({"dp": 10.0, "dp-fewer-stages": 10.6, "greedy": 15.0, "sequential": 13.0}, 0)
+    timing = contest_of(machine, CANDIDATES)
+    assert timing.kept == "dp" and timing.rounds > SCREEN_ROUNDS
+    calls = {name: machine.calls.count(name) for name in CANDIDATES}
+    warmup = 2
+    assert calls["greedy"] == calls["dp-fewer-stages"] == warmup + SCREEN_ROUNDS
+    assert calls["dp"] == calls["sequential"] == warmup + timing.rounds
+    assert [len(timing.times_ms[name]) for name in CANDIDATES] == [timing.rounds, SCREEN_ROUNDS, SCREEN_ROUNDS,
+                                                                   timing.rounds]
+
+
+def test_a_contest_of_four_costs_at_most_half_again_a_paired_check() -> None:
+    """The check's cost, the time its calls take, summed over 20 checks (one check stops at the look the noise of its
+    rounds lets it, so one check alone may go a look further either way), beside the checks of the DP's schedule
+    against sequential alone."""
+    base = {"dp": 11.0, "dp-fewer-stages": 11.3, "greedy": 12.0, "sequential": 13.0}
+    paired, many = [FakeMachine(base, seed) for seed in range(20)], [FakeMachine(base, seed) for seed in range(20)]
+    for alone, several in zip(paired, many):
+        contest_of(alone, ["dp", "sequential"])
+        assert contest_of(several, CANDIDATES).kept in ("dp", "dp-fewer-stages")
+    assert sum(m.now_s for m in many) <= 1.5 * sum(m.now_s for m in paired)

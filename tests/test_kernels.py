@@ -28,7 +28,7 @@ from ios_ray.runtime.units import FoldedConv
 from ios_ray.schedule import read_schedule, save_schedule, schedule_from_json
 from ios_ray.store import LatencyStore
 from tests.fake_cuda import FakeCuda
-from tests.helpers import randomise_batchnorm, relative_error
+from tests.helpers import relative_error
 from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
 
 CPU = torch.device("cpu")

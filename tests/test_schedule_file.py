@@ -16,7 +16,7 @@ from ios_ray.frontend import import_model
 from ios_ray.schedule import (BlockSchedule, EndToEnd, Schedule, check_schedule, load_schedule, read_schedule,
                               save_schedule)
 from ios_ray.scheduler import SearchParams, SyntheticCost, optimize_graph, sequential
-from ios_ray.app.check import keep_faster
+from ios_ray.app.check import kept_schedule
 from ios_ray.stage import Stage
 from tests.helpers import ios_ray_here
 
@@ -56,7 +56,7 @@ def test_the_end_to_end_check_keeps_the_dp_schedule_only_where_it_is_faster_beyo
         # the medians say the DP's schedule ran faster every time: the interval alone decides
         check = EndToEnd(ratio.rounds, dp_ms=3.9, sequential_ms=4.0, dp_predicted_ms=3.5, sequential_predicted_ms=4.1,
                          ratio=ratio)
-        kept = keep_faster(squeezenet_schedule, plain, check)
+        kept = kept_schedule({"dp": squeezenet_schedule, "sequential": plain}, check)
         assert check.decision == decision
         assert kept.stages == (squeezenet_schedule if check.kept == "dp" else plain).stages
         assert kept.end_to_end == check and (check.kept == "dp") == decision.startswith("kept IOS")

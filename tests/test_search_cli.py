@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from ios_ray.schedule import read_schedule
+from ios_ray.schedule import CANDIDATES, read_schedule
 from ios_ray.store import LatencyStore
 from ios_ray.paired import LookPlan, least_rounds
 from ios_ray.vocabulary import DEFAULT_CHECK_ROUNDS
@@ -70,7 +70,7 @@ def search_table(stdout: str) -> list[TableRow]:
     rows = []
     for line in stdout.splitlines():
         cells = [c.strip() for c in line.strip().strip("│").split("│")]
-        if len(cells) == 13 and cells[1].isdigit():
+        if len(cells) == 14 and cells[1].isdigit():
             measured = int(cells[6].split("/")[0])  # "measured / planned"
             rows.append(TableRow(cells[0], int(cells[1]), measured, int(cells[7]), cells[9], cells[11]))
     return rows
@@ -418,7 +418,7 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path, ray_local: 
     assert check is not None and check.ratio is not None and check.dp_ms > 0 and check.sequential_ms > 0
     assert check.rounds in LookPlan.planned(DEFAULT_CHECK_ROUNDS).looks and check.ratio.rounds == check.rounds
     assert (check.kept == "dp") == (check.ratio.high is not None and check.ratio.high < 1)
-    assert row.kept == f"{'IOS' if check.kept == 'dp' else 'sequential'}: {check.reason}"
+    assert row.kept == f"{CANDIDATES[check.kept]}: {check.reason}"
     assert f"cpu batch 1: IOS / sequential {check.ratio.median:.3f} in {check.rounds} rounds" in searched.stdout
     assert check.decision in searched.stdout
     assert check.sequential_predicted_ms is not None and check.dp_predicted_ms is not None

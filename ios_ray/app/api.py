@@ -90,10 +90,10 @@ class SearchResult:
         lines = [f"SearchResult({self.model!r}, input {'x'.join(map(str, self.input_shape))}, {dtypes}):"]
         for o in self.outcomes:
             check = o.end_to_end
-            ratio = "" if check is None or check.ratio is None else f", ratio {check.ratio.median:.3f}"
+            deciding = None if check is None else check.deciding
+            ratio = "" if deciding is None else f", ratio {deciding.median:.3f}"
             checked = "; kept IOS" if check is None else (
-                f"; end to end {check.dp_ms:.3f} / {check.sequential_ms:.3f} ms{ratio} in {check.rounds} rounds; "
-                f"{check.decision}")
+                f"; end to end {check.times()}{ratio} in {check.rounds} rounds; {check.decision}")
             memory = "" if o.schedule.memory is None else f"; {o.schedule.memory.summary()}"
             lines.append(f"  {o.device} batch {o.batch}: {o.kernels}; IOS {o.predicted_ms:.3f} ms, sequential "
                          f"{o.sequential_ms:.3f} ms predicted ({o.source}){checked}{memory}")

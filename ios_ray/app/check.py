@@ -1,25 +1,35 @@
-"""The search's end-to-end check: on a measured device the IOS schedule (the DP's) and the sequential one run whole,
-in paired rounds of alternating order, on an actor of the device (:func:`~ios_ray.runtime.compare.paired_timing`),
-and the search keeps the IOS schedule only where the interval of the ratio IOS / sequential lies wholly below 1
-(:mod:`ios_ray.paired`); otherwise sequential (fewer threads and streams, the same speed). The interval is looked
-at at three planned rounds, up to ``check_rounds``, and the check stops early once it decides or where the next look
-would end past ``check_seconds``.
+"""The search's end-to-end check: on a measured device the candidates of a setting (:mod:`~ios_ray.app.candidates`:
+the DP's schedule, its alternatives, greedy, sequential) run whole, in rounds of alternating order, on an actor of
+the device (:func:`~ios_ray.runtime.compare.contest`), and the search keeps, of the candidates whose interval of
+candidate / sequential lies wholly below 1, the one of the lowest median; where none does, sequential (fewer
+threads and streams, the same speed as far as the check can tell). The intervals hold together at
+``check_confidence`` (each at a share of it: :func:`~ios_ray.paired.contest_confidence`); at the first of three
+planned looks, up to ``check_rounds``, only the candidate of the lowest median goes on beside sequential, and the
+check stops early once it decides or where the next look would end past ``check_seconds``.
+
+Every candidate that ran is a schedule timed whole on the device: the search stores it as a run
+(:meth:`~ios_ray.store.LatencyStore.put_runs`), from which later searches fit their correction of stage costs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import socket
 import statistics
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ios_ray.errors import UserError
-from ios_ray.paired import least_rounds, percent, valid_confidence
+from ios_ray.paired import ContestTiming, least_rounds, percent, valid_confidence
 from ios_ray.profiler import CheckJob, DevicePool, ModelSource
-from ios_ray.schedule import EndToEnd, Schedule
+from ios_ray.schedule import CandidateRun, EndToEnd, Schedule
+from ios_ray.scheduler.correction import Correction
 
 if TYPE_CHECKING:
     from ios_ray.app.options import SearchOptions
     from ios_ray.ir import Graph
+
+#: The candidate every other is timed against, and kept where none is faster beyond noise.
+BASELINE = "sequential"
 
 
 def check_the_check(options: SearchOptions) -> None:
@@ -37,19 +47,61 @@ def check_the_check(options: SearchOptions) -> None:
 
 
 def checked_end_to_end(
-    pool: DevicePool, source: ModelSource, graph: Graph, options: SearchOptions, ios: Schedule, plain: Schedule
-) -> Schedule:
-    """Time the IOS schedule against the sequential one whole, in paired rounds, on the device; keep the IOS one
-    only where it is faster beyond noise."""
-    job = CheckJob(source, graph, (ios, plain), ios.batch, options.check_rounds, dtype=ios.dtype,
+    pool: DevicePool, source: ModelSource, graph: Graph, options: SearchOptions, candidates: dict[str, Schedule],
+    correction: Correction,
+) -> tuple[Schedule, list[dict[str, Any]]]:
+    """Time the candidates whole against sequential on the device; the schedule kept, carrying the check, and the
+    runs to store (one per candidate that ran)."""
+    dp = candidates["dp"]
+    job = CheckJob(source, graph, candidates, BASELINE, dp.batch, options.check_rounds, dtype=dp.dtype,
                    confidence=options.check_confidence, max_seconds=options.check_seconds)
-    timing = pool.time_schedules(ios.device, job)
-    return keep_faster(ios, plain, EndToEnd(timing.rounds, statistics.median(timing.first_ms),
-                                            statistics.median(timing.second_ms), ios.predicted_latency,
-                                            plain.predicted_latency, timing.ratio))
+    timing = pool.time_schedules(dp.device, job)
+    check = end_to_end(timing, candidates, correction)
+    return kept_schedule(candidates, check), runs(timing, candidates, graph)
 
 
-def keep_faster(ios: Schedule, sequential: Schedule, check: EndToEnd) -> Schedule:
-    """The schedule the check keeps (:attr:`EndToEnd.kept`: the IOS one only where it is faster beyond noise),
-    carrying the check."""
-    return dataclasses.replace(sequential if check.kept == "sequential" else ios, end_to_end=check)
+def end_to_end(timing: ContestTiming, candidates: dict[str, Schedule], correction: Correction) -> EndToEnd:
+    """The check's record of a contest: the DP's and sequential's medians, predictions and ratio, every candidate
+    that ran, and the one kept (:attr:`~ios_ray.paired.ContestTiming.kept`)."""
+    ran = [CandidateRun(name, statistics.median(times), len(times), candidates[name].predicted_latency,
+                        _corrected(candidates[name], correction), timing.ratios.get(name))
+           for name, times in timing.times_ms.items() if times]
+    medians = {run.name: run.ms for run in ran}
+    dp, plain = candidates["dp"], candidates[BASELINE]
+    return EndToEnd(timing.rounds, medians["dp"], medians[BASELINE], dp.predicted_latency, plain.predicted_latency,
+                    timing.ratios["dp"], tuple(ran), timing.kept)
+
+
+def kept_schedule(candidates: dict[str, Schedule], check: EndToEnd) -> Schedule:
+    """The candidate the check keeps (:attr:`EndToEnd.kept`), carrying the check."""
+    return dataclasses.replace(candidates[check.kept], end_to_end=check)
+
+
+def runs(timing: ContestTiming, candidates: dict[str, Schedule], graph: Graph) -> list[dict[str, Any]]:
+    """The store's rows of the candidates that ran (:data:`~ios_ray.store.schema.RUN_SCHEMA`): each one's stage sum,
+    stages and extra groups beside its median."""
+    found = []
+    for name, times in timing.times_ms.items():
+        schedule = candidates[name]
+        if not times or schedule.predicted_latency is None:
+            continue
+        stages, extra = shape_of(schedule)
+        found.append({"device": schedule.device, "device_fingerprint": schedule.device_fingerprint,
+                      "batch": schedule.batch, "dtype": schedule.dtype, "model": schedule.model,
+                      "graph_fingerprint": graph.fingerprint, "schedule": name,
+                      "predicted_ms": schedule.predicted_latency, "stages": stages, "extra_groups": extra,
+                      "measured_ms": statistics.median(times), "rounds": len(times), "host": socket.gethostname()})
+    return found
+
+
+def shape_of(schedule: Schedule) -> tuple[int, int]:
+    """A schedule's stages and its groups beyond the first of each concurrent stage (what a correction prices)."""
+    stages = schedule.stages
+    return len(stages), sum(len(s.groups) - 1 for s in stages if s.strategy == "concurrent")
+
+
+def _corrected(schedule: Schedule, correction: Correction) -> float | None:
+    """A schedule's prediction as the correction prices it (None without a correction or a prediction)."""
+    if not correction.runs or schedule.predicted_latency is None:
+        return None
+    return correction.predict(schedule.predicted_latency, *shape_of(schedule))

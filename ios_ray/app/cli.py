@@ -97,6 +97,7 @@ def search(
     from ios_ray.app.api import search as run
     from ios_ray.app.budgets import peaks_cell
     from ios_ray.app.progress import RichSearchProgress
+    from ios_ray.schedule import CANDIDATES
     from ios_ray.vocabulary import settings_named
 
     with RichSearchProgress(console) as progress:
@@ -104,18 +105,21 @@ def search(
                      torch_compile=torch_compile, **from_cli(options))
     settings = settings_named(result.schedules[0].dtype, result.schedules[0].memory_format)
     in_dtype = f" in {' '.join(settings)}" if settings else ""
+    corrected = any(o.correction.runs for o in result)
     table = Table(*(["graph"] if torch_compile else []), "device", "batch", "kernels", "IOS ms", "seq ms", "speedup",
                   "measured / planned", "cached", "wall s", "source", "end to end IOS / seq ms", "kept",
-                  "peak IOS / seq MB",
-                  title=f"ios-ray search: {model}{in_dtype} (predicted: sums of stages)")
+                  "kept measured / predicted", "peak IOS / seq MB",
+                  title=f"ios-ray search: {model}{in_dtype} (predicted: sums of stages"
+                        f"{', corrected from schedules run whole before' if corrected else ''})")
     for o in result:
         check = o.end_to_end
+        over = None if check is None else check.kept_over_predicted
         table.add_row(*([o.schedule.model] if torch_compile else []), o.device, str(o.batch), o.schedule.kernels,
                       f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x", f"{o.measured} / {o.planned}",
                       str(o.cached), f"{o.wall_s:.1f}", o.source,
                       "-" if check is None else f"{check.dp_ms:.3f} / {check.sequential_ms:.3f}",
-                      "IOS" if check is None else f"{'IOS' if check.kept == 'dp' else 'sequential'}: {check.reason}",
-                      peaks_cell(o.schedule.memory))
+                      "IOS" if check is None else f"{CANDIDATES[check.kept]}: {check.reason}",
+                      "-" if over is None else f"{over:.3f}", peaks_cell(o.schedule.memory))
     console.print(table)
     for o in result:
         if o.schedule.params.get("kernels", {}).get("how") == "measured":
@@ -135,11 +139,13 @@ def search(
 
 
 def _checked(check: "EndToEnd") -> str:
-    """The end-to-end check in one line: the median ratio, its interval, the rounds, and the decision."""
-    if check.ratio is None:
-        return check.decision
-    return (f"IOS / sequential {check.ratio.median:.3f} in {check.rounds} rounds "
-            f"({percent(check.ratio.confidence)} interval {check.ratio.span}); {check.decision}")
+    """The end-to-end check in one line: each schedule's median, the rounds, the intervals' confidence, and the
+    decision."""
+    deciding = check.deciding
+    if deciding is None:
+        return f"{check.times()}; {check.decision}"
+    return (f"{check.times()} in {check.rounds} rounds ({percent(deciding.confidence)} intervals of each over "
+            f"sequential); {check.decision}")
 
 
 search.__signature__ = signature_of(search).replace(parameters=[  # type: ignore[attr-defined]

@@ -28,8 +28,6 @@ is its only caller.
 from __future__ import annotations
 
 import copy
-import dataclasses
-import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,8 +35,9 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from ios_ray.app.budgets import refuse_unreachable_budgets, refuse_what_cannot_fit, search_budget
-from ios_ray.app.check import checked_end_to_end
-from ios_ray.app.kernel_choice import given_kernels, measured_kernels
+from ios_ray.app.candidates import candidates
+from ios_ray.app.check import checked_end_to_end, shape_of
+from ios_ray.app.kernel_choice import given_kernels, measured_kernels, stored_kernels
 from ios_ray.app.measuring import Exhaustive, Lazy, Measuring, Setting
 from ios_ray.app.progress import SearchProgress
 from ios_ray.app.ray_session import ray_session, runs_here
@@ -48,20 +47,22 @@ from ios_ray.devices import parse_device
 from ios_ray.dtypes import module_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import Model, import_model, load_model
+from ios_ray.ir import Graph
 from ios_ray.profiler import DeviceIdentity, DevicePool, MeasureJob, ModelSource
 from ios_ray.schedule import EndToEnd, Schedule, save_schedule, schedule_path
-from ios_ray.scheduler import TableLatency, sequential
+from ios_ray.scheduler.correction import IDENTITY, Correction, ScheduleRun, fit_correction
 from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore, rows_to_table
-from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT
+from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, KERNEL_NAMES
 
 
 @dataclass(frozen=True)
 class SearchOutcome:
     """The result for one (device, batch): the schedule kept, the DP's and the sequential schedule's predicted
-    latency, how many stages were measured new and found stored (outliers measured again count in neither: the
-    schedule's ``params["measure"]["remeasured"]``), where the file went (None: not written), and on a measured
-    device the end-to-end check (the ratio DP / sequential, its interval and rounds, which of the two it kept and
+    latency (their stage sums, as the setting's correction prices them where one was fitted: ``correction``), how
+    many stages were measured new and found stored (outliers measured again count in neither: the schedule's
+    ``params["measure"]["remeasured"]``), where the file went (None: not written), and on a measured device the
+    end-to-end check (each candidate that ran, the ratio DP / sequential, its interval and rounds, which it kept and
     why: ``end_to_end.decision``)."""
 
     device: str
@@ -75,6 +76,7 @@ class SearchOutcome:
     path: Path | None
     source: str
     planned: int = 0
+    correction: Correction = IDENTITY
 
     @property
     def end_to_end(self) -> EndToEnd | None:
@@ -170,6 +172,7 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
         if measured:
             pool.prepare(source, model.graph, search.dtype)
         _choose_kernels(search, (pool, source), progress)
+        _read_corrections(search)
         actors = {label: len(pool.actors(label)) for label in request.devices}
         size, started_choosing = RoundSize(), time.perf_counter()
         asked = _ask(search, actors, size)
@@ -200,11 +203,14 @@ def _search(request: SearchRequest, model: LoadedModel, measuring: Measuring, st
 def _choose_kernels(search: _Search, devices: tuple[DevicePool, ModelSource] | None, progress: SearchProgress
                     ) -> None:
     """Give every setting its kernels (:mod:`~ios_ray.app.kernel_choice`): those the request names, else on a
-    measured device the faster as the sequential schedule runs whole there (``devices``: its pool and the model's
-    source), on a sim device eager."""
+    measured device those an earlier search chose (the store holds more stages measured with them), else the faster
+    as the sequential schedule runs whole there (``devices``: its pool and the model's source); on a sim device
+    eager."""
     request = search.request
     for setting in search.settings:
-        choice = given_kernels(request.kernels, setting.simulated)
+        choice = given_kernels(request.kernels, setting.simulated) or stored_kernels({
+            kernels: len(search.store.lookup(search.measuring.keys, setting.identity.running(kernels).fingerprint,
+                                             setting.batch, search.dtype)) for kernels in KERNEL_NAMES})
         if choice is None:
             assert devices is not None, "a measured device is reached through its pool"
             progress.choosing_kernels(setting.device, setting.batch)
@@ -223,25 +229,43 @@ def load_request_model(request: SearchRequest) -> LoadedModel:
 
 def _schedule_all(search: _Search, started: float, checker: tuple[DevicePool, ModelSource] | None,
                   progress: SearchProgress) -> list[SearchOutcome]:
-    """Run the DP for every setting, check it end to end where the device is real, write the files."""
-    request = search.request
+    """Run the DP for every setting, check its candidates end to end where the device is real (storing each as a
+    run), write the files."""
+    request, graph = search.request, search.model.graph
     outcomes = []
     for setting in search.settings:
-        ios, plain = _optimize(search, setting)
-        kept = ios
+        found = candidates(search.measuring, setting, graph, search.model.name, request.params.to_json(),
+                           search.dtype)
+        kept = found["dp"]
         if checker is not None and not setting.simulated and request.check_rounds > 0:
             progress.checking(setting.device, setting.batch)
-            kept = checked_end_to_end(*checker, search.model.graph, search.request, ios, plain)
+            kept, ran = checked_end_to_end(*checker, graph, request, found, setting.correction)
+            search.store.put_runs(ran)
         path = None
         if request.out is not None:
             path = schedule_path(request.out, search.model.name, setting.device, setting.batch, kept.dtype,
                                  kept.memory_format)
             save_schedule(kept, path)
+        ios, plain = (_predicted(found[name], setting.correction) for name in ("dp", "sequential"))
         outcomes.append(SearchOutcome(
-            setting.device, setting.batch, kept, ios.predicted_latency or 0.0, plain.predicted_latency or 0.0,
-            setting.measured, len(setting.table) - setting.measured, time.perf_counter() - started, path,
-            setting.identity.source, len(search.measuring.space.plan.stages)))
+            setting.device, setting.batch, kept, ios, plain, setting.measured, len(setting.table) - setting.measured,
+            time.perf_counter() - started, path, setting.identity.source, len(search.measuring.space.plan.stages),
+            setting.correction))
     return outcomes
+
+
+def _predicted(schedule: Schedule, correction: Correction) -> float:
+    """A schedule's prediction: its stage sum, as the correction prices it where one was fitted."""
+    return correction.predict(schedule.predicted_latency or 0.0, *shape_of(schedule))
+
+
+def _read_corrections(search: _Search) -> None:
+    """Give every measured setting the correction fitted from the schedules its device ran whole before."""
+    for setting in search.settings:
+        if not setting.simulated:
+            stored = search.store.runs(setting.identity.fingerprint, setting.batch, search.dtype)
+            setting.correction = fit_correction([ScheduleRun(*row) for row in zip(*(
+                stored[column].to_pylist() for column in ("predicted_ms", "stages", "extra_groups", "measured_ms")))])
 
 
 def _ask(search: _Search, actors: dict[str, int], size: RoundSize, before: dict[tuple[str, int], list[str]] | None
@@ -301,24 +325,3 @@ def _pool(request: SearchRequest) -> Iterator[DevicePool]:
         yield pool
     finally:
         pool.shutdown()
-
-
-def _optimize(search: _Search, setting: Setting) -> tuple[Schedule, Schedule]:
-    """The IOS schedule (the DP's, within the setting's memory budget) and the sequential one for one setting, priced
-    from its measured latencies, each with its peak memory."""
-    request, graph = search.request, search.model.graph
-    result, record, memory = search.measuring.solve(setting, search.dtype)
-    identity, kernels = setting.identity, setting.kernels
-    assert kernels is not None, "a setting is solved after its kernels are chosen"
-    schedule = Schedule(
-        model=search.model.name, graph_fingerprint=graph.fingerprint, device=identity.label, batch=setting.batch,
-        blocks=result.schedules, dtype=search.dtype, device_fingerprint=identity.fingerprint,
-        device_info=dict(identity.info), params={**request.params.to_json(), "measure": record,
-                                                 "kernels": kernels.to_json()},
-        source=identity.source, input_shape=graph.input_shape, memory_format=graph.memory_format, memory=memory,
-        kernels=kernels.kernels,
-    )
-    latency = TableLatency(search.measuring.stage_keys, setting.table, missing=math.inf)
-    plain = dataclasses.replace(schedule, blocks=tuple(sequential(graph, block, latency) for block in graph.blocks),
-                                memory=dataclasses.replace(memory, peak_bytes=memory.sequential_peak_bytes))
-    return schedule, plain

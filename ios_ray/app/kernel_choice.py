@@ -10,7 +10,10 @@ kernels save or cost is mostly in the layout between units (a transpose, a reord
 the whole pass. On ``sim:`` devices ``auto`` is ``eager``: the sim model prices no kernels.
 
 The choice decides the device identity every stage of the setting is looked up and measured under
-(:meth:`~ios_ray.profiler.DeviceIdentity.running`): a stage run with other kernels is another measurement.
+(:meth:`~ios_ray.profiler.DeviceIdentity.running`): a stage run with other kernels is another measurement. So a
+choice, once made, stands: where the store already holds more of the model's stages measured on the device (at that
+batch and dtype) with one kernels than with the other, ``auto`` takes those kernels again without timing (the
+choice of the search that measured them), and a search run twice measures nothing twice.
 """
 
 from __future__ import annotations
@@ -74,18 +77,28 @@ def given_kernels(choice: str, simulated: bool) -> KernelChoice | None:
     return KernelChoice(EAGER_KERNELS, "simulated") if simulated else None
 
 
+def stored_kernels(stored: dict[str, int]) -> KernelChoice | None:
+    """The kernels an earlier search chose, from how many of the model's stages the store holds measured with each
+    on this device, batch and dtype: the kernels of the most, where one holds more than the other; else None."""
+    ranked = sorted(stored.items(), key=lambda item: -item[1])
+    if not ranked or ranked[0][1] == 0 or (len(ranked) > 1 and ranked[1][1] == ranked[0][1]):
+        return None
+    kernels, count = ranked[0]
+    return KernelChoice(kernels, f"as before: the store holds {count} of the model's stages measured with them")
+
+
 def measured_kernels(pool: DevicePool, source: ModelSource, graph: Graph, label: str, batch: int, dtype: str,
                      confidence: float, max_seconds: float | None) -> KernelChoice:
     """Time the sequential schedule with fused kernels against eager ones, whole, on an actor of ``label``; keep
     fused only where it is faster beyond noise."""
-    fused, eager = (sequential_schedule(graph, label, batch, dtype, kernels) for kernels in (FUSED_KERNELS,
-                                                                                             EAGER_KERNELS))
-    job = CheckJob(source, graph, (fused, eager), batch, DEFAULT_CHECK_ROUNDS, dtype=dtype, confidence=confidence,
-                   max_seconds=max_seconds)
+    schedules = {kernels: sequential_schedule(graph, label, batch, dtype, kernels)
+                 for kernels in (FUSED_KERNELS, EAGER_KERNELS)}
+    job = CheckJob(source, graph, schedules, EAGER_KERNELS, batch, DEFAULT_CHECK_ROUNDS, dtype=dtype,
+                   confidence=confidence, max_seconds=max_seconds)
     timing = pool.time_schedules(label, job)
-    kept = FUSED_KERNELS if timing.ratio.verdict == FASTER else EAGER_KERNELS
-    return KernelChoice(kept, "measured", statistics.median(timing.first_ms), statistics.median(timing.second_ms),
-                        timing.ratio)
+    ratio = timing.ratios[FUSED_KERNELS]
+    return KernelChoice(timing.kept, "measured", statistics.median(timing.times_ms[FUSED_KERNELS]),
+                        statistics.median(timing.times_ms[EAGER_KERNELS]), ratio)
 
 
 def sequential_schedule(graph: Graph, device: str, batch: int, dtype: str, kernels: str) -> Schedule:

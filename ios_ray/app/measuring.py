@@ -24,9 +24,10 @@ from ios_ray.app.budgets import MemoryBudget, budgeted
 from ios_ray.app.kernel_choice import KernelChoice
 from ios_ray.errors import UserError
 from ios_ray.profiler import DeviceIdentity
-from ios_ray.schedule import PeakMemory
-from ios_ray.scheduler import (GraphResult, LazyParams, LazyRound, LazySpace, PlannedStage, SearchParams,
-                               SearchSpace, TableLatency, inflated, lower_bounds, next_round, unit_parts)
+from ios_ray.schedule import BlockSchedule, PeakMemory
+from ios_ray.scheduler import (LazyParams, LazyRound, LazySpace, PlannedStage, SearchParams, SearchSpace,
+                               TableLatency, greedy_stages, inflated, lower_bounds, next_round, unit_parts)
+from ios_ray.scheduler.correction import IDENTITY, Correction, corrected_table
 from ios_ray.stage import StageKeys
 
 #: On a measured device, lower bounds sit this fraction below what they come from (timing noise); 0 on ``sim:``.
@@ -39,18 +40,24 @@ from ios_ray.stage import StageKeys
 #: searches; the search's end-to-end check guards whatever slips through.
 LAZY_MARGIN = 0.1
 
+#: A price added to every stage and to every group beside a stage's first, in ms (the DP's alternatives).
+StagePrice = tuple[float, float]
+NO_PRICE: StagePrice = (0.0, 0.0)
+
 
 @dataclass
 class Setting:
     """One (device, batch) of a search and what the search knows of it: its memory budget (None: none), the kernels
-    its stages run with (:meth:`run_with`; until then eager), the latencies the store held when last read, how many
-    stages the search sent to measure, the units alone it measured again as outliers, and the lazy search's last
-    round. ``identity`` is the device's, running the setting's kernels."""
+    its stages run with (:meth:`run_with`; until then eager), the correction of stage costs fitted from schedules
+    run whole there before (:mod:`~ios_ray.scheduler.correction`; the identity where none ran), the latencies the
+    store held when last read, how many stages the search sent to measure, the units alone it measured again as
+    outliers, and the lazy search's last round. ``identity`` is the device's, running the setting's kernels."""
 
     identity: DeviceIdentity
     batch: int
     memory_budget: MemoryBudget | None = None
     kernels: KernelChoice | None = None
+    correction: Correction = IDENTITY
     table: dict[str, float] = dataclasses.field(default_factory=dict)
     measured: int = 0
     remeasured: set[str] = dataclasses.field(default_factory=set)
@@ -96,26 +103,51 @@ class Measuring:
         """For every stage of several units the search may measure, the keys of its units alone."""
         return unit_parts(self.measurable, self.stage_keys)
 
+    @functools.cached_property
+    def greedy_keys(self) -> tuple[str, ...]:
+        """The keys of the greedy schedule's stages, which the end-to-end check runs beside the DP's."""
+        graph = self.space.graph
+        return tuple(dict.fromkeys(self.stage_keys.key(stage) for block in graph.blocks
+                                   for stage in greedy_stages(graph, block)))
+
     def ask(self, setting: Setting, round_size: int) -> list[str]:
-        """The stage keys to measure next for a setting (from its ``table``), outliers measured again included."""
+        """The stage keys to measure next for a setting (from its ``table``), outliers measured again included; on a
+        measured device also the greedy schedule's stages, which its end-to-end check runs."""
         asked = self._next(setting, round_size)
         if not setting.simulated:
             asked += self._outliers(setting)
+            asked += [key for key in self.greedy_keys if key not in setting.table and key not in asked]
         return asked
 
     def record(self, setting: Setting, keys: Sequence[str]) -> None:
         """Count the stages sent to measure for a setting (outliers measured again count apart)."""
         setting.measured += sum(key not in setting.remeasured for key in keys)
 
-    def solve(self, setting: Setting, dtype: str) -> tuple[GraphResult, dict[str, object], PeakMemory]:
-        """The DP's schedule over the setting's measured stages kept within its memory budget, what its file records
-        of the measuring, and its peak beside the sequential schedule's (in ``dtype``)."""
+    @functools.cached_property
+    def groups(self) -> Mapping[str, int]:
+        """Every stage's groups that run at once, by key: a concurrent stage's groups, 1 for a merged conv."""
+        return {key: len(p.stage.groups) if p.stage.strategy == "concurrent" else 1
+                for key, p in self.measurable.items()}
+
+    def costs(self, setting: Setting, price: StagePrice = NO_PRICE) -> dict[str, float]:
+        """The setting's measured stages priced as its correction prices them, plus ``price``: what its DP runs on."""
+        return corrected_table(setting.table, self.groups, setting.correction, *price)
+
+    def solve(self, setting: Setting, dtype: str, price: StagePrice = NO_PRICE
+              ) -> tuple[tuple[BlockSchedule, ...], dict[str, object], PeakMemory]:
+        """The DP's schedule over the setting's measured stages, priced by its correction (and ``price``), kept within
+        its memory budget, each stage with its latency as measured; what its file records of the measuring; and its
+        peak beside the sequential schedule's (in ``dtype``)."""
         record = {"mode": self.mode, "stages": len(setting.table), "planned": len(self.space.plan.stages),
                   **self._record(setting), "remeasured": len(setting.remeasured)}
-        latency = TableLatency(self.stage_keys, setting.table, missing=math.inf)
-        result, memory = budgeted(self.space.graph, self.space.optimize(setting.table), latency, self.space.params,
+        costs = self.costs(setting, price)
+        latency = TableLatency(self.stage_keys, costs, missing=math.inf)
+        result, memory = budgeted(self.space.graph, self.space.optimize(costs), latency, self.space.params,
                                   setting.batch, dtype, setting.memory_budget)
-        return result, record, memory
+        measured = TableLatency(self.stage_keys, setting.table)
+        blocks = tuple(dataclasses.replace(block, latencies=tuple(map(measured.latency, block.stages)))
+                       for block in result.schedules)
+        return blocks, record, memory
 
     def _outliers(self, setting: Setting) -> list[str]:
         """Units alone whose stored latency is an outlier and that this search has not measured again yet; they
@@ -174,7 +206,7 @@ class Lazy(Measuring):
 
     def _next(self, setting: Setting, round_size: int) -> list[str]:
         margin = 0.0 if setting.simulated else LAZY_MARGIN
-        found = next_round(self.space, setting.table, LazyParams(margin, round_size, self.budget))
+        found = next_round(self.space, self.costs(setting), LazyParams(margin, round_size, self.budget))
         if found.certified and setting.memory_budget is not None:
             found = self._within_budget(setting, found, margin)
         setting.round = found
@@ -185,7 +217,7 @@ class Lazy(Measuring):
         lower bounds (none once that schedule is measured, or the budget of stages is spent)."""
         if self.budget is not None and len(setting.table) >= self.budget:
             return certified
-        bounds = lower_bounds(self.space, setting.table, margin)
+        bounds = lower_bounds(self.space, self.costs(setting), margin)
         latency = TableLatency(self.stage_keys, bounds, missing=math.inf)
         result, _ = budgeted(self.space.graph, self.space.optimize(bounds), latency, self.space.params,
                              setting.batch, self.dtype, setting.memory_budget)

@@ -13,7 +13,7 @@ from ios_ray.errors import UserError
 from ios_ray.profiler.backends import Backend, make_backend
 from ios_ray.profiler.cluster import Placement
 from ios_ray.ir import Graph
-from ios_ray.paired import PairedTiming
+from ios_ray.paired import ContestTiming
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource
 
 
@@ -53,8 +53,9 @@ class ProfilerActor:
         """Measure a batch of stages, one after the other; their rows in order."""
         return [self.backend.measure(job) for job in jobs]
 
-    def time_schedules(self, job: CheckJob) -> PairedTiming:
-        """Time two whole schedules in paired rounds until the interval of their ratio decides (or the job's cap)."""
+    def time_schedules(self, job: CheckJob) -> ContestTiming:
+        """Time whole schedules in rounds against a baseline until the interval of the best decides (or the job's
+        cap)."""
         return self.backend.time_schedules(job)
 
 

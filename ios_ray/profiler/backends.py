@@ -6,7 +6,7 @@ from typing import Any, Protocol
 
 from ios_ray.devices import DeviceSpec
 from ios_ray.ir import Graph
-from ios_ray.paired import PairedTiming
+from ios_ray.paired import ContestTiming
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource
 
 
@@ -23,8 +23,9 @@ class Backend(Protocol):
     def measure(self, job: MeasureJob) -> dict[str, Any]:
         """Time one stage and return its latency row (the store's columns)."""
 
-    def time_schedules(self, job: CheckJob) -> PairedTiming:
-        """Time two whole schedules in paired rounds until the interval of their ratio decides (or the job's cap)."""
+    def time_schedules(self, job: CheckJob) -> ContestTiming:
+        """Time whole schedules in rounds against a baseline until the interval of the best decides (or the job's
+        cap)."""
 
 
 def make_backend(spec: DeviceSpec, warmup: int | None = None, repeat: int | None = None) -> Backend:

@@ -65,14 +65,16 @@ class MeasureJob:
 
 @dataclass(frozen=True)
 class CheckJob:
-    """Two whole schedules of one model (the DP's and the sequential one) to time end to end in paired rounds at one
-    batch size and dtype, the first over the second, until the interval of that ratio decides at ``confidence``,
-    after at most ``rounds`` rounds, or at the look past which ``max_seconds`` would run out (the search's check,
-    :func:`~ios_ray.runtime.compare.paired_timing`)."""
+    """Whole schedules of one model, by name, to time end to end in rounds at one batch size and dtype against the
+    one named ``baseline`` (the search's check: :func:`~ios_ray.runtime.compare.contest`), until the interval of the
+    ratio of the best of them over the baseline decides at ``confidence`` (shared among the candidates), after at
+    most ``rounds`` rounds, or at the look past which ``max_seconds`` would run out. Each schedule runs with its own
+    kernels."""
 
     model: ModelSource
     graph: Graph
-    schedules: tuple[Schedule, Schedule]
+    schedules: dict[str, Schedule]
+    baseline: str
     batch: int
     rounds: int = DEFAULT_CHECK_ROUNDS
     warmup: int = 2

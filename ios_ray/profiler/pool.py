@@ -28,7 +28,7 @@ from ios_ray.profiler.cluster import check_offered, live_nodes, plan_all
 from ios_ray.profiler.dispatch import (RESTART_POLL_S, RESTART_TIMEOUT_S, Dispatcher, MeasureReport, ProgressCallback,
                                       RowsCallback, task_error)
 from ios_ray.ir import Graph
-from ios_ray.paired import PairedTiming
+from ios_ray.paired import ContestTiming
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource
 from ios_ray.vocabulary import DEFAULT_SIM_ACTORS
 
@@ -105,8 +105,8 @@ class DevicePool:
             self.shutdown()
         return report
 
-    def time_schedules(self, label: str, job: CheckJob) -> PairedTiming:
-        """Time two whole schedules in paired rounds on one actor of a label, until the interval of their ratio
+    def time_schedules(self, label: str, job: CheckJob) -> ContestTiming:
+        """Time whole schedules in rounds against a baseline on one actor of a label, until the interval of the best's
         decides (or the job's cap). An actor that dies meanwhile gets the job again once Ray has restarted it (up to
         ``max_restarts`` times), then the label's other actors do; UserError once every one has died for good (or
         stayed unavailable for ``RESTART_TIMEOUT_S``)."""

@@ -23,14 +23,14 @@ from ios_ray.dtypes import in_memory_format, torch_dtype
 from ios_ray.profiler.fingerprint import cuda_problem, device_fingerprint
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
-from ios_ray.paired import LookPlan, PairedTiming
+from ios_ray.paired import ContestTiming, LookPlan, contest_confidence
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource, local_identity, make_row
 from ios_ray.profiler.model_source import import_source
 from ios_ray.profiler.timing import time_stage
 from ios_ray.runtime.executor import ScheduleRunner
 from ios_ray.runtime.program import Program
 from ios_ray.runtime.stages import Lanes, compile_stage, make_lanes
-from ios_ray.runtime.compare import paired_timing
+from ios_ray.runtime.compare import contest
 from ios_ray.runtime.timing import cpu_primer
 from ios_ray.stage import Stage
 from ios_ray.vocabulary import EAGER_KERNELS
@@ -81,18 +81,19 @@ class RealBackend:
                                 self._capture_stream)
         return make_row(job, timing, identity.running(job.kernels))
 
-    def time_schedules(self, job: CheckJob) -> PairedTiming:
-        """The job's two schedules, run as deployed (a CUDA graph on a GPU) on one random batch of its dtype, timed in
-        paired rounds until the interval of the first over the second decides, or the job's cap."""
+    def time_schedules(self, job: CheckJob) -> ContestTiming:
+        """The job's schedules, each run as deployed (a CUDA graph on a GPU, its own kernels) on one random batch of
+        its dtype, timed in rounds against its baseline until the interval of the best over the baseline decides, or
+        the job's cap."""
         identity = self.identity or self.start()
         x = torch.randn(job.batch, *job.graph.input_shape, device=self.device, dtype=torch_dtype(job.dtype))
         x = in_memory_format(x, job.graph.memory_format)
-        first, second = (
-            functools.partial(ScheduleRunner(self._program(job.model, job.graph, identity.host, job.dtype, s.kernels),
-                                             s, self.device), x) for s in job.schedules)
-        plan = LookPlan.planned(job.rounds, job.confidence)
+        runs = {name: functools.partial(ScheduleRunner(
+            self._program(job.model, job.graph, identity.host, job.dtype, s.kernels), s, self.device), x)
+            for name, s in job.schedules.items()}
+        plan = LookPlan.planned(job.rounds, contest_confidence(job.confidence, len(runs) - 1))
         with _fits(self.spec.label, job.model.name, job.batch):
-            return paired_timing(first, second, self.device, plan, job.warmup, job.max_seconds)
+            return contest(runs, job.baseline, self.device, plan, job.warmup, job.max_seconds)
 
     def _program(self, model: ModelSource, graph: Graph, host: str, dtype: str, kernels: str = EAGER_KERNELS
                  ) -> Program:

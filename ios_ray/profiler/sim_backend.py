@@ -9,7 +9,7 @@ from ios_ray.devices import DeviceSpec
 from ios_ray.profiler.fingerprint import device_fingerprint
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
-from ios_ray.paired import PairedTiming
+from ios_ray.paired import ContestTiming
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource, local_identity, make_row
 from ios_ray.profiler.timing import Timing, resolve_protocol
 from ios_ray.profiler.sim_model import sim_parameters, stage_latency_ms
@@ -46,6 +46,6 @@ class SimBackend:
         timing = Timing(latency, latency, latency, self.repeat, self.warmup, self.repeat)
         return make_row(job, timing, identity.running(job.kernels))
 
-    def time_schedules(self, job: CheckJob) -> PairedTiming:
+    def time_schedules(self, job: CheckJob) -> ContestTiming:
         """Not offered: a simulated device has no end-to-end latency beyond the sum of its stages."""
         raise UserError(f"{self.spec.label} is simulated, so its schedules cannot be timed end to end.")

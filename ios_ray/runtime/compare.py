@@ -1,5 +1,7 @@
-"""Two callables compared beyond noise on a device: paired rounds in alternating order, looked at as planned, until
-the ratio's interval decides, the last look is reached, or the next look would end past a time cap.
+"""Callables compared beyond noise on a device: rounds in alternating order, looked at as planned, until the
+ratio's interval decides, the last look is reached, or the next look would end past a time cap. Two callables are a
+paired check (:func:`paired_timing`); several are a contest against a baseline (:func:`contest`), which keeps the
+best of them beside the baseline after the first look.
 
 A round times both callables back to back, in alternating order (second then first, then first then second...), so
 that both calls of a round share the machine's speed of the moment and whatever favours a position favours each
@@ -18,12 +20,14 @@ wrongly. The statistics (ratios, intervals, the looks and their ranks) are :mod:
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import Callable
+from typing import Callable, Iterator, Mapping
 
 import torch
 
-from ios_ray.paired import WITHIN_NOISE, LookPlan, PairedTiming, ratios_of
+from ios_ray.paired import (WITHIN_NOISE, ContestTiming, LookPlan, PairedTiming, RatioInterval, median_interval,
+                            ratios_of)
 from ios_ray.runtime.timing import Sampler, alternating_rounds
 
 
@@ -34,25 +38,74 @@ def paired_timing(
 ) -> PairedTiming:
     """Time ``first`` against ``second`` in paired rounds (:func:`~ios_ray.runtime.timing.alternating_rounds`) after
     ``warmup`` untimed calls of each; at each look of ``plan``, stop where the interval of first / second decides,
-    and go on only where the next look, at the pace so far (warm-up included), ends within ``max_seconds`` of the
-    start (None: no cap). The first look is always reached.
+    and go on only where the next look, at the pace of the rounds so far, ends within ``max_seconds`` of the start
+    (None: no cap). The first look is always reached.
 
     ``sample`` times one call in ms (default: :func:`~ios_ray.runtime.timing.sample_ms` on ``device``) and ``clock``
     reads seconds for the cap; tests pass fakes of both.
     """
-    times: tuple[list[float], list[float]] = ([], [])
+    found = contest({"first": first, "second": second}, "second", device, plan, warmup, max_seconds, sample, clock)
+    return PairedTiming(found.times_ms["first"], found.times_ms["second"], found.ratios["first"])
+
+
+def contest(
+    callables: Mapping[str, Callable[[], object]], baseline: str, device: torch.device | str, plan: LookPlan,
+    warmup: int = 2, max_seconds: float | None = None, sample: Sampler | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> ContestTiming:
+    """Time every callable in rounds (each round runs each once, in alternating order, after ``warmup`` untimed calls
+    of each) against ``baseline``, looking at the intervals of each one's ratio over the baseline as ``plan`` says
+    (its confidence must already be shared among the candidates: :func:`~ios_ray.paired.contest_confidence`).
+
+    With more than one candidate, the first :data:`SCREEN_ROUNDS` rounds run them all, and only the one of the lowest
+    median ratio goes on beside the baseline (the others keep the median of those rounds, with no interval: too few
+    rounds for one, so none of them is kept); since the plan's confidence holds for every candidate's intervals
+    together, choosing among them costs it nothing. From then on it is the paired check of :func:`paired_timing`,
+    those rounds counted: stop at a look where the interval decides, at the last look, or at a look where the next
+    one would end past ``max_seconds`` at the pace of the callables still running.
+    """
+    if baseline not in callables or len(callables) < 2:
+        raise ValueError(f"a contest needs the baseline {baseline!r} and at least one candidate, got {list(callables)}")
+    times: dict[str, list[float]] = {name: [] for name in callables}
+    ratios: dict[str, RatioInterval] = {}
     started = clock()
     with torch.inference_mode():
-        rounds = alternating_rounds({"first": first, "second": second}, device, warmup, sample, rewarm=False)
+        rounds = alternating_rounds(dict(callables), device, warmup, sample, rewarm=False)
+        running = list(callables)
+        if len(callables) > 2:
+            _run_rounds(rounds, times, baseline, min(SCREEN_ROUNDS, plan.looks[0]))
+            screened = {name: median_interval(ratios_of(times[name], times[baseline]), plan.confidence)
+                        for name in callables if name != baseline}
+            best = min(screened, key=lambda name: screened[name].median)
+            ratios |= {name: dataclasses.replace(found, low=None, high=None) for name, found in screened.items()}
+            running = [best, baseline]
+            rounds = alternating_rounds({name: callables[name] for name in running}, device, 0, sample, rewarm=False)
+        candidate = running[0] if running[0] != baseline else running[1]
         for index, look in enumerate(plan.looks):
-            while len(times[0]) < look:
-                found = next(rounds)
-                times[0].append(found["first"])
-                times[1].append(found["second"])
-            interval = plan.interval(ratios_of(*times))
-            if interval.verdict != WITHIN_NOISE or index + 1 == len(plan.looks):
+            _run_rounds(rounds, times, baseline, look)
+            ratios[candidate] = plan.interval(ratios_of(times[candidate], times[baseline]))
+            if ratios[candidate].verdict != WITHIN_NOISE or index + 1 == len(plan.looks):
                 break
-            elapsed = clock() - started
-            if max_seconds is not None and elapsed * plan.looks[index + 1] / look > max_seconds:
+            if max_seconds is not None and _next_look_ends(clock() - started, times, running, look,
+                                                           plan.looks[index + 1]) > max_seconds:
                 break
-    return PairedTiming(tuple(times[0]), tuple(times[1]), interval)
+    return ContestTiming({name: tuple(found) for name, found in times.items()}, baseline, ratios)
+
+
+#: The rounds a contest of several candidates runs them all before only the best goes on beside the baseline.
+SCREEN_ROUNDS = 5
+
+
+def _run_rounds(rounds: Iterator[dict[str, float]], times: dict[str, list[float]], baseline: str, until: int) -> None:
+    """Run rounds until the baseline has ``until`` times, adding each callable's time of each round."""
+    while len(times[baseline]) < until:
+        for name, ms in next(rounds).items():
+            times[name].append(ms)
+
+
+def _next_look_ends(elapsed_s: float, times: Mapping[str, list[float]], running: list[str], look: int,
+                    next_look: int) -> float:
+    """When the next look would end, in seconds from the start: the time so far and, for each round to go, the
+    running callables' mean times so far (those the first look dropped no longer count)."""
+    per_round_s = sum(sum(times[name]) / len(times[name]) for name in running) / 1e3
+    return elapsed_s + (next_look - look) * per_round_s

@@ -1,4 +1,5 @@
-"""The latency store: one DuckDB file of stage latencies keyed by (stage_key, device_fingerprint, batch, dtype).
+"""The latency store: one DuckDB file of stage latencies keyed by (stage_key, device_fingerprint, batch, dtype), and
+of the schedules timed whole on each device (``runs``, from which a search fits its correction of stage costs).
 
 Concurrency design. DuckDB lets one process open a file read-write, and a read-only open fails while
 another process has it read-write. So no process keeps the file open: every operation is short and runs
@@ -46,13 +47,14 @@ commit.
 
 from __future__ import annotations
 
+import datetime as dt
 import fcntl
 import glob
 import numbers
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -68,10 +70,12 @@ from ios_ray.store.schema import (
     FORMAT_NAME,
     FORMAT_VERSION,
     KEY_COLUMNS,
+    RUN_SCHEMA,
     STORE_SCHEMA,
     conform,
     create_statements,
     quote,
+    runs_statement,
 )
 from ios_ray.vocabulary import DEFAULT_DTYPE
 
@@ -117,6 +121,34 @@ class LatencyStore:
             except duckdb.ConstraintException:
                 self._write(lambda con: _sql(con, _UPSERT), incoming=table)
         return table.num_rows
+
+    def put_runs(self, rows: Sequence[Mapping[str, object]]) -> int:
+        """Add schedules timed whole (:data:`~ios_ray.store.schema.RUN_SCHEMA`'s columns, ``measured_at`` now where
+        absent) in one committed transaction; return the rows written."""
+        now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+        try:
+            table = pa.Table.from_pylist([{"measured_at": now, **row} for row in rows], schema=RUN_SCHEMA)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as err:
+            raise UserError(f"schedule runs must have the columns {', '.join(RUN_SCHEMA.names)} ({err}).") from None
+        if table.num_rows:
+            insert = f"INSERT INTO {_CATALOG}.runs SELECT * FROM incoming"
+            self._write(lambda con: (_sql(con, runs_statement(_CATALOG)), _sql(con, insert)), incoming=table)
+        return table.num_rows
+
+    def runs(self, device_fingerprint: str, batch: int, dtype: str = DEFAULT_DTYPE) -> pa.Table:
+        """The schedules timed whole on exactly this fingerprint, batch and dtype (none in a store made before
+        runs were kept)."""
+        sql = (f"SELECT * FROM {_CATALOG}.runs WHERE device_fingerprint = ? AND batch = ? AND dtype = ? "
+               "ORDER BY measured_at")
+        params = [device_fingerprint, _checked_batch(batch), dtype]
+
+        def run(con: duckdb.DuckDBPyConnection) -> pa.Table:
+            try:
+                return con.sql(sql, params=params).to_arrow_table()
+            except duckdb.CatalogException:
+                return RUN_SCHEMA.empty_table()
+
+        return self._read(run)
 
     def lookup(
         self, stage_keys: Sequence[str], device_fingerprint: str, batch: int, dtype: str = DEFAULT_DTYPE

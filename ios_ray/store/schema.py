@@ -1,7 +1,9 @@
 """The latency store's row schema: the Arrow schema, the DuckDB tables derived from it, and row checks.
 
 One row per measurement key (stage_key, device_fingerprint, batch, dtype). `measured_at` is a naive
-TIMESTAMP holding UTC. `device_info` and `stage` hold JSON text.
+TIMESTAMP holding UTC. `device_info` and `stage` hold JSON text. Beside the latencies, the `runs` table keeps the
+schedules timed whole (:data:`RUN_SCHEMA`), from which a search fits its correction of stage costs; a store made
+before it gets it at its first write.
 """
 
 from __future__ import annotations
@@ -46,6 +48,27 @@ STORE_SCHEMA = pa.schema(
     ]
 )
 
+#: The schedules timed whole on a device (each candidate of a search's end-to-end check), one row each: what a
+#: correction of stage costs for (device_fingerprint, batch, dtype) is fitted from (ios_ray/scheduler/correction.py).
+RUN_SCHEMA = pa.schema(
+    [
+        pa.field("device", pa.string(), nullable=False),
+        pa.field("device_fingerprint", pa.string(), nullable=False),
+        pa.field("batch", pa.int32(), nullable=False),
+        pa.field("dtype", pa.string(), nullable=False),
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("graph_fingerprint", pa.string(), nullable=False),
+        pa.field("schedule", pa.string(), nullable=False),
+        pa.field("predicted_ms", pa.float64(), nullable=False),
+        pa.field("stages", pa.int32(), nullable=False),
+        pa.field("extra_groups", pa.int32(), nullable=False),
+        pa.field("measured_ms", pa.float64(), nullable=False),
+        pa.field("rounds", pa.int32(), nullable=False),
+        pa.field("host", pa.string(), nullable=False),
+        pa.field("measured_at", pa.timestamp("us"), nullable=False),
+    ]
+)
+
 _SQL_TYPES = {pa.string(): "VARCHAR", pa.int32(): "INTEGER", pa.float64(): "DOUBLE", pa.timestamp("us"): "TIMESTAMP"}
 
 
@@ -54,9 +77,19 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def _columns(schema: pa.Schema) -> list[str]:
+    """The SQL column definitions of an Arrow schema."""
+    return [f"{quote(f.name)} {_SQL_TYPES[f.type]}{'' if f.nullable else ' NOT NULL'}" for f in schema]
+
+
+def runs_statement(catalog: str) -> str:
+    """SQL that creates the `runs` table in the attached `catalog` where it is missing (stores made before it)."""
+    return f"CREATE TABLE IF NOT EXISTS {catalog}.runs ({', '.join(_columns(RUN_SCHEMA))}, CHECK (batch > 0))"
+
+
 def create_statements(catalog: str) -> list[str]:
-    """SQL that creates the `latency` and `meta` tables of an empty store in the attached `catalog`."""
-    columns = [f"{quote(f.name)} {_SQL_TYPES[f.type]}{'' if f.nullable else ' NOT NULL'}" for f in STORE_SCHEMA]
+    """SQL that creates the `latency`, `runs` and `meta` tables of an empty store in the attached `catalog`."""
+    columns = _columns(STORE_SCHEMA)
     checks = [
         f"CHECK (source IN {tuple(SOURCES)})",
         f"CHECK (strategy IN {tuple(STRATEGIES)})",
@@ -65,6 +98,7 @@ def create_statements(catalog: str) -> list[str]:
     ]
     return [
         f"CREATE TABLE {catalog}.latency ({', '.join(columns + checks)})",
+        runs_statement(catalog),
         f"CREATE TABLE {catalog}.meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)",
         f"INSERT INTO {catalog}.meta VALUES ('format', '{FORMAT_NAME}'), ('version', '{FORMAT_VERSION}')",
     ]

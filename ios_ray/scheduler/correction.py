@@ -1,0 +1,113 @@
+"""What a whole schedule runs in, from what its stages ran in alone: a correction of stage costs fitted from
+schedules run end to end on one device.
+
+The DP prices a schedule as the sum of its stages, each timed alone. A deployed schedule runs them back to back,
+and the sum misses what happens between and beside them: the barrier between two stages (on a CPU waking worker
+threads and waiting for them, on a GPU the events that fork and join side streams) and the interference of groups
+that run at once (they share caches, memory bandwidth and SMs); the DP also takes the least of many noisy stage
+timings, which favours the optimistic ones. A :class:`Correction` prices a stage of ``g`` groups measured at
+``latency`` ms as ``alpha * latency + beta + gamma * (g - 1)``: a scale, a cost per stage, a cost per group beside
+the first. A schedule's corrected cost is then ``alpha * P + beta * S + gamma * G`` for its stage sum P, its stages
+S and its extra groups G, and :func:`fit_correction` chooses the three coefficients, none negative, that bring the
+corrected costs of schedules measured whole closest to what they measured, in relative terms
+(:class:`ScheduleRun`, one per schedule timed whole).
+
+Applied per stage (:func:`corrected_table`), the correction is a table of stage costs like any other, so the DP,
+exact over stage costs, is exact over corrected ones; and since every coefficient is non-negative, a stage's
+corrected cost is at least any of its sub-stages' and groups', so the lazy search's lower bounds hold for corrected
+costs as for measured ones. The same transformation with prices added (``stage_price``, ``group_price``) gives the
+DP's alternatives that run fewer stages or fewer groups at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+@dataclass(frozen=True)
+class ScheduleRun:
+    """A schedule timed whole on a device: the sum of its stages' latencies (``predicted_ms``), its stages and its
+    extra groups (groups beyond the first, summed over its stages), and the median it ran in."""
+
+    predicted_ms: float
+    stages: int
+    extra_groups: int
+    measured_ms: float
+
+
+@dataclass(frozen=True)
+class Correction:
+    """Stage costs as a schedule runs them: ``alpha * latency + beta_ms + gamma_ms * (groups - 1)``, fitted from
+    ``runs`` schedules measured whole (0: none, the identity)."""
+
+    alpha: float = 1.0
+    beta_ms: float = 0.0
+    gamma_ms: float = 0.0
+    runs: int = 0
+
+    def cost(self, latency_ms: float, groups: int) -> float:
+        """The corrected cost of one stage of ``groups`` groups measured alone at ``latency_ms``."""
+        return self.alpha * latency_ms + self.beta_ms + self.gamma_ms * (groups - 1)
+
+    def predict(self, predicted_ms: float, stages: int, extra_groups: int) -> float:
+        """The corrected cost of a whole schedule: its stage sum, stages and extra groups."""
+        return self.alpha * predicted_ms + self.beta_ms * stages + self.gamma_ms * extra_groups
+
+    def to_json(self) -> dict[str, Any]:
+        """What a schedule file records of the correction its DP ran with (``source: fitted``)."""
+        return {"alpha": self.alpha, "beta_ms": self.beta_ms, "gamma_ms": self.gamma_ms, "runs": self.runs,
+                "source": "fitted"}
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> "Correction":
+        """Inverse of :meth:`to_json`."""
+        return Correction(float(data["alpha"]), float(data["beta_ms"]), float(data["gamma_ms"]), int(data["runs"]))
+
+
+IDENTITY = Correction()
+
+
+def fit_correction(runs: Sequence[ScheduleRun]) -> Correction:
+    """The correction, every coefficient non-negative and the scale positive, that minimises the squared relative
+    error of the corrected costs against what the schedules measured; the identity without runs. With fewer runs than
+    terms only the terms the runs can tell apart are fitted (the scale first)."""
+    usable = [run for run in runs if run.measured_ms > 0 and run.predicted_ms > 0]
+    if not usable:
+        return IDENTITY
+    features = np.array([[run.predicted_ms, run.stages, run.extra_groups] for run in usable], dtype=float)
+    measured = np.array([run.measured_ms for run in usable], dtype=float)
+    weighted = features / measured[:, None]  # relative errors: each run counts alike, whatever its size
+    target = np.ones(len(usable))
+    best: tuple[float, np.ndarray] | None = None
+    for terms in _term_sets(len(usable)):
+        coefficients, *_ = np.linalg.lstsq(weighted[:, terms], target, rcond=None)
+        if coefficients[0] <= 0 or (coefficients < 0).any():
+            continue
+        residual = float(np.sum((weighted[:, terms] @ coefficients - target) ** 2))
+        if best is None or residual < best[0] - 1e-12:
+            full = np.zeros(3)
+            full[terms] = coefficients
+            best = (residual, full)
+    if best is None:  # cannot happen with the scale alone, which is positive for positive runs
+        return IDENTITY
+    alpha, beta, gamma = best[1]
+    return Correction(float(alpha), float(beta), float(gamma), len(usable))
+
+
+def _term_sets(runs: int) -> list[list[int]]:
+    """The sets of terms a fit may use (the scale always), no more terms than runs."""
+    extra = (1, 2)
+    return [[0, *chosen] for size in range(0, min(len(extra), runs - 1) + 1)
+            for chosen in itertools.combinations(extra, size)]
+
+
+def corrected_table(table: Mapping[str, float], groups: Mapping[str, int], correction: Correction,
+                    stage_price: float = 0.0, group_price: float = 0.0) -> dict[str, float]:
+    """The stage costs of ``table`` (stage key -> ms measured alone) as ``correction`` prices them, with
+    ``stage_price`` more per stage and ``group_price`` more per group beside the first (``groups``: each key's
+    groups)."""
+    beta, gamma = correction.beta_ms + stage_price, correction.gamma_ms + group_price
+    return {key: correction.alpha * ms + beta + gamma * (groups[key] - 1) for key, ms in table.items()}
