@@ -13,12 +13,15 @@ the first; extra steps run only on time the others left over:
 3. calibration: what measuring one planned stage costs on the GPU at both batch sizes (``gpu_steps.py
    calibrate``); each search's warmup and repeat are then sized to fit its time limit;
 4. at batch 1: ``ios-ray search --devices cuda`` on a fresh store (its kernels chosen by timing, its stages timed
-   in CUDA graphs), ``ios-ray bench --device cuda --json --no-compile`` (every variant but torch.compile), the same
+   in CUDA graphs, its check running the DP's schedule, its alternatives, greedy and sequential), the same search
+   again on that store (nothing measured twice; its DP priced by the correction the first check fitted, so that its
+   prediction of what deploys can be judged), ``ios-ray bench --device cuda --json --no-compile`` (every variant but
+   torch.compile), the same
    bench again with ``torch.compile(mode="reduce-overhead")`` beside the others (its own step, since compiling a
    large model can take minutes), and a PyTorch profiler summary of the DP's and the sequential schedule in a graph
    (``profile.txt``: kernels and cuDNN's layout transposes per forward);
-5. the same at batch 1 in float16 and channels_last (what GPU serving mostly runs in), on a store of its own, its
-   bench with reduce-overhead, and its profile;
+5. the same at batch 1 in float16 and channels_last (what GPU serving mostly runs in), on a store of its own: the
+   search twice, its bench with reduce-overhead, and its profile;
 6. at batch 32: the search, on the main store, and the bench with reduce-overhead;
 7. extra, on time left over: a second model (``--second-model``, RandWire by default) searched and benched at batch
    1; then calibration and ``ios-ray search --devices cpu`` at batch 1 on this host's CPU, on a store of its own.
@@ -368,12 +371,17 @@ def search_protocol(check: Check, key: str, device: str, batch: int, measure_s: 
 def search_step(
     check: Check, timeout: float, key: str, calibration: str, device: str, batch: int, store: Path, out: Path,
     measure_s: float, dtype: str = "float32", memory_format: str = "contiguous", model: str | None = None,
+    again: bool = False,
 ) -> str:
     """``ios-ray search`` of ``model`` (default: the check's) on ``device`` at one batch size in ``dtype`` and
     ``memory_format``, its protocol sized by the calibration (in float32, NCHW) under key ``calibration`` to measure
-    for about ``measure_s`` (less where the time limit is shorter); its figures (under ``key``) from the schedule file
-    and the store."""
+    for about ``measure_s`` (less where the time limit is shorter); its figures (under ``key``, `` again`` added for
+    the same search run again on its store, where the correction the first one's check fitted prices its stages)
+    from the schedule file and the store."""
     model = model or check.setup.model
+    if again and key not in check.report["searches"]:
+        raise StepSkipped(f"the search {key} did not finish, so there is nothing to search again")
+    before = _store_rows(store)
     budget = min(measure_s, timeout - SEARCH_OVERHEAD_S[device])
     warmup, repeat = search_protocol(check, calibration, device, batch, budget)
     from ios_ray.paired import least_rounds
@@ -387,14 +395,24 @@ def search_step(
     from ios_ray.schedule import schedule_path
 
     path = schedule_path(out, model, device, batch, dtype, memory_format)
-    found = check.report["searches"][key] = {"warmup": warmup, "repeat": repeat, "wall_s": round(done.wall_s, 1),
-                                             **search_figures(store, path, device, batch)}
+    found = check.report["searches"][key + (" again" if again else "")] = {
+        "warmup": warmup, "repeat": repeat, "wall_s": round(done.wall_s, 1),
+        **search_figures(store, path, device, batch), "new_stages": _store_rows(store) - before}
     check.report["schedules"][key] = json.loads(path.read_text())
     if store == check.setup.store and store.stat().st_size <= KEEP_STORE_BYTES:
         shutil.copyfile(store, check.setup.out / "latency.duckdb")
     return (f"{found['stages']} stages ({found['uncaptured']} uncaptured) with warmup {warmup}, repeat {repeat}; "
             f"{found['kernels']} kernels; check DP {found['dp_ms']:.3f} ms, sequential {found['sequential_ms']:.3f} ms "
             f"in {found['rounds']} rounds; {found['decision']}")
+
+
+def _store_rows(store: Path) -> int:
+    """How many latencies a store holds (0 where there is none yet)."""
+    from ios_ray.store import LatencyStore
+
+    if not store.exists():
+        return 0
+    return sum(LatencyStore(store, create=False).stats()["rows"].to_pylist())
 
 
 def search_figures(store: Path, schedule_path: Path, device: str, batch: int) -> dict[str, Any]:
@@ -407,13 +425,15 @@ def search_figures(store: Path, schedule_path: Path, device: str, batch: int) ->
     check = schedule.end_to_end
     if check is None:
         raise StepFailed(f"{schedule_path.name} has no end-to-end check")
-    kept_ms = check.dp_ms if check.kept == "dp" else check.sequential_ms
+    over = check.kept_over_predicted
     return {"stages": len(rows), "uncaptured": sum("uncaptured" in json.loads(info) for info in rows),
             "kernels": schedule.kernels, "kernel_choice": schedule.params.get("kernels", {}).get("decision"),
+            "corrected": "correction" in schedule.params,
             "dp_predicted_ms": check.dp_predicted_ms, "sequential_predicted_ms": check.sequential_predicted_ms,
             "dp_ms": check.dp_ms, "sequential_ms": check.sequential_ms, "kept": check.kept,
             "rounds": check.rounds, "decision": check.decision,
-            "kept_over_predicted": _ratio(kept_ms, schedule.predicted_latency),
+            "candidates": {c.name: round(c.ms, 4) for c in check.candidates},
+            "kept_over_predicted": None if over is None else round(over, 3),
             "sequential_over_dp": _ratio(check.sequential_ms, check.dp_ms)}
 
 
@@ -482,11 +502,11 @@ def steps(setup: Setup) -> list[Step]:
 
     def search(
         batch: int, measure_s: float, dtype: str = "float32", memory_format: str = "contiguous",
-        model: str | None = None,
+        model: str | None = None, again: bool = False,
     ) -> Callable[[Check, float], str]:
         key, out, store = setup.search_of(batch, dtype, memory_format, model)
         return partial(search_step, key=key, calibration=device, device=device, batch=batch, store=store, out=out,
-                       measure_s=measure_s, dtype=dtype, memory_format=memory_format, model=model)
+                       measure_s=measure_s, dtype=dtype, memory_format=memory_format, model=model, again=again)
 
     def bench(batch: int, dtype: str = "float32", memory_format: str = "contiguous", compiled: bool = False,
               model: str | None = None) -> Callable[[Check, float], str]:
@@ -505,10 +525,12 @@ def steps(setup: Setup) -> list[Step]:
         Step("GPU tests", 100, 30, tests_step),
         Step(f"calibrate {device}", 60, 20, partial(calibrate_step, key=device, device=device, batches=(small, large))),
         Step(f"search {device} bs{small}", 150, 40, search(small, 45)),
+        Step(f"search {device} bs{small} again", 60, 15, search(small, 45, again=True)),
         Step(f"bench {device} bs{small}", 60, 25, bench(small)),
         *([Step(f"bench {device} bs{small} {COMPILED}", 130, 50, bench(small, compiled=True))] if compiles else []),
         Step(f"profile {device} bs{small}", 40, 15, profile_step),
         Step(f"search {device} bs{small} {half}", 120, 40, search(small, 40, *HALF_NHWC)),
+        Step(f"search {device} bs{small} {half} again", 60, 15, search(small, 40, *HALF_NHWC, again=True)),
         Step(f"bench {device} bs{small} {half}{with_compile}", 130, 40, bench(small, *HALF_NHWC, compiled=True)),
         Step(f"profile {device} bs{small} {half}", 40, 15, partial(profile_step, dtype=HALF_NHWC[0],
                                                                     memory_format=HALF_NHWC[1])),

@@ -3,8 +3,12 @@
 Targets (issues 13 and 44), for the model at the small batch (1) unless said: the IOS schedule in a CUDA graph at
 least 1.2x the sequential schedule in a graph and at least 1.5x eager; at least 1.3x ``torch.compile(mode=
 "reduce-overhead")`` in float32 and in float16 channels-last, and not slower at the large batch (32); no cuDNN
-layout transpose in a forward of the DP's schedule; predicted against measured within 10%; at the large batch never
-slower than sequential in a graph; the whole check under 8 minutes; every GPU test passing, none skipped. The
+layout transpose in a forward of the DP's schedule; predicted against measured within 10%, and within 5% where a
+search run again on its store prices its stages by the correction the first one fitted (issue 45), in float32 and
+in float16 channels-last, measuring nothing again; never slower than greedy in a graph beyond noise; a search at
+batch 1 on a fresh store within 10 s, its check included; a second model searched within the check; at the large
+batch never slower than sequential in a graph; the whole check under 8 minutes; every GPU test passing, none
+skipped. The
 variants are found by the kernels their search chose (``IOS fused + graph``), and named without them in the
 targets. A speedup is the median of the
 per-round ratios of the other variant's latency over the IOS schedule's, both timed in the same rounds of one bench
@@ -22,6 +26,10 @@ from ios_ray.vocabulary import EAGER_KERNELS, kernel_named
 
 #: The whole check must finish within this many seconds (8 minutes).
 WALL_TARGET_S = 480.0
+#: A search of the model at batch 1 on a fresh store, its end-to-end check included, must take at most this long
+#: (issue 45: the IOS paper needed 48 s for Inception V3 on a V100, ios-ray 44 s on an H100 before stages were batched
+#: into graphs).
+SEARCH_TARGET_S = 10.0
 #: The report's bench key suffix of the run with ``torch.compile(mode="reduce-overhead")`` beside the other variants
 #: (the speedup over it is taken in that run, side by side).
 COMPILED = "torch.compile"
@@ -119,6 +127,16 @@ def targets(report: dict[str, Any]) -> list[Target]:
         Target(f"{seq}: measured / predicted, batch {small}", bench.over_predicted(small, "seq"), 0.9, 1.1),
         Target(f"search's check, batch {small}: kept schedule measured / predicted",
                _check_figure(report, small, "kept_over_predicted"), 0.9, 1.1),
+        Target(f"search again, batch {small}: kept schedule measured / predicted (corrected)",
+               _check_figure(report, f"{small} again", "kept_over_predicted"), 0.95, 1.05),
+        Target(f"search again, batch {small} {HALF}: kept schedule measured / predicted (corrected)",
+               _check_figure(report, f"{small} {HALF} again", "kept_over_predicted"), 0.95, 1.05),
+        Target(f"{ios} slower than greedy + graph beyond noise, batch {small} (1: yes)",
+               bench.slower_than(small, "greedy"), high=0),
+        Target(f"search at batch {small} on a fresh store, check included, s",
+               _check_figure(report, small, "wall_s"), high=SEARCH_TARGET_S),
+        Target(f"search again at batch {small}: stages measured again", _check_figure(report, f"{small} again",
+                                                                                      "new_stages"), high=0),
         Target.of(f"{ios} vs {seq}, batch {large}", bench.speedup(large, "seq"), 1.0),
     ]
     for batch in (small, large):
@@ -128,6 +146,9 @@ def targets(report: dict[str, Any]) -> list[Target]:
     for key in bench.second_models(small):
         found.append(Target.of(f"{key.removesuffix(COMPILED).strip()}: {ios} vs {compiled}",
                                bench.speedup(key, "compiled")))
+    for key, search in report.get("searches", {}).items():
+        if not key.startswith((device, "host")):
+            found.append(Target(f"{key}: search within the check, s", search.get("wall_s"), high=WALL_TARGET_S))
     if device == "cuda":
         tests = report.get("tests")
         found.append(Target("GPU tests failed, errored or skipped",
@@ -169,6 +190,14 @@ class _Bench:
         with_compile = f"{key} {COMPILED}"
         return self.speedup(with_compile if with_compile in self.benches else key, "compiled")
 
+    def slower_than(self, key: int | str, other: str) -> float | None:
+        """1 where the IOS variant ran slower than another schedule (greedy...) beyond noise in one bench, else 0;
+        None where either did not run."""
+        rows = self.rows(key)
+        name = self.name(key, "seq").replace("sequential", other)
+        speedup = _speedup(rows, name, self.name(key, "ios"))
+        return None if speedup is None else float(speedup.high is not None and speedup.high < 1)
+
     def over_predicted(self, key: int | str, role: str) -> float | None:
         """A variant's measured median over its prediction in one bench."""
         return _over_predicted(self.rows(key), self.name(key, role))
@@ -198,7 +227,8 @@ def _profiled(report: dict[str, Any], key: str, figure: str) -> float | None:
     return None if not profile else profile["DP schedule"].get(figure)
 
 
-def _check_figure(report: dict[str, Any], batch: int, figure: str) -> float | None:
+def _check_figure(report: dict[str, Any], batch: int | str, figure: str) -> float | None:
+    """A figure of the search of the device at ``batch`` (and what else its key says: ``1 again``)."""
     search = report.get("searches", {}).get(f"{report['device']} bs{batch}")
     return None if search is None else search.get(figure)
 

@@ -7,8 +7,9 @@
 
 * ``env``: the device, driver and software versions, the CPU, the date.
 * ``calibrate``: what measuring one candidate stage costs on this device, so a search can be sized to a time
-  budget: a sample of the model's planned stages is measured through the profiler's own backend with two
-  protocols (4 and 12 replays), giving a fixed cost per stage and a cost per replay; on a GPU also the per-stage
+  budget: a sample of the model's planned stages is measured through the profiler's own backend, as an actor
+  measures a batch, with two protocols (at most 4 and 12 replays), giving a fixed cost per stage and a cost per
+  replay; on a GPU also the per-stage
   time with 1, 2, 4 and 8 copies per graph and uncaptured (eager), which shows how much a replay's start-up and the
   host's launches weigh.
 * ``profile``: the DP's schedule (recomputed from the store, so it is there even where the search kept sequential)
@@ -137,7 +138,7 @@ def _costs(
         backend.warmup, backend.repeat = warmup, repeat
         backend.measure(jobs[0])  # the first measurement builds the model on the device
         start = time.perf_counter()
-        rows = [backend.measure(job) for job in jobs]
+        rows = backend.measure_all(jobs)  # as an actor measures a batch (on a GPU, several stages per graph)
         settings.append({"warmup": warmup, "repeat": repeat,
                          "wall_s_per_stage": (time.perf_counter() - start) / len(jobs),
                          "median_ms_mean": statistics.fmean(row["median_ms"] for row in rows),

@@ -21,6 +21,11 @@ compared with the model in float64 on the same input; each schedule must stray f
 batch-norm statistics a deep model is ill-conditioned in half precision and can overflow float16's range: eager's own
 error says how much, and a model whose eager output is not finite is reported as such, not compared.
 
+``--dtype float32`` checks a float32 search's model against float64 the way ``ios-ray run`` does (10x eager's own
+error, at least 1e-5), and ``--kernels fused`` runs the schedules with fused kernels (channels-last activations,
+oneDNN's fused convs: ios_ray/runtime/kernels.py), as a search that chose them deploys them; in float64 the fused
+convs fall back to torch's (oneDNN has none) and only the layout is checked.
+
 ``--memory-format channels_last`` holds the model NHWC (``model.to(memory_format=torch.channels_last)``), as a
 search of such a model imports it, feeds eager and the schedules an NHWC input, and reports the graph's memory
 format (``nhwc``: whether the import recorded channels_last) and the share of the 4-D tensors between units that
@@ -50,7 +55,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.backbones import BACKBONES  # noqa: E402
-from ios_ray.app.bench import HALF_TOLERANCE, relative_error  # noqa: E402
+from ios_ray.app.bench import FLOAT32_TOLERANCE, HALF_TOLERANCE, OWN_ERROR_MULTIPLE, relative_error  # noqa: E402
 from ios_ray.dtypes import MEMORY_FORMATS, example_input, in_memory_format, to_memory_format, torch_dtype  # noqa: E402
 from ios_ray.frontend import import_module, opaque_report, output_tensor  # noqa: E402
 from ios_ray.ir import GRAPH_INPUT, Graph  # noqa: E402
@@ -59,6 +64,7 @@ from ios_ray.runtime import Program, ScheduleRunner  # noqa: E402
 from ios_ray.schedule import Schedule  # noqa: E402
 from ios_ray.scheduler import (SearchParams, SyntheticCost, greedy, optimize_graph, plan_graph,  # noqa: E402
                                sequential)
+from ios_ray.vocabulary import KERNEL_NAMES  # noqa: E402
 
 #: timm models, one or two per family: CNNs of every idiom, and a few hybrids with attention.
 TIMM_FAMILIES = (
@@ -97,15 +103,26 @@ def verdict(row: dict[str, Any], dtype: torch.dtype) -> str:
         return "failed"
     if eager is not None and not math.isfinite(eager):
         return "overflow"
-    limit = TOLERANCE if eager is None else max(HALF_TOLERANCE[dtype], 2 * eager)
-    return "equal" if all(e <= limit for e in errors.values()) else "differs"
+    return "equal" if all(e <= limit(dtype, eager) for e in errors.values()) else "differs"
+
+
+def limit(dtype: torch.dtype, eager: float | None) -> float:
+    """How far a schedule may stray: from eager in float64 (:data:`TOLERANCE`); in float32 from the model in float64,
+    as ``ios-ray run`` allows (10x eager's own error, at least 1e-5); in half precision twice eager's own error, at
+    least ``ios-ray run``'s tolerance for the dtype."""
+    if eager is None:
+        return TOLERANCE
+    if dtype == torch.float32:
+        return max(FLOAT32_TOLERANCE, OWN_ERROR_MULTIPLE * eager)
+    return max(HALF_TOLERANCE[dtype], 2 * eager)
 
 
 def check_model(
-    spec: str, timeout_s: int, dtype: torch.dtype = torch.float64, memory_format: str = "contiguous"
+    spec: str, timeout_s: int, dtype: torch.dtype = torch.float64, memory_format: str = "contiguous",
+    kernels: str = "eager",
 ) -> dict[str, Any]:
-    """Import one model spec, compare its schedules with eager in ``dtype`` and ``memory_format``, count what the
-    search would measure."""
+    """Import one model spec, compare its schedules, run with ``kernels``, with eager in ``dtype`` and
+    ``memory_format``, count what the search would measure."""
     row: dict[str, Any] = {"model": spec}
     started = time.perf_counter()
     signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(_Timeout()))
@@ -125,7 +142,8 @@ def check_model(
         report = opaque_report(graph)
         row.update(units=len(graph.units), opaque=report.opaque, opaque_flops=report.flops_share,
                    opaque_ops=", ".join(f"{op} x{n}" for op, n in report.ops[:3]), import_s=_since(started))
-        _check_schedules(model, Program.from_imported(imported), row.setdefault("errors", {}), reference)
+        _check_schedules(model, Program.from_imported(imported, "cpu", kernels), row.setdefault("errors", {}),
+                         reference)
         row["stages"] = len(plan_graph(graph, SearchParams(r=3, s=8)).stages)
     except _Timeout:
         row["failed"] = f"still running after {timeout_s} s"
@@ -154,7 +172,8 @@ def _check_schedules(model: nn.Module, program: Program, errors: dict[str, float
         "dp": lambda: optimize_graph(graph, cost, SearchParams(r=3, s=8)).schedules,
     }
     for name, blocks in schedules.items():
-        runner = ScheduleRunner(program, Schedule(graph.name, graph.fingerprint, "cpu", CHECK_BATCH, blocks()), "cpu")
+        runner = ScheduleRunner(program, Schedule(graph.name, graph.fingerprint, "cpu", CHECK_BATCH, blocks(),
+                                                  kernels=program.kernels), "cpu")
         with torch.no_grad():
             errors[name] = relative_error(runner(x), expected)
 
@@ -260,7 +279,8 @@ def print_table(rows: list[dict[str, Any]], console: Console, dtype: torch.dtype
     console.print(table)
     counts = {kind: [r["model"] for r in rows if verdict(r, dtype) == kind]
               for kind in ("equal", "overflow", "slow", "differs", "failed")}
-    rule = ("no further from float64 than twice eager's error, or 1e-2 (float16) / 3e-2 (bfloat16)" if half
+    rule = ("no further from float64 than 10x eager's error, or 1e-5" if dtype == torch.float32 else
+            "no further from float64 than twice eager's error, or 1e-2 (float16) / 3e-2 (bfloat16)" if half
             else f"relative error <= {TOLERANCE:g} in float64")
     overflow = f"{len(counts['overflow'])} overflow {name} in eager too; " if half else ""
     console.print(f"{len(rows)} models: {sum('units' in r for r in rows)} import, {len(counts['equal'])} equal eager "
@@ -300,8 +320,12 @@ def main() -> int:
     parser.add_argument("--timeout", type=int, default=120, help="seconds per model (default 120)")
     parser.add_argument("--out", type=Path, help="also write one JSON line per model here")
     parser.add_argument("--no-torchvision-shim", action="store_true", help="do not define torchvision's schemas")
-    parser.add_argument("--dtype", choices=("float64", "float16", "bfloat16"), default="float64",
-                        help="float64: the exact check; float16, bfloat16: a half-precision model as a search runs it")
+    parser.add_argument("--dtype", choices=("float64", "float32", "float16", "bfloat16"), default="float64",
+                        help="float64: the exact check; float32, float16, bfloat16: the model as a search in that "
+                        "dtype runs it, against float64")
+    parser.add_argument("--kernels", choices=KERNEL_NAMES, default="eager",
+                        help="the kernels the schedules run with (fused: channels-last, oneDNN's fused convs in "
+                        "float32 and bfloat16)")
     parser.add_argument("--memory-format", choices=tuple(MEMORY_FORMATS), default="contiguous",
                         help="channels_last: the model held NHWC, as a search of such a model runs it")
     args = parser.parse_args()
@@ -314,7 +338,7 @@ def main() -> int:
         _define_torchvision_schemas()
     console, rows = Console(width=170), []
     for spec in specs(args):
-        rows.append(check_model(spec, args.timeout, dtype, args.memory_format))
+        rows.append(check_model(spec, args.timeout, dtype, args.memory_format, args.kernels))
         console.print(json.dumps(rows[-1]))
         if args.out:
             with args.out.open("a") as out:

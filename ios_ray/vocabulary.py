@@ -1,10 +1,10 @@
 """The words and defaults every layer shares, in one torch-free home.
 
 The names a schedule file, the latency store, the scheduler, the API and the CLI all use (stage strategies, how a
-search measures, dtypes, memory formats, kernels, where a latency comes from, the ``sim:`` prefix of device labels) and the
-defaults of a search (the pruning bounds ``r`` and ``s``, the rounds, confidence and time cap of the end-to-end
-check, the margin of a default memory budget) and the bytes per element of each dtype are written here once. It
-imports nothing of torch, Ray or DuckDB, so the scheduler and the store read it as the API does.
+search measures, dtypes, memory formats, kernels, where a latency comes from, the ``sim:`` prefix of device labels)
+and the defaults of a search (the pruning bounds ``r`` and ``s``, the rounds, confidence and time cap of the
+end-to-end check, the margin of a default memory budget) and the bytes per element of each dtype are written here
+once. It imports nothing of torch, Ray or DuckDB, so the scheduler and the store read it as the API does.
 """
 
 from __future__ import annotations

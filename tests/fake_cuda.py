@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager, nullcontext
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 import torch
@@ -58,18 +58,24 @@ class FakeStream:
 
 
 class FakeEvent:
-    """An event that records the fake device clock, its stream and that stream's work so far."""
+    """An event that records the fake device clock, its stream and that stream's work so far; an ``external`` one
+    recorded during a capture becomes a node of the graph instead, recorded anew at each replay."""
 
-    def __init__(self, cuda: "FakeCuda") -> None:
+    def __init__(self, cuda: "FakeCuda", external: bool = False) -> None:
         self.cuda = cuda
+        self.external = external
         self.time_ms: float | None = None
         self.stream: FakeStream | None = None
         self.launches = 0
         self.in_capture = False
 
     def record(self, stream: FakeStream | None = None) -> None:
-        """Remember the clock and the stream's state."""
+        """Remember the clock and the stream's state (an external event in a capture: its place in the graph)."""
         self.stream = stream or self.cuda.current
+        if self.external and self.cuda.capturing is not None:
+            assert self.stream.in_capture, "an event recorded on a stream outside the capture"
+            self.cuda.capturing.marks.append((self, self.cuda.capturing.work_ms))
+            return
         self.time_ms, self.launches, self.in_capture = self.cuda.clock_ms, self.stream.launches, self.stream.in_capture
 
     def synchronize(self) -> None:
@@ -87,15 +93,20 @@ class FakeGraph:
     def __init__(self, cuda: "FakeCuda") -> None:
         self.cuda = cuda
         self.work_ms = 0.0
+        self.marks: list[tuple[FakeEvent, float]] = []  # external events, each with the work captured before it
         self.captured = False
         self.pool: tuple[int, int] | None = None
         self.resets = 0
         cuda.graphs.append(self)
 
     def replay(self) -> None:
-        """Run the captured work on the fake device."""
+        """Run the captured work on the fake device, recording its external events where they stand in it."""
         assert self.captured, "replay of a graph that was never captured"
-        self.cuda.clock_ms += self.work_ms + REPLAY_START_MS
+        scale = self.cuda.replay_scale()
+        start = self.cuda.clock_ms + REPLAY_START_MS
+        for event, offset in self.marks:
+            event.time_ms = start + offset * scale
+        self.cuda.clock_ms += self.work_ms * scale + REPLAY_START_MS
         self.cuda.replays += 1
 
     def reset(self) -> None:
@@ -121,6 +132,7 @@ class FakeCuda:
         self.pools_underway: list[tuple[int, int]] = []  # the allocator's captures underway, by pool
         self.released_pools: list[tuple[int, int]] = []
         self.spins: list[int] = []  # the cycles of each spin kernel (torch.cuda._sleep)
+        self.replay_scale: Callable[[], float] = lambda: 1.0  # how much slower than captured each replay runs
         self._pool_handles = 0
 
     @property
@@ -150,7 +162,7 @@ class FakeCuda:
             "stream": self._stream,
             "graph": self._graph,
             "CUDAGraph": lambda: FakeGraph(self),
-            "Event": lambda enable_timing=False: FakeEvent(self),
+            "Event": lambda enable_timing=False, external=False: FakeEvent(self, external),
             "device": lambda device=None: nullcontext(),
             "synchronize": lambda device=None: None,
             "graph_pool_handle": self._graph_pool_handle,

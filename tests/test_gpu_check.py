@@ -140,6 +140,30 @@ def test_the_compile_and_layout_targets_read_their_own_runs_and_the_kernels_the_
     assert found["randwire 1: IOS + graph vs torch.compile reduce-overhead"].result == "-"  # shown, no target
 
 
+def test_the_searches_are_judged_for_their_cost_their_corrected_prediction_and_against_greedy() -> None:
+    def with_greedy(bench: dict, greedy: float) -> dict:
+        row = dict(bench["rows"][1], name="greedy + graph", samples_ms=[greedy * d for d in DRIFT])
+        return {**bench, "rows": [*bench["rows"], row]}
+
+    searches = {"cuda bs1": {"wall_s": 8.5}, "cuda bs1 again": {"kept_over_predicted": 1.03, "new_stages": 0},
+                "cuda bs1 float16 channels_last again": {"kept_over_predicted": 1.08, "new_stages": 0},
+                "randwire cuda bs1": {"wall_s": 41.0}}
+    report = {"device": "cuda", "quick": False, "batches": [1, 32], "wall_s": 400.0, "tests": None,
+              "bench": {"1": with_greedy(bench_rows(ios=1.0, seq=1.3, eager=1.6, compiled=None, predicted=1.0), 0.9)},
+              "searches": searches}
+    results = {t.what: t.result for t in targets(report)}
+    assert results["search at batch 1 on a fresh store, check included, s"] == "PASS"  # 8.5 <= 10
+    assert results["search again, batch 1: kept schedule measured / predicted (corrected)"] == "PASS"
+    assert results["search again, batch 1 float16 channels_last: kept schedule measured / predicted (corrected)"] \
+        == "MISS"  # 1.08 > 1.05
+    assert results["search again at batch 1: stages measured again"] == "PASS"
+    assert results["IOS + graph slower than greedy + graph beyond noise, batch 1 (1: yes)"] == "MISS"  # 0.9 < 1.0
+    assert results["randwire cuda bs1: search within the check, s"] == "PASS"
+    report["bench"]["1"] = with_greedy(bench_rows(ios=1.0, seq=1.3, eager=1.6, compiled=None, predicted=1.0), 1.1)
+    assert {t.what: t.result for t in targets(report)}[
+        "IOS + graph slower than greedy + graph beyond noise, batch 1 (1: yes)"] == "PASS"
+
+
 def test_the_report_shows_the_gpu_and_the_copies_calibration(monkeypatch: pytest.MonkeyPatch) -> None:
     props = SimpleNamespace(name="NVIDIA H100 80GB HBM3", major=9, minor=0, multi_processor_count=132,
                             total_memory=80 << 30)
@@ -181,8 +205,8 @@ def test_torch_compile_is_benched_in_a_step_of_its_own_and_judged_in_that_run(
         return Completed(0, json.dumps({"rows": rows, "notes": []}), "", 1.0, False)
 
     monkeypatch.setattr(check, "python", python)
-    assert [step.name for step in gpu_check_module.steps(setup)][3:6] == [
-        "search cuda bs1", "bench cuda bs1", "bench cuda bs1 torch.compile"]
+    assert [step.name for step in gpu_check_module.steps(setup)][3:7] == [
+        "search cuda bs1", "search cuda bs1 again", "bench cuda bs1", "bench cuda bs1 torch.compile"]
     gpu_check_module.bench_step(check, 60.0, 1)
     with pytest.raises(gpu_check_module.StepFailed, match="time limit of 130 s"):
         gpu_check_module.bench_step(check, 130.0, 1, compiled=True)
@@ -288,9 +312,12 @@ def test_the_whole_pipeline_runs_on_the_cpu_with_tiny_repeats(
     assert sorted(p.name for p in out.iterdir()) == ["latency.duckdb", "log.txt", "profile.txt", "report.json",
                                                      "report.md"]
     report = json.loads((out / "report.json").read_text())
-    assert [s["status"] for s in report["steps"]] == ["ok"] * 13, report["steps"]
+    assert [s["status"] for s in report["steps"]] == ["ok"] * 15, report["steps"]
     assert report["environment"]["cpu"]["cores"] >= 1 and "gpu" not in report["environment"]  # no GPU figure
-    assert set(report["searches"]) == {"cpu bs1", "cpu bs2", "host cpu bs1", "cpu bs1 float16 channels_last"}
+    assert set(report["searches"]) == {"cpu bs1", "cpu bs1 again", "cpu bs2", "host cpu bs1",
+                                       "cpu bs1 float16 channels_last", "cpu bs1 float16 channels_last again"}
+    for again in ("cpu bs1 again", "cpu bs1 float16 channels_last again"):
+        assert report["searches"][again]["new_stages"] == 0 and report["searches"][again]["corrected"]
     for search in report["searches"].values():
         assert search["stages"] > 0 and search["kept"] in ("dp", "sequential") and search["dp_ms"] > 0
         assert (search["warmup"], search["repeat"]) == (0, 1) and search["kernels"] in ("eager", "fused")

@@ -22,7 +22,9 @@ from ios_ray.profiler.timing import DEFAULT_PROTOCOL, STAGE_COPIES, Timing
 from ios_ray.profiler.timing import time_stage
 from ios_ray.runtime import Program, ScheduleRunner
 from ios_ray.runtime.cuda_graph import CapturedForward, CaptureError, capture
-from ios_ray.runtime.timing import BACKLOG_CYCLES, graph_samples_ms
+from ios_ray.profiler import timing as profiler_timing
+from ios_ray.profiler.timing import GRAPH_STAGES
+from ios_ray.runtime.timing import BACKLOG_CYCLES, LEAST_REPLAYS, graph_batch_samples_ms, graph_samples_ms
 from ios_ray.runtime.streams import StreamPool
 from ios_ray.stage import Stage, StageKeys
 from tests.fake_cuda import REPLAY_START_MS, UNJOINED, FakeCuda, FakeStream
@@ -242,7 +244,8 @@ def test_an_uncaptured_row_says_so_and_keeps_the_devices_fingerprint(small_graph
 
 
 def test_fingerprints_name_their_timing_protocol() -> None:
-    assert GPU_TIMING == f"graph-x{STAGE_COPIES}-2"
+    assert GPU_TIMING == (f"graph-batch{GRAPH_STAGES}-x2-1" if profiler_timing.BATCHED_GRAPHS else
+                          f"graph-x{STAGE_COPIES}-2")
     assert cpu_info()["timing"] == CPU_TIMING != GPU_TIMING
 
 
@@ -272,3 +275,47 @@ def test_a_captured_forward_replays_from_its_static_input(cuda: FakeCuda) -> Non
     captured(torch.ones(3))
     assert forward_calls == [False, False, True] and cuda.replays == 2
     assert captured.captured_shapes == (((3,), torch.float32),) and torch.equal(first, torch.full((3,), 2.0))
+
+
+def test_a_batch_of_stages_is_timed_in_one_graph_each_between_events_recorded_inside_it(cuda: FakeCuda) -> None:
+    launched = {"a": 0.1, "b": 0.2, "c": 0.3}
+    stages = [lambda name=name: cuda.launch(launched[name]) for name in launched]
+    samples = graph_batch_samples_ms(stages, FakeStream(), warmup=1, most=10, copies=2)
+    assert len(cuda.graphs) == 1 and cuda.graphs[0].resets == 1  # one graph for all, released
+    assert samples == [[pytest.approx(ms)] * LEAST_REPLAYS for ms in launched.values()]  # steady: stops early
+    assert cuda.replays == 1 + LEAST_REPLAYS and cuda.spins == [BACKLOG_CYCLES] * LEAST_REPLAYS
+
+
+def test_replays_go_on_until_every_stage_is_tight_or_the_most_replays(cuda: FakeCuda) -> None:
+    stages = [lambda: cuda.launch(0.1), lambda: cuda.launch(0.2)]
+    scales = iter([1.3, 0.8] + [1.0] * 30)  # two replays far off, then a steady device
+    cuda.replay_scale = lambda: next(scales)
+    samples = graph_batch_samples_ms(stages, FakeStream(), warmup=0, most=20, copies=1)
+    # on until the two lie outside p10-p90 of what was timed, then stopped: a burst costs replays, not the median
+    assert LEAST_REPLAYS < cuda.replays < 20 and len(samples[0]) == cuda.replays
+    alternating = iter([1.0, 1.3] * 20)
+    cuda.replay_scale = lambda: next(alternating)
+    assert len(graph_batch_samples_ms(stages, FakeStream(), warmup=0, most=5, copies=1)[0]) == 5  # never tight
+    with pytest.raises(ValueError, match="most >= 1"):
+        graph_batch_samples_ms(stages, FakeStream(), warmup=0, most=0, copies=1)
+
+
+def test_the_profiler_times_a_gpus_stages_batched_and_a_batch_it_cannot_capture_stage_by_stage(
+        cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(profiler_timing, "BATCHED_GRAPHS", True)
+    stages = [lambda: cuda.launch(0.25)] * (GRAPH_STAGES + 4)
+    timings = profiler_timing.time_stages(stages, "cuda", warmup=1, repeat=5, stream=FakeStream())
+    assert len(cuda.graphs) == 2 and [t.median_ms for t in timings] == [pytest.approx(0.25)] * len(stages)
+    assert all(t.uncaptured is None and t.samples == LEAST_REPLAYS for t in timings)
+
+    def uncapturable() -> None:
+        if cuda.capturing is not None:
+            raise RuntimeError(NOT_CAPTURABLE)
+        cuda.launch(0.5)
+
+    cuda.graphs.clear()
+    timings = profiler_timing.time_stages([lambda: cuda.launch(0.25), uncapturable], "cuda", warmup=1, repeat=3,
+                                          stream=FakeStream())
+    assert [t.uncaptured for t in timings] == [None, NOT_CAPTURABLE]  # the other stage still in a graph
+    assert timings[0].median_ms == pytest.approx(0.25) and timings[1].median_ms == pytest.approx(0.5)
+    assert not cuda.pools_underway  # every failed capture's pool handed back

@@ -19,7 +19,7 @@ from ios_ray.profiler.jobs import MeasureJob
 from ios_ray.profiler.real import RealBackend, random_inputs
 from ios_ray.profiler.timing import time_stage
 from ios_ray.runtime import Program, compile_stage, make_lanes
-from ios_ray.runtime.timing import graph_samples_ms
+from ios_ray.runtime.timing import LEAST_REPLAYS, graph_batch_samples_ms, graph_samples_ms
 from ios_ray.runtime.stages import InlineStage, MergeStage, ParallelStage
 from ios_ray.runtime.timing import samples_ms
 from ios_ray.stage import Stage, StageKeys
@@ -97,7 +97,7 @@ def test_the_real_backend_times_gpu_stages_in_graphs_and_names_the_protocol() ->
     assert backend.start().info["timing"] == GPU_TIMING
     row = backend.measure(MeasureJob(keys.key(stage), stage, keys.describe_json(stage), graph,
                                      spec_source("squeezenet"), 2))
-    assert row["samples"] == row["repeat"] == 4 and row["warmup"] == 1 and row["median_ms"] > 0
+    assert LEAST_REPLAYS <= row["samples"] == row["repeat"] <= 4 and row["warmup"] == 1 and row["median_ms"] > 0
     assert json.loads(row["device_info"])["timing"] == GPU_TIMING
     assert "uncaptured" not in json.loads(row["device_info"])
 
@@ -124,3 +124,25 @@ def test_the_real_backend_measures_channels_last_stages_in_graphs() -> None:
         row = backend.measure(MeasureJob(keys.key(stage), stage, keys.describe_json(stage), graph,
                                          spec_source("squeezenet"), 8, "float16"))
         assert row["median_ms"] > 0 and "uncaptured" not in json.loads(row["device_info"])
+
+
+def test_stages_timed_together_in_one_graph_take_what_each_takes_in_a_graph_of_its_own(stages: dict) -> None:
+    """The batched protocol against the stage-per-graph one, on one stage of each kind: within 25% each (both are
+    device time in a graph; the batch replays each stage twice between events, the other eight times a replay)."""
+    runs = [run for _, run in stages.values()]
+    stream = torch.cuda.Stream(CUDA)
+    together = [statistics.median(found) for found in graph_batch_samples_ms(runs, stream, 1, 10, 2)]
+    alone = [statistics.median(graph_samples_ms(run, stream, 3, 10, 8)) for run in runs]
+    for batched, single in zip(together, alone):
+        assert 0.75 < batched / single < 1.25, (together, alone)
+
+
+def test_the_real_backend_measures_a_batch_of_stages_in_graphs_of_several() -> None:
+    graph = import_model("inception_v3").graph
+    keys = StageKeys(graph)
+    chosen = [Stage("concurrent", ((unit.id,),)) for unit in graph.units[:20]]
+    backend = RealBackend(parse_device("cuda"), warmup=1, repeat=5)
+    rows = backend.measure_all([MeasureJob(keys.key(s), s, keys.describe_json(s), graph, spec_source("inception_v3"),
+                                           1) for s in chosen])
+    assert [row["stage_key"] for row in rows] == [keys.key(s) for s in chosen]
+    assert all(row["median_ms"] > 0 and "uncaptured" not in json.loads(row["device_info"]) for row in rows)

@@ -115,7 +115,8 @@ def search(
         check = o.end_to_end
         over = None if check is None else check.kept_over_predicted
         table.add_row(*([o.schedule.model] if torch_compile else []), o.device, str(o.batch), o.schedule.kernels,
-                      f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x", f"{o.measured} / {o.planned}",
+                      f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x",
+                      f"{o.measured} / {o.planned}",
                       str(o.cached), f"{o.wall_s:.1f}", o.source,
                       "-" if check is None else f"{check.dp_ms:.3f} / {check.sequential_ms:.3f}",
                       "IOS" if check is None else f"{CANDIDATES[check.kept]}: {check.reason}",

@@ -50,8 +50,8 @@ class ProfilerActor:
         return None
 
     def measure(self, jobs: list[MeasureJob]) -> list[dict[str, Any]]:
-        """Measure a batch of stages, one after the other; their rows in order."""
-        return [self.backend.measure(job) for job in jobs]
+        """Measure a batch of stages (on a GPU several in one CUDA graph); their rows in order."""
+        return self.backend.measure_all(jobs)
 
     def time_schedules(self, job: CheckJob) -> ContestTiming:
         """Time whole schedules in rounds against a baseline until the interval of the best decides (or the job's

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 from ios_ray.devices import DeviceSpec
 from ios_ray.ir import Graph
@@ -22,6 +22,9 @@ class Backend(Protocol):
 
     def measure(self, job: MeasureJob) -> dict[str, Any]:
         """Time one stage and return its latency row (the store's columns)."""
+
+    def measure_all(self, jobs: Sequence[MeasureJob]) -> list[dict[str, Any]]:
+        """Time a batch of stages; their rows in order."""
 
     def time_schedules(self, job: CheckJob) -> ContestTiming:
         """Time whole schedules in rounds against a baseline until the interval of the best decides (or the job's

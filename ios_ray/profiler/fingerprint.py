@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from ios_ray.devices import DeviceSpec, parse_device
 from ios_ray.errors import first_line
 from ios_ray.ir import content_hash
-from ios_ray.profiler.timing import STAGE_COPIES
+from ios_ray.profiler.timing import gpu_protocol
 
 
 def device_fingerprint(
@@ -51,10 +51,11 @@ NOT_FINGERPRINTED = frozenset({"memory_bytes"})
 
 #: The version of the CPU timing protocol, part of a CPU's fingerprint: rows timed another way are not reused.
 CPU_TIMING = "primed-1"
-#: The GPU timing protocol, part of a GPU's fingerprint: each stage captured STAGE_COPIES times into a CUDA graph
-#: and its replays, enqueued behind a spin kernel, timed with events (:mod:`ios_ray.runtime.timing`); rows
-#: timed eagerly, or before the spin (version 1), are not reused.
-GPU_TIMING = f"graph-x{STAGE_COPIES}-2"
+#: The GPU timing protocol, part of a GPU's fingerprint (:func:`~ios_ray.profiler.timing.gpu_protocol`): stages
+#: batched into CUDA graphs, timed by events inside them (``graph-batch...``), or where this torch cannot record
+#: events inside a graph each stage captured STAGE_COPIES times into a graph of its own (``graph-x8-2``); rows timed
+#: eagerly, before the spin (version 1) or another way are not reused.
+GPU_TIMING = gpu_protocol()
 
 
 def cpu_info() -> dict[str, Any]:

@@ -6,15 +6,16 @@ process's device, with the job's kernels. Its external inputs are random (``torc
 shapes with the batch dimension prepended, in the job's dtype and laid out as the program holds activations (the
 graph's memory format, or channels-last for fused kernels; the model is converted to the dtype and format and
 imported there, as on the driver). On a CPU each call follows a small untimed op on the same thread
-(:func:`~ios_ray.runtime.timing.cpu_primer`), as in a pass; on a GPU the stage is timed inside a CUDA graph, as a
-deployed schedule runs (:func:`~ios_ray.profiler.timing.time_stage`), captured on one stream kept for all stages.
+(:func:`~ios_ray.runtime.timing.cpu_primer`), as in a pass; on a GPU the stages of a batch are timed together inside
+a CUDA graph, as a deployed schedule runs (:func:`~ios_ray.profiler.timing.time_stages`), captured on one stream kept
+for all stages.
 """
 
 from __future__ import annotations
 
 import functools
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -26,7 +27,7 @@ from ios_ray.ir import Graph
 from ios_ray.paired import ContestTiming, LookPlan, contest_confidence
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource, local_identity, make_row
 from ios_ray.profiler.model_source import import_source
-from ios_ray.profiler.timing import time_stage
+from ios_ray.profiler.timing import GRAPH_STAGES, time_stages
 from ios_ray.runtime.executor import ScheduleRunner
 from ios_ray.runtime.program import Program
 from ios_ray.runtime.stages import Lanes, compile_stage, make_lanes
@@ -69,17 +70,32 @@ class RealBackend:
 
     def measure(self, job: MeasureJob) -> dict[str, Any]:
         """Compile the stage with the runtime, feed it random inputs, time it, and return the row."""
+        return self.measure_all([job])[0]
+
+    def measure_all(self, jobs: Sequence[MeasureJob]) -> list[dict[str, Any]]:
+        """Measure a batch of stages, their rows in order: on a CPU one after the other (each compiled, fed random
+        inputs and timed, then released), on a GPU up to :data:`~ios_ray.profiler.timing.GRAPH_STAGES` at a time,
+        captured together (:func:`~ios_ray.profiler.timing.time_stages`)."""
         identity = self.identity or self.start()
         if self._lanes is None:
             self._lanes = make_lanes(self.device)
             self._capture_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        program = self._program(job.model, job.graph, identity.host, job.dtype, job.kernels)
+        together = GRAPH_STAGES if self.device.type == "cuda" else 1
+        rows = []
+        for start in range(0, len(jobs), together):
+            batch = jobs[start:start + together]
+            runs = [self._stage_call(job, identity.host) for job in batch]
+            with _fits(self.spec.label, batch[0].model.name, max(job.batch for job in batch)):
+                timings = time_stages(runs, self.device, self.warmup, self.repeat, self._primer, self._capture_stream)
+            rows += [make_row(job, timing, identity.running(job.kernels)) for job, timing in zip(batch, timings)]
+        return rows
+
+    def _stage_call(self, job: MeasureJob, host: str) -> Callable[[], object]:
+        """A job's stage compiled with the runtime on random inputs: the call to time."""
+        program = self._program(job.model, job.graph, host, job.dtype, job.kernels)
         run = compile_stage(program, job.stage, self.device, self._lanes)
         env = random_inputs(job.graph, job.stage, job.batch, torch_dtype(job.dtype), self.device, program.layout)
-        with _fits(self.spec.label, job.model.name, job.batch):
-            timing = time_stage(lambda: run(env), self.device, self.warmup, self.repeat, self._primer,
-                                self._capture_stream)
-        return make_row(job, timing, identity.running(job.kernels))
+        return functools.partial(run, env)
 
     def time_schedules(self, job: CheckJob) -> ContestTiming:
         """The job's schedules, each run as deployed (a CUDA graph on a GPU, its own kernels) on one random batch of

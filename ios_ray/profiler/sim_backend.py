@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Sequence
 
 from ios_ray.devices import DeviceSpec
 from ios_ray.profiler.fingerprint import device_fingerprint
@@ -45,6 +45,10 @@ class SimBackend:
         time.sleep((self.warmup + self.repeat) * latency / 1e3 + STAGE_OVERHEAD_S)
         timing = Timing(latency, latency, latency, self.repeat, self.warmup, self.repeat)
         return make_row(job, timing, identity.running(job.kernels))
+
+    def measure_all(self, jobs: Sequence[MeasureJob]) -> list[dict[str, Any]]:
+        """Predict a batch of stages, one after the other."""
+        return [self.measure(job) for job in jobs]
 
     def time_schedules(self, job: CheckJob) -> ContestTiming:
         """Not offered: a simulated device has no end-to-end latency beyond the sum of its stages."""

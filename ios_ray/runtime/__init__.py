@@ -21,7 +21,8 @@ from ios_ray.runtime.stages import CompiledStage, compile_stage, make_lanes
 from ios_ray.runtime.timing import measure_latency
 
 __all__ = [
-    "CompiledStage", "FoldedConv", "MergedConv", "Program", "Programs", "ScheduleRunner", "ScheduledModule", "compile_stage",
+    "CompiledStage", "FoldedConv", "MergedConv", "Program", "Programs", "ScheduleRunner", "ScheduledModule",
+    "compile_stage",
     "device_rank", "make_lanes", "measure_latency", "merge_convs", "pick_batch", "read_schedules",
     "release_plan", "select_schedule",
 ]
