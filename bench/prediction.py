@@ -93,7 +93,10 @@ def measure(model: str, batches: str, processes: int, rounds: int, folder: Path)
 
 
 def kept_ms(check: EndToEnd) -> tuple[float, float]:
-    """(measured, predicted) of the schedule the check kept."""
+    """(measured, predicted) of the schedule the check kept (its stage sum, uncorrected)."""
+    kept = next((c for c in check.candidates if c.name == check.kept), None)
+    if kept is not None:
+        return kept.ms, kept.predicted_ms or float("nan")
     if check.kept == "sequential":
         return check.sequential_ms, check.sequential_predicted_ms or float("nan")
     return check.dp_ms, check.dp_predicted_ms or float("nan")

@@ -230,6 +230,13 @@ class Schedule:
         return tuple(s for b in self.blocks for s in b.stages)
 
     @property
+    def shape(self) -> tuple[int, int]:
+        """Its stages, and its groups beyond the first of each concurrent stage (what a correction of stage costs
+        prices besides their sum: :mod:`~ios_ray.scheduler.correction`)."""
+        stages = self.stages
+        return len(stages), sum(len(s.groups) - 1 for s in stages if s.strategy == "concurrent")
+
+    @property
     def predicted_latency(self) -> float | None:
         """Predicted end-to-end latency in ms: the sum of all stage latencies (None where any is unknown)."""
         latencies = [b.latency for b in self.blocks]

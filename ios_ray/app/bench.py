@@ -34,7 +34,7 @@ from ios_ray.frontend import Imported, import_module, output_tensor
 from ios_ray.ir import Graph
 from ios_ray.paired import median_interval, ratios_of
 from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, EAGER_KERNELS, kernel_named
-from ios_ray.runtime import Programs, ScheduleRunner, read_schedules
+from ios_ray.runtime import Program, Programs, ScheduleRunner, read_schedules
 from ios_ray.runtime.cuda_graph import CapturedForward
 from ios_ray.runtime.schedule_set import pick_batch
 from ios_ray.runtime.timing import interleaved_samples_ms, summary_ms
@@ -161,8 +161,9 @@ def baseline_schedule(graph: Graph, like: Schedule, name: str) -> Schedule:
     """The sequential or greedy schedule of a graph, labelled like another schedule (device, batch)."""
     make = {"sequential": sequential_stages, "greedy": greedy_stages}[name]
     blocks = tuple(BlockSchedule(b.index, make(graph, b)) for b in graph.blocks)
+    correction = {"correction": like.params["correction"]} if "correction" in like.params else {}
     return Schedule(like.model, graph.fingerprint, like.device, like.batch, blocks, like.dtype,
-                    like.device_fingerprint, like.device_info, {"baseline": name}, like.source,
+                    like.device_fingerprint, like.device_info, {"baseline": name, **correction}, like.source,
                     memory_format=graph.memory_format, kernels=like.kernels)
 
 

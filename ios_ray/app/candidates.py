@@ -7,7 +7,8 @@
   beside a stage's first, of half the mean latency of a unit alone (the sequential schedule's prediction over its
   units): the next-best schedules by prediction that run fewer stages (fewer barriers between them) or fewer groups
   at once (less interference between them), the two things a sum of stages timed alone misses;
-* ``greedy``: every ready unit of a block in one stage (the paper's greedy), where it keeps within the budget;
+* ``greedy``: every ready unit of a block in one stage (the paper's greedy), where it keeps within the budget (a
+  stage the store lacks has no latency in its file: the search measures them on a measured device);
 * ``sequential``: the baseline: a search never keeps a schedule that is not faster than it beyond noise.
 
 A candidate that runs the same stages as one before it is left out. Every candidate runs the setting's kernels and
@@ -17,6 +18,7 @@ records its stages' latencies as measured; the check (:mod:`~ios_ray.app.check`)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Mapping
 
@@ -24,7 +26,7 @@ from ios_ray.app.budgets import peak_bytes
 from ios_ray.app.measuring import Measuring, Setting
 from ios_ray.ir import Graph
 from ios_ray.schedule import BlockSchedule, PeakMemory, Schedule
-from ios_ray.scheduler import TableLatency, greedy, sequential
+from ios_ray.scheduler import TableLatency, greedy_stages, sequential
 from ios_ray.scheduler.memory import GraphMemory
 
 #: The price of an alternative's stage, or group beside a stage's first, as a share of a unit's mean latency alone.
@@ -46,22 +48,26 @@ def candidates(measuring: Measuring, setting: Setting, graph: Graph, model: str,
         source=identity.source, input_shape=graph.input_shape, memory_format=graph.memory_format, memory=memory,
         kernels=setting.kernels.kernels)
     measured = TableLatency(measuring.stage_keys, setting.table, missing=math.inf)
-    plain = _with(base, tuple(sequential(graph, block, measured) for block in graph.blocks), graph,
+    plain = _with(base, tuple(sequential(graph, block, measured) for block in graph.blocks),
                   memory.sequential_peak_bytes)
     found = {"dp": base}
     if not setting.simulated:
+        peak = functools.partial(peak_bytes, GraphMemory(graph), batch=setting.batch, dtype=dtype)
         unit_ms = (plain.predicted_latency or 0.0) / max(len(graph.units), 1) * ALTERNATIVE_PRICE
         for name, price in (("dp-fewer-stages", (unit_ms, 0.0)), ("dp-fewer-groups", (0.0, unit_ms))):
-            found[name] = _with(base, measuring.solve(setting, dtype, price)[0], graph)
-        found["greedy"] = _with(base, tuple(greedy(graph, block, measured) for block in graph.blocks), graph)
+            blocks = measuring.solve(setting, dtype, price)[0]
+            found[name] = _with(base, blocks, peak(blocks))
+        keys, table = measuring.stage_keys, setting.table
+        blocks = tuple(BlockSchedule(block.index, stages, tuple(table.get(keys.key(stage)) for stage in stages))
+                       for block in graph.blocks for stages in [greedy_stages(graph, block)])
+        found["greedy"] = _with(base, blocks, peak(blocks))
     found["sequential"] = plain
     return _distinct_within_budget(found)
 
 
-def _with(base: Schedule, blocks: tuple[BlockSchedule, ...], graph: Graph, peak: int | None = None) -> Schedule:
-    """``base`` with other blocks, and their peak (computed where not given)."""
+def _with(base: Schedule, blocks: tuple[BlockSchedule, ...], peak: int) -> Schedule:
+    """``base`` with other blocks, of this peak."""
     assert base.memory is not None, "a solved schedule knows its peak"
-    peak = peak_bytes(GraphMemory(graph), blocks, base.batch, base.dtype) if peak is None else peak
     return dataclasses.replace(base, blocks=blocks, memory=dataclasses.replace(base.memory, peak_bytes=peak))
 
 

@@ -85,7 +85,7 @@ def runs(timing: ContestTiming, candidates: dict[str, Schedule], graph: Graph) -
         schedule = candidates[name]
         if not times or schedule.predicted_latency is None:
             continue
-        stages, extra = shape_of(schedule)
+        stages, extra = schedule.shape
         found.append({"device": schedule.device, "device_fingerprint": schedule.device_fingerprint,
                       "batch": schedule.batch, "dtype": schedule.dtype, "model": schedule.model,
                       "graph_fingerprint": graph.fingerprint, "schedule": name,
@@ -94,14 +94,8 @@ def runs(timing: ContestTiming, candidates: dict[str, Schedule], graph: Graph) -
     return found
 
 
-def shape_of(schedule: Schedule) -> tuple[int, int]:
-    """A schedule's stages and its groups beyond the first of each concurrent stage (what a correction prices)."""
-    stages = schedule.stages
-    return len(stages), sum(len(s.groups) - 1 for s in stages if s.strategy == "concurrent")
-
-
 def _corrected(schedule: Schedule, correction: Correction) -> float | None:
     """A schedule's prediction as the correction prices it (None without a correction or a prediction)."""
     if not correction.runs or schedule.predicted_latency is None:
         return None
-    return correction.predict(schedule.predicted_latency, *shape_of(schedule))
+    return correction.predict(schedule.predicted_latency, *schedule.shape)

@@ -14,6 +14,7 @@ from typing import Callable, Mapping, Sequence
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.schedule import Schedule
+from ios_ray.scheduler.correction import Correction
 from ios_ray.stage import StageKeys
 from ios_ray.vocabulary import is_simulated
 
@@ -68,10 +69,16 @@ def predicted_ms(
     schedule: Schedule, keys: StageKeys, lookup: Lookup, batch: int, fingerprint: str | None = None
 ) -> float | None:
     """The sum of the schedule's stage latencies in the store for a device fingerprint (default: the schedule's
-    own) and batch, in the schedule's dtype, or None where any is missing."""
+    own) and batch, in the schedule's dtype (on its own device as the correction it was searched with prices it,
+    where it had one), or None where any is missing."""
     stage_keys = [keys.key(stage) for stage in schedule.stages]
     table = lookup(stage_keys, fingerprint or schedule.device_fingerprint, batch, schedule.dtype)
-    return sum(table[k] for k in stage_keys) if all(k in table for k in stage_keys) else None
+    if not all(k in table for k in stage_keys):
+        return None
+    found = sum(table[k] for k in stage_keys)
+    if "correction" not in schedule.params or fingerprint not in (None, schedule.device_fingerprint):
+        return found
+    return Correction.from_json(schedule.params["correction"]).predict(found, *schedule.shape)
 
 
 def winners_hold(cells: Sequence[Cell]) -> dict[Setting, bool]:

@@ -36,7 +36,7 @@ from typing import Iterator, Sequence
 
 from ios_ray.app.budgets import refuse_unreachable_budgets, refuse_what_cannot_fit, search_budget
 from ios_ray.app.candidates import candidates
-from ios_ray.app.check import checked_end_to_end, shape_of
+from ios_ray.app.check import checked_end_to_end
 from ios_ray.app.kernel_choice import given_kernels, measured_kernels, stored_kernels
 from ios_ray.app.measuring import Exhaustive, Lazy, Measuring, Setting
 from ios_ray.app.progress import SearchProgress
@@ -256,7 +256,7 @@ def _schedule_all(search: _Search, started: float, checker: tuple[DevicePool, Mo
 
 def _predicted(schedule: Schedule, correction: Correction) -> float:
     """A schedule's prediction: its stage sum, as the correction prices it where one was fitted."""
-    return correction.predict(schedule.predicted_latency or 0.0, *shape_of(schedule))
+    return correction.predict(schedule.predicted_latency or 0.0, *schedule.shape)
 
 
 def _read_corrections(search: _Search) -> None:
