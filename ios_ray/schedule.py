@@ -52,7 +52,7 @@ class BlockSchedule:
 
 #: The schedules an end-to-end check may run, by their names in files, and as a reader reads them: the DP's, its
 #: alternatives that run fewer stages or fewer groups at once, greedy, and sequential (the baseline).
-CANDIDATES = {"dp": "IOS", "dp-fewer-stages": "IOS with fewer stages", "dp-fewer-groups": "IOS with fewer groups",
+CANDIDATES = {"dp": "IOS", "dp-fewer-stages": "IOS fewer stages", "dp-fewer-groups": "IOS fewer groups",
               "greedy": "greedy", "sequential": "sequential"}
 
 

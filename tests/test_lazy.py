@@ -238,8 +238,8 @@ def solved_under_budget(measuring: Measuring, graph: Graph, budget: MemoryBudget
     while keys := measuring.ask(setting, 4):
         assert not set(keys) & set(setting.table), "a round asked for a stage measured before"
         setting.table.update({key: cost.latency(measuring.measurable[key].stage) for key in keys})
-    result, _, memory = measuring.solve(setting, "float32")
-    return result.cost, memory.peak_bytes, len(setting.table)
+    blocks, _, memory = measuring.solve(setting, "float32")
+    return sum(block.latency or 0.0 for block in blocks), memory.peak_bytes, len(setting.table)
 
 
 @PROPS

@@ -86,34 +86,35 @@ def test_real_backend_measures_a_cpu_stage() -> None:
     assert 0 < row["p10_ms"] <= row["median_ms"] <= row["p90_ms"] and row["samples"] == 3
 
 
-def whole_schedules(graph: Graph, model: str) -> tuple[Schedule, Schedule]:
-    """The sequential and the greedy schedule of a graph, for the CPU at batch 2."""
-    return tuple(  # type: ignore[return-value]
-        Schedule(model, graph.fingerprint, "cpu", 2, tuple(BlockSchedule(b.index, make(graph, b)) for b in graph.blocks))
-        for make in (sequential_stages, greedy_stages)
-    )
+def whole_schedules(graph: Graph, model: str) -> dict[str, Schedule]:
+    """The sequential (``first``) and the greedy schedule (``second``, the baseline) of a graph, for the CPU at
+    batch 2."""
+    return {name: Schedule(model, graph.fingerprint, "cpu", 2, tuple(BlockSchedule(b.index, make(graph, b))
+                                                                      for b in graph.blocks))
+            for name, make in (("first", sequential_stages), ("second", greedy_stages))}
 
 
 def test_real_backend_times_two_whole_schedules_in_paired_rounds() -> None:
     graph = import_model("squeezenet").graph
     backend = RealBackend(parse_device("cpu"))
-    timing = backend.time_schedules(CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), 2, rounds=8))
-    assert timing.rounds in LookPlan.planned(8).looks and len(timing.second_ms) == timing.rounds
-    assert all(ms > 0 for ms in (*timing.first_ms, *timing.second_ms)) and timing.ratio.rounds == timing.rounds
+    timing = backend.time_schedules(CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), "second", 2, rounds=8))
+    assert timing.rounds in LookPlan.planned(8).looks and len(timing.times_ms["second"]) == timing.rounds
+    assert all(ms > 0 for ms in (*timing.times_ms["first"], *timing.times_ms["second"])) and timing.ratios["first"].rounds == timing.rounds
     # The same forward pass either way: greedy's threads may cost or gain, but not an order of magnitude.
-    assert 0.2 < timing.ratio.median < 5
+    assert 0.2 < timing.ratios["first"].median < 5
 
     other = import_model("inception_v3").graph
     with pytest.raises(UserError, match="another graph"):
-        backend.time_schedules(CheckJob(SQUEEZENET, graph, whole_schedules(other, "squeezenet"), 2, rounds=8))
+        backend.time_schedules(CheckJob(SQUEEZENET, graph, whole_schedules(other, "squeezenet"), "second", 2,
+                                               rounds=8))
 
 
 def test_pool_times_schedules_where_the_device_is_real(ray_local: None) -> None:
     graph = import_model("squeezenet").graph
-    job = CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), 1, rounds=8)
+    job = CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), "second", 1, rounds=8)
     with DevicePool.start(["cpu", "sim:v100"], warmup=0, repeat=1) as pool:
         timing = pool.time_schedules("cpu", job)
-        assert timing.rounds >= LookPlan.planned(8).looks[0] and timing.ratio.median > 0
+        assert timing.rounds >= LookPlan.planned(8).looks[0] and timing.ratios["first"].median > 0
         with pytest.raises(UserError, match=r"^sim:v100 is simulated, so its schedules cannot be timed end to end\.$"):
             pool.time_schedules("sim:v100", job)
 
@@ -121,7 +122,7 @@ def test_pool_times_schedules_where_the_device_is_real(ray_local: None) -> None:
 @pytest.mark.parametrize("restarts", (1, 0))
 def test_an_actor_killed_during_the_end_to_end_check_is_given_the_check_again(ray_local: None, restarts: int) -> None:
     graph = import_model("squeezenet").graph
-    job = CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), 1, rounds=2)
+    job = CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), "second", 1, rounds=2)
     with DevicePool.start(["cpu"], warmup=0, repeat=1, max_restarts=restarts) as pool:
         actor = pool.actors("cpu")[0]
         pid, kill_after_s = actor_pid(actor), 0.2  # the check imports the model first: longer than that
@@ -131,7 +132,7 @@ def test_an_actor_killed_during_the_end_to_end_check_is_given_the_check_again(ra
         if restarts:
             timing = pool.time_schedules("cpu", job)
             assert time.monotonic() - started > kill_after_s  # the kill came while the check ran
-            assert timing.rounds == 2 and all(ms > 0 for ms in (*timing.first_ms, *timing.second_ms))
+            assert timing.rounds == 2 and all(ms > 0 for ms in (*timing.times_ms["first"], *timing.times_ms["second"]))
             assert actor_pid(actor) != pid  # restarted, and the check given to it again
             return
         with pytest.raises(UserError) as error:

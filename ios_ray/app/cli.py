@@ -108,7 +108,7 @@ def search(
     corrected = any(o.correction.runs for o in result)
     table = Table(*(["graph"] if torch_compile else []), "device", "batch", "kernels", "IOS ms", "seq ms", "speedup",
                   "measured / planned", "cached", "wall s", "source", "end to end IOS / seq ms", "kept",
-                  "kept measured / predicted", "peak IOS / seq MB",
+                  "kept / predicted", "peak IOS / seq MB",
                   title=f"ios-ray search: {model}{in_dtype} (predicted: sums of stages"
                         f"{', corrected from schedules run whole before' if corrected else ''})")
     for o in result:

@@ -119,6 +119,6 @@ def store_lookup(path: Path) -> "Lookup | None":
 
 
 def make_console() -> Console:
-    """A rich console; 200 columns wide where output goes to a file or pipe, so tables keep their columns."""
+    """A rich console; 240 columns wide where output goes to a file or pipe, so tables keep their columns."""
     console = Console()
-    return console if console.is_terminal else Console(width=200)
+    return console if console.is_terminal else Console(width=240)
