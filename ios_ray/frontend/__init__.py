@@ -31,9 +31,10 @@ code in their style import into the same units as the zoo):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 import torch.fx as fx
@@ -53,7 +54,8 @@ from ios_ray.ir import Graph
 from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT
 
 __all__ = ["CAPTURES", "Imported", "Model", "OPAQUE_WARNING_SHARE", "OpaqueReport", "OutputStructure",
-           "capture_forward", "import_model", "import_module", "load_model", "opaque_report", "output_tensor"]
+           "capture_forward", "import_model", "import_module", "in_eval_mode", "load_model", "opaque_report",
+           "output_tensor"]
 
 
 @dataclass
@@ -74,16 +76,40 @@ CAPTURES = ("auto", "export", "fx")
 
 def import_module(module: nn.Module, example_input: torch.Tensor, name: str | None = None, *,
                   capture: str = "auto") -> Imported:
-    """Import a module (put in eval mode) and an example input (batch first) into the IR; the graph records the
-    memory format of the module's 4-D parameters. UserError where the forward cannot be captured."""
-    module = module.eval()
+    """Import a module (in eval mode: every submodule's mode is as it was afterwards) and an example input (batch
+    first) into the IR; the graph records the memory format of the module's 4-D parameters. UserError where the
+    forward cannot be captured."""
     name = name or type(module).__name__
-    gm, output = capture_forward(module, example_input, name, capture)
-    gm = views_as_reshapes(drop_eval_identities(functionalize(gm)))
-    gm = same_padding_as_torch_layers(functional_convs_as_modules(batch_norms_as_modules(gm)))
-    gm = fold_sizes(gm)
-    graph, constants = build_graph(gm, name, tuple(example_input.shape[1:]))
+    with _one_at_a_time(), in_eval_mode(module):
+        gm, output = capture_forward(module, example_input, name, capture)
+        gm = views_as_reshapes(drop_eval_identities(functionalize(gm)))
+        gm = same_padding_as_torch_layers(functional_convs_as_modules(batch_norms_as_modules(gm)))
+        gm = fold_sizes(gm)
+        graph, constants = build_graph(gm, name, tuple(example_input.shape[1:]))
     return Imported(dataclasses.replace(graph, memory_format=module_memory_format(module)), gm, constants, output)
+
+
+def _one_at_a_time() -> Any:
+    """The lock an import holds: torch.compile's own (Dynamo compiles one frame at a time under it). A capture patches
+    process-wide state for its duration (torch.fx's tracer patches ``nn.Module.__call__``, torch.export its config
+    and a recorder of torch's tracer), which another thread's import or Dynamo compile would otherwise see half
+    done, and a backend's graph imports on its first call, where a compile in another thread may be under way."""
+    from torch._dynamo.convert_frame import compile_lock
+
+    return compile_lock
+
+
+@contextlib.contextmanager
+def in_eval_mode(module: nn.Module) -> Iterator[nn.Module]:
+    """The module in eval mode inside the block; afterwards each submodule is back in the mode it was in (a caller's
+    model in training mode stays so)."""
+    training = [m for m in module.modules() if m.training]
+    module.eval()
+    try:
+        yield module
+    finally:
+        for m in training:
+            m.training = True
 
 
 def capture_forward(module: nn.Module, example_input: torch.Tensor, name: str, method: str = "auto"

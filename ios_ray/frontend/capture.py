@@ -28,11 +28,13 @@ computed from the input which dimensions grow with the batch.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
-import io
 import logging
 import operator
 import os
+import sys
+import threading
 import traceback
 import warnings
 from typing import Any, Iterator
@@ -52,7 +54,7 @@ from torch.utils._sympy.numbers import int_oo
 
 from ios_ray.errors import first_line
 from ios_ray.frontend import aten
-from ios_ray.frontend.nodes import batch_first, constant_nodes, signature_of
+from ios_ray.frontend.nodes import batch_first, constant_nodes, hooked, signature_of
 
 #: Layers outside ``torch.nn.modules`` whose calls stay calls: the frontend knows them by class.
 KNOWN_LAYERS = frozenset({"Conv2dSame", "MaxPool2dSame", "AvgPool2dSame"})
@@ -182,12 +184,12 @@ def _reason(exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
-    """torch.export's warnings, log lines and printouts of the graph it failed on are not the user's business."""
+    """torch.export's warnings, log lines and printouts of the graph it failed on are not the user's business (what
+    this thread prints is dropped; other threads print as they do)."""
     loggers = [logging.getLogger(name) for name in ("torch._export", "torch.export", "torch.fx.experimental",
-                                                    "torch._dynamo", "torch.utils._sympy")]
+                                                    "torch._dynamo", "torch.utils._sympy", "torch._subclasses")]
     levels = [logger.level for logger in loggers]
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()):
+    with warnings.catch_warnings(), _this_thread_silent():
         warnings.simplefilter("ignore")
         for logger in loggers:
             logger.setLevel(logging.ERROR)
@@ -196,6 +198,54 @@ def _quiet() -> Iterator[None]:
         finally:
             for logger, level in zip(loggers, levels):
                 logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _this_thread_silent() -> Iterator[None]:
+    """What this thread writes to ``sys.stdout`` and ``sys.stderr`` inside the block is dropped; other threads' writes
+    go through, and the streams are put back afterwards (each unless something else replaced it meanwhile), so a
+    stream is never left replaced (``contextlib.redirect_stdout`` replaces it for every thread, and two threads
+    entering and leaving it in turn leave the other's replacement behind)."""
+    _hide_from_dynamo()
+    saved = {name: getattr(sys, name) for name in ("stdout", "stderr")}
+    muted = {name: _Muted(stream, threading.get_ident()) for name, stream in saved.items()}
+    for name, stream in muted.items():
+        setattr(sys, name, stream)
+    try:
+        yield
+    finally:
+        for name, stream in muted.items():
+            if getattr(sys, name) is stream:
+                setattr(sys, name, saved[name])
+
+
+@functools.cache
+def _hide_from_dynamo() -> None:
+    """Keep torch.compile from tracing :class:`_Muted`'s methods: they run inside any thread's ``print``, also in a
+    frame that a compiled model runs after a graph break, where Dynamo would compile them (and with a compile under
+    way in another thread, that crashed the interpreter)."""
+    for name in ("write", "flush", "__getattr__"):
+        setattr(_Muted, name, torch.compiler.disable(getattr(_Muted, name)))
+
+
+class _Muted:
+    """A text stream that drops what one thread writes and passes the rest on to the stream it wraps."""
+
+    def __init__(self, stream: Any, thread: int) -> None:
+        self._stream = stream
+        self._thread = thread
+
+    def write(self, text: str) -> int:
+        if threading.get_ident() == self._thread:
+            return len(text)
+        return self._stream.write(text)
+
+    def flush(self) -> None:
+        if threading.get_ident() != self._thread:
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def where(exc: BaseException) -> str:
@@ -498,8 +548,9 @@ def _single_call(nodes: list[fx.Node], path: str, owned: dict[str, str]) -> tupl
 
 def _known_layer(layer: Any) -> bool:
     """A layer the frontend knows by class (:data:`KNOWN_LAYERS`), or a childless torch layer of ``torch.nn.modules``
-    whose ``forward`` takes one input and returns one tensor."""
-    if not isinstance(layer, nn.Module) or next(layer.children(), None) is not None:
+    whose ``forward`` takes one input and returns one tensor; either without forward hooks (a hook's code, such as
+    the weight a pruned layer computes before each call, is captured with the layer's and stays in the graph)."""
+    if not isinstance(layer, nn.Module) or next(layer.children(), None) is not None or hooked(layer):
         return False
     kind = type(layer)
     if kind.__name__ in KNOWN_LAYERS:

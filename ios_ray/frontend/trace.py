@@ -22,7 +22,7 @@ from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from ios_ray.errors import UserError, first_line
-from ios_ray.frontend.nodes import batch_first, constant_nodes
+from ios_ray.frontend.nodes import batch_first, constant_nodes, hooked
 
 
 class _LeafFallbackTracer(fx.Tracer):
@@ -38,7 +38,10 @@ class _LeafFallbackTracer(fx.Tracer):
         self._attempted: list[fx.Node] = []
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        return module_qualified_name in self.leaves or super().is_leaf_module(m, module_qualified_name)
+        """A submodule it could not trace through, or a torch layer without forward hooks (those are traced through,
+        so that the hooks' code stays in the graph)."""
+        return module_qualified_name in self.leaves or (super().is_leaf_module(m, module_qualified_name)
+                                                        and not hooked(m))
 
     def call_module(self, m: nn.Module, forward: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         path = self.path_of_module(m)

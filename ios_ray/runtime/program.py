@@ -9,11 +9,11 @@ CPU keeps freed memory in the process (:mod:`~ios_ray.runtime.allocator`), for m
 
 from __future__ import annotations
 
-import copy
 from typing import Mapping
 
 import torch
 
+from ios_ray.dtypes import copied
 from ios_ray.frontend import Imported
 from ios_ray.ir import GRAPH_INPUT, Graph, Value
 from ios_ray.runtime.allocator import keep_freed_memory
@@ -36,7 +36,7 @@ class Program:
         device = torch.device(device)
         if device.type == "cpu":
             keep_freed_memory()
-        module = copy.deepcopy(imported.module).to(device).eval()
+        module = copied(imported.module).to(device).eval()
         constants = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in imported.constants.items()}
         nodes = {n.name: n for n in module.graph.nodes}
         fns = {u.id: bind_unit(u, module, nodes, constants) for u in imported.graph.units}

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import json
 import warnings
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -74,8 +73,6 @@ class ScheduledModule(nn.Module):
         self.module = module
         self.any_device = any_device
         self._watch = WeightWatch(module) if follow_weights else None
-        if self._watch is not None:
-            weakref.finalize(self, self._watch.disarm)
         self._folder = schedules if isinstance(schedules, (str, Path)) else None
         self._given = _gather(schedules)
         self.input_shape = tuple(input_shape) if input_shape is not None else _recorded_shape(self._given.values())
@@ -85,7 +82,7 @@ class ScheduledModule(nn.Module):
         self._warned: set[str] = set()
         self._chosen: dict[tuple[torch.device, int, torch.dtype], Schedule | None] = {}
         self._binding: _Binding | None = self._bind(strict=True)
-        self.eval()
+        self.training = False  # the wrapper runs schedules; the module's own mode is left as the caller set it
 
     @property
     def graph(self) -> Graph:
@@ -105,10 +102,30 @@ class ScheduledModule(nn.Module):
             return self.module(x)
         if self._watch is not None and self._watch.changed():
             self.reset()
+        eager = self._eager_reason(x)
+        if eager is not None:
+            self._warn_once(eager)
+            return self.module(x)
         schedule = self.schedule_for(x)
         if schedule is None:
             return self.module(x)
         return self._bound().imported.output.pack(self._runner(schedule, x.device)(x))
+
+    def _eager_reason(self, x: torch.Tensor) -> str | None:
+        """Why ``x`` must run the original module although this one is in eval mode (None where it need not): the
+        module, or one of its submodules, is in training mode, or autograd needs the call's history (a schedule runs
+        without it, so its output would have none and a loss computed from it would train nothing)."""
+        binding = self._bound()  # (re)arms the watch, which keeps the modes
+        name = type(self.module).__name__
+        if self._watch.training if self._watch is not None else self.module.training:
+            return (f"{name} (or one of its submodules) is in training mode, so ScheduledModule runs it as it is "
+                    "(schedules are for inference); call .eval() on it to run its schedules.")
+        if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in binding.parameters)):
+            what = "the input" if x.requires_grad else f"{name}'s parameters"
+            return (f"gradients are enabled and {what} require them, so ScheduledModule runs the original module, "
+                    "whose output then has the history autograd needs (schedules run without autograd); call it "
+                    "under torch.no_grad() or torch.inference_mode() to run its schedules.")
+        return None
 
     def schedule_for(self, x: torch.Tensor) -> Schedule | None:
         """The schedule ``forward`` runs for ``x``, or None (warning once per reason) where none fits; chosen once per
@@ -161,6 +178,13 @@ class ScheduledModule(nn.Module):
         self.reset()
         return result
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What a copy or a pickle keeps: the module, the schedules and the options; the import and the runners (with
+        their threads and locks) are made again on the copy's first call."""
+        state = super().__getstate__()
+        state.update(_binding=None, _programs={}, _runners={}, _chosen={})
+        return state
+
     def _apply(self, fn: Any, recurse: bool = True) -> "ScheduledModule":
         self.reset()
         return super()._apply(fn, recurse)
@@ -183,7 +207,8 @@ class ScheduledModule(nn.Module):
         cls, path: str | Path, module: nn.Module, cuda_graph: bool | None = None, follow_weights: bool = True,
         any_device: bool = False,
     ) -> "ScheduledModule":
-        """Rebuild a saved ScheduledModule around ``module``, a fresh instance of the saved architecture."""
+        """Rebuild a saved ScheduledModule around ``module``, a fresh instance of the saved architecture, which it
+        loads the saved weights into and puts in eval mode (what was saved serves inference)."""
         path = Path(path)
         meta = _read_meta(path)
         try:
@@ -191,7 +216,8 @@ class ScheduledModule(nn.Module):
         except (OSError, RuntimeError) as exc:
             raise UserError(f"cannot load the weights in {path / 'module.pt'} into {type(module).__name__}: "
                             f"{first_line(exc)}; pass a module of the saved architecture.") from None
-        return cls(module, path / "schedules", tuple(meta["input_shape"]), cuda_graph, follow_weights, any_device)
+        return cls(module.eval(), path / "schedules", tuple(meta["input_shape"]), cuda_graph, follow_weights,
+                   any_device)
 
     def _runner(self, schedule: Schedule, device: torch.device) -> ScheduleRunner:
         device = resolve_device(device)
@@ -215,7 +241,8 @@ class ScheduledModule(nn.Module):
         (``strict``: at construction) or at least one from a folder, else UserError; after a conversion, any."""
         imported = import_module(self.module, example_input(self.module, self.input_shape), type(self.module).__name__)
         given = self._given if strict else _made_for(self._given, imported.graph)
-        binding = _Binding(imported, _checked(given, imported.graph, self._folder if strict else None))
+        binding = _Binding(imported, _checked(given, imported.graph, self._folder if strict else None),
+                           tuple(self.module.parameters()))
         if self._watch is not None:
             self._watch.arm()
         return binding
@@ -232,6 +259,7 @@ class _Binding:
 
     imported: Imported
     schedules: tuple[Schedule, ...]
+    parameters: tuple[torch.Tensor, ...]
 
 
 def _wrapped_module_keys(state_dict: Mapping[str, Any], module: nn.Module) -> bool:
