@@ -321,5 +321,6 @@ def _read_meta(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise UserError(f"{path} is not a saved ScheduledModule (no {meta_file.name}); "
                         "write one with ScheduledModule.save.") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"{meta_file} is not valid ScheduledModule metadata ({exc}); save the module again.") from None
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise UserError(f"{meta_file} is not valid ScheduledModule metadata ({first_line(exc)}); save the module "
+                        "again.") from None
