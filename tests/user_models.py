@@ -163,3 +163,22 @@ class Cancelling(nn.Module):
 def cancelling() -> nn.Module:
     """The :class:`Cancelling` model."""
     return Cancelling()
+
+
+class Unbatched(nn.Module):
+    """A model that returns its feature map with a leading dimension of one (as RT-DETR returns its decoder's
+    layers stacked in front of the batch): not batch first."""
+
+    input_shape = (3, 16, 16)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x).unsqueeze(0)
+
+
+def unbatched() -> nn.Module:
+    """The :class:`Unbatched` model."""
+    return Unbatched()

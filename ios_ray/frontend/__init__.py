@@ -38,11 +38,12 @@ from typing import Any, Iterator, Sequence
 
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 from torch import nn
 
 from ios_ray.dtypes import converted, dtype_name, example_input, module_memory_format
 from ios_ray.errors import UserError, first_line
-from ios_ray.frontend.capture import CaptureError, capture, output_example, record_shapes
+from ios_ray.frontend.capture import CaptureError, capture, output_example, record_shapes, unbatched_output
 from ios_ray.frontend.report import OPAQUE_WARNING_SHARE, OpaqueReport, opaque_report
 from ios_ray.frontend.rewrites import (batch_norms_as_modules, drop_eval_identities, functional_convs_as_modules,
                                       functionalize, same_padding_as_torch_layers, views_as_reshapes)
@@ -129,10 +130,20 @@ def capture_forward(module: nn.Module, example_input: torch.Tensor, name: str, m
             raise UserError(f"torch.export cannot capture the forward of {type(module).__name__}: {failure}.") \
                 from failure
         return _traced_forward(module, example_input, name, failure)
+    unbatched = unbatched_output(gm)
+    if unbatched is not None:
+        raise _not_batch_first(name, unbatched)
     output = output_structure(output_example(gm, batch), batch)
     gm, _ = one_output(gm)
     record_shapes(gm, batch)
     return gm, output
+
+
+def _not_batch_first(name: str, shape: str) -> UserError:
+    """The sentence for a model that returns a tensor of ``shape`` (in terms of the batch size B), not batch first."""
+    return UserError(f"{name} returns a tensor of shape {shape} for a batch of B samples, whose first dimension is "
+                     "not the batch; ios-ray schedules models whose outputs are batch first: wrap the model to return "
+                     "the batch-first tensors it computes and do the rest after.")
 
 
 def _traced_forward(module: nn.Module, example_input: torch.Tensor, name: str, failure: CaptureError
@@ -145,11 +156,38 @@ def _traced_forward(module: nn.Module, example_input: torch.Tensor, name: str, f
         raise UserError(f"ios-ray cannot capture the forward of {type(module).__name__}: {failure}, nor can torch.fx "
                         f"trace it ({cause}); move the code it stops at into a submodule, which then runs as one "
                         "opaque unit.") from error
-    with torch.no_grad():
-        output = output_structure(module(example_input), example_input.shape[0]) if structured else BARE
+    returned = _run(module, example_input, name)
+    other = example_input[:1].expand(example_input.shape[0] + 1, *example_input.shape[1:]).clone()
+    try:
+        unbatched = _unbatched(returned, _run(module, other, name), example_input.shape[0], other.shape[0])
+    except UserError:
+        unbatched = None  # a model that runs at its import batch size only: its dimension 0 stands for the batch
+    if unbatched is not None:
+        raise _not_batch_first(name, unbatched)
+    output = output_structure(returned, example_input.shape[0]) if structured else BARE
     propagate(gm, example_input, name)
     record_batch_layout(gm, example_input)
     return gm, output
+
+
+def _run(module: nn.Module, x: torch.Tensor, name: str) -> Any:
+    """What the module returns for ``x`` (without gradients); UserError where it fails."""
+    try:
+        with torch.no_grad():
+            return module(x)
+    except Exception as exc:  # noqa: BLE001 - any failure of the user's forward is reported in one line
+        raise UserError(f"running {name} on an input of shape {tuple(x.shape)} failed: {type(exc).__name__}: "
+                        f"{first_line(exc)}") from exc
+
+
+def _unbatched(first: Any, second: Any, batch: int, other: int) -> str | None:
+    """The shape, in terms of the batch size ``B``, of the first tensor among a module's outputs at ``batch`` samples
+    (``first``) and at ``other`` (``second``) whose first dimension is not the batch; None where all are batch first."""
+    pairs = zip(pytree.tree_leaves(first), pytree.tree_leaves(second))
+    for a, b in ((a, b) for a, b in pairs if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        if a.dim() == 0 or a.shape[0] != batch or b.shape[0] != other or a.shape[1:] != b.shape[1:]:
+            return "(" + ", ".join(str(m) if m == n else "B" for m, n in zip(a.shape, b.shape)) + ")"
+    return None
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,10 @@ computed from the input which dimensions grow with the batch.
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import logging
 import operator
 import os
-import sys
-import threading
 import traceback
 import warnings
 from typing import Any, Iterator
@@ -55,6 +52,7 @@ from torch.utils._sympy.numbers import int_oo
 from ios_ray.errors import first_line
 from ios_ray.frontend import aten
 from ios_ray.frontend.nodes import batch_first, constant_nodes, hooked, signature_of
+from ios_ray.frontend.quiet import this_thread_silent
 
 #: Layers outside ``torch.nn.modules`` whose calls stay calls: the frontend knows them by class.
 KNOWN_LAYERS = frozenset({"Conv2dSame", "MaxPool2dSame", "AvgPool2dSame"})
@@ -100,6 +98,18 @@ def output_example(gm: fx.GraphModule, batch: int) -> Any:
             return leaf
         return torch.empty([sizes.of(s)[0] for s in leaf.shape], dtype=leaf.dtype, device="meta")
     return pytree.tree_map(concrete, gm.meta["output"])
+
+
+def unbatched_output(gm: fx.GraphModule) -> str | None:
+    """The shape, in terms of the batch size ``B``, of the first tensor a captured module returns whose first
+    dimension is not the batch (``(1, B, 4, 8, 8)``), None where every tensor it returns is batch first."""
+    symbol = gm.meta["batch_symbol"]
+    for leaf in pytree.tree_leaves(gm.meta["output"]):
+        if isinstance(leaf, torch.Tensor) and (leaf.dim() == 0 or not isinstance(leaf.shape[0], torch.SymInt)
+                                               or leaf.shape[0].node.expr != symbol):
+            sizes = (str(s.node.expr if isinstance(s, torch.SymInt) else s) for s in leaf.shape)
+            return "(" + ", ".join(size.replace(str(symbol), "B") for size in sizes) + ")"
+    return None
 
 
 def export(module: nn.Module, example_input: torch.Tensor) -> torch.export.ExportedProgram:
@@ -189,7 +199,7 @@ def _quiet() -> Iterator[None]:
     loggers = [logging.getLogger(name) for name in ("torch._export", "torch.export", "torch.fx.experimental",
                                                     "torch._dynamo", "torch.utils._sympy", "torch._subclasses")]
     levels = [logger.level for logger in loggers]
-    with warnings.catch_warnings(), _this_thread_silent():
+    with warnings.catch_warnings(), this_thread_silent():
         warnings.simplefilter("ignore")
         for logger in loggers:
             logger.setLevel(logging.ERROR)
@@ -198,54 +208,6 @@ def _quiet() -> Iterator[None]:
         finally:
             for logger, level in zip(loggers, levels):
                 logger.setLevel(level)
-
-
-@contextlib.contextmanager
-def _this_thread_silent() -> Iterator[None]:
-    """What this thread writes to ``sys.stdout`` and ``sys.stderr`` inside the block is dropped; other threads' writes
-    go through, and the streams are put back afterwards (each unless something else replaced it meanwhile), so a
-    stream is never left replaced (``contextlib.redirect_stdout`` replaces it for every thread, and two threads
-    entering and leaving it in turn leave the other's replacement behind)."""
-    _hide_from_dynamo()
-    saved = {name: getattr(sys, name) for name in ("stdout", "stderr")}
-    muted = {name: _Muted(stream, threading.get_ident()) for name, stream in saved.items()}
-    for name, stream in muted.items():
-        setattr(sys, name, stream)
-    try:
-        yield
-    finally:
-        for name, stream in muted.items():
-            if getattr(sys, name) is stream:
-                setattr(sys, name, saved[name])
-
-
-@functools.cache
-def _hide_from_dynamo() -> None:
-    """Keep torch.compile from tracing :class:`_Muted`'s methods: they run inside any thread's ``print``, also in a
-    frame that a compiled model runs after a graph break, where Dynamo would compile them (and with a compile under
-    way in another thread, that crashed the interpreter)."""
-    for name in ("write", "flush", "__getattr__"):
-        setattr(_Muted, name, torch.compiler.disable(getattr(_Muted, name)))
-
-
-class _Muted:
-    """A text stream that drops what one thread writes and passes the rest on to the stream it wraps."""
-
-    def __init__(self, stream: Any, thread: int) -> None:
-        self._stream = stream
-        self._thread = thread
-
-    def write(self, text: str) -> int:
-        if threading.get_ident() == self._thread:
-            return len(text)
-        return self._stream.write(text)
-
-    def flush(self) -> None:
-        if threading.get_ident() != self._thread:
-            self._stream.flush()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
 
 
 def where(exc: BaseException) -> str:

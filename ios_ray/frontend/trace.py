@@ -10,9 +10,7 @@ as with torch.fx's ``ShapeProp``, and every other node (a size, a shape, a flag)
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import io
 import operator
 from typing import Any, Callable
 
@@ -23,6 +21,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 from ios_ray.errors import UserError, first_line
 from ios_ray.frontend.nodes import batch_first, constant_nodes, hooked
+from ios_ray.frontend.quiet import this_thread_silent
 
 
 class _LeafFallbackTracer(fx.Tracer):
@@ -136,7 +135,7 @@ class _ValueProp(ShapeProp):
 
 def propagate(gm: fx.GraphModule, example_input: torch.Tensor, name: str) -> None:
     """Run ``gm`` on the example input, recording shapes and size values in the nodes' meta."""
-    with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):  # ShapeProp prints a traceback on failure
+    with torch.no_grad(), this_thread_silent():  # ShapeProp prints a traceback on failure
         try:
             _ValueProp(gm).propagate(example_input)
         except Exception as exc:  # noqa: BLE001 - any failure of the user's forward is reported in one line
@@ -167,7 +166,7 @@ def record_batch_layout(gm: fx.GraphModule, example_input: torch.Tensor) -> None
 
     x = example_input[:1].expand(other, *example_input.shape[1:]).clone()
     try:
-        with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
+        with torch.no_grad(), this_thread_silent():
             _Shapes(gm).run(x)
     except Exception:  # noqa: BLE001 - a model that runs at its import batch size only
         return
