@@ -43,7 +43,8 @@ from torch import nn
 
 from ios_ray.dtypes import converted, dtype_name, example_input, module_memory_format
 from ios_ray.errors import UserError, first_line
-from ios_ray.frontend.capture import CaptureError, capture, output_example, record_shapes, unbatched_output
+from ios_ray.frontend.capture import (CaptureError, attributes_kept, capture, output_example, record_shapes,
+                                     unbatched_output)
 from ios_ray.frontend.report import OPAQUE_WARNING_SHARE, OpaqueReport, opaque_report
 from ios_ray.frontend.rewrites import (batch_norms_as_modules, drop_eval_identities, functional_convs_as_modules,
                                       functionalize, same_padding_as_torch_layers, views_as_reshapes)
@@ -129,7 +130,8 @@ def capture_forward(module: nn.Module, example_input: torch.Tensor, name: str, m
         if method == "export":
             raise UserError(f"torch.export cannot capture the forward of {type(module).__name__}: {failure}.") \
                 from failure
-        return _traced_forward(module, example_input, name, failure)
+        with attributes_kept(module):  # the trace runs the model: what its forward caches on itself is undone
+            return _traced_forward(module, example_input, name, failure)
     unbatched = unbatched_output(gm)
     if unbatched is not None:
         raise _not_batch_first(name, unbatched)
