@@ -363,6 +363,33 @@ def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(tmp_path: Path, ray_
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("to_group", [False, True], ids=["the process", "its process group"])
+def test_sigterm_stops_a_search_as_ctrl_c_does(tmp_path: Path, to_group: bool) -> None:
+    """Issue 46, item 9: Ray's driver exits on SIGTERM through sys.exit, which unwound the search halfway and then
+    aborted (exit -6, Ray's stack dump, a traceback); ``kill``, ``timeout`` and a stopping container send it."""
+    store = tmp_path / "store.duckdb"
+    search = ["search", "--model", "inception_v3", "--devices", "sim:k80", "--batches", "1", "--measure", "all",
+              "--store", str(store), "--out", str(tmp_path / "out"), "--sim-actors", "1"]
+    child = subprocess.Popen([sys.executable, "-m", "ios_ray", *search], cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for_rows(child, store, poll_s=0.3)
+        if to_group:
+            os.killpg(child.pid, signal.SIGTERM)
+        else:
+            child.send_signal(signal.SIGTERM)
+        stdout, stderr = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+    assert child.returncode == 143, stderr
+    assert stderr == "terminated: everything measured so far is stored; rerun to resume.\n"
+    [kept] = store_rows(store)
+    assert 0 < kept["rows"] < planned_stages(stdout)
+
+
+@pytest.mark.slow
 def test_sigkill_during_a_lazy_search_loses_nothing_and_a_rerun_ends_on_the_same_schedule(
     tmp_path: Path, ray_local: None
 ) -> None:

@@ -247,7 +247,7 @@ def _measure(pool: DevicePool, search: _Search, source: ModelSource, asked: dict
         search.measuring.record(setting, asked.get((setting.device, setting.batch), []))
     report = pool.measure(jobs, lambda rows: search.store.put(rows_to_table(rows)), progress.advanced)
     if report.interrupted:
-        raise KeyboardInterrupt
+        raise report.interrupted
 
 
 def _stored(search: _Search, label: str) -> int:

@@ -5,7 +5,8 @@ so the local Ray that a search starts stays up until the process exits (Ray shut
 ``ray.shutdown()``; the next search without an address uses it. A search that fails (or is interrupted) shuts the
 kept Ray down, with whatever it left behind (tasks still running, errors nobody will read), and the next search
 starts afresh. A Ctrl-C while Ray starts is held until it has started, then stops the search (and Ray) as any
-other does. A local start that fails (Ray's own start-up deadline, missed on a loaded machine) is tried once more,
+other does, and the SIGTERM handler Ray's start installs (``sys.exit``) is replaced by the one in place before it
+(the command line's stops a search as Ctrl-C does). A local start that fails (Ray's own start-up deadline, missed on a loaded machine) is tried once more,
 then is one sentence. A cluster joined at an address is left when the search ends. A Ray the caller connected to before the
 search is used as it is, whatever the address: the caller chose it.
 """
@@ -17,7 +18,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from ios_ray.errors import UserError, first_line
-from ios_ray.interrupts import ctrl_c_held
+from ios_ray.interrupts import ctrl_c_held, restore_sigterm_handler, sigterm_handler
 
 #: How many times a search tries to start a local Ray before it gives up.
 LOCAL_START_TRIES = 2
@@ -37,8 +38,10 @@ def ray_session(address: str | None) -> Iterator[None]:
         _forget(ray)  # ours and local, but this search joins a cluster
     try:
         if not ray.is_initialized():
+            handler = sigterm_handler()
             with ctrl_c_held():  # Ray's start forks processes, and a Ctrl-C inside a fork handler would be lost
                 _start(ray, address)
+            restore_sigterm_handler(handler)  # Ray's own (sys.exit) would unwind the search halfway, then abort
         yield
     except BaseException:
         if address is None:
