@@ -109,6 +109,16 @@ def scheduled_backend(model: nn.Module, x: torch.Tensor) -> IosRayBackend:
     return ios_ray.backend(schedules=made, store=None)
 
 
+def readme_net() -> nn.Module:
+    """The README's torch.compile model (two graphs: convs, then a mean and a linear head), seeded."""
+    from tests.test_api import readme_example
+
+    namespace: dict[str, Any] = {}
+    exec(readme_example("## With torch.compile").split("model = Net()")[0], namespace)  # the class Net
+    torch.manual_seed(0)
+    return namespace["Net"]().eval()
+
+
 def ran(backend: IosRayBackend) -> list[dict[str, int]]:
     """What each graph ran, per graph."""
     return [dict(g.runs) for g in backend.graphs]
@@ -149,12 +159,7 @@ def test_with_gradients_on_the_compiled_model_gives_autograd_its_history() -> No
 @pytest.mark.parametrize("dynamic", [None, True, False])
 def test_other_input_sizes_and_layouts_equal_eager(dynamic: bool | None) -> None:
     """Issue 46, item 6: the README's model called at another height and width, and with a channels-last input."""
-    from tests.test_api import readme_example
-
-    namespace: dict[str, Any] = {}
-    exec(readme_example("## With torch.compile").split("model = Net()")[0], namespace)  # the class Net
-    torch.manual_seed(0)
-    model = namespace["Net"]().eval()
+    model = readme_net()
     backend = scheduled_backend(model, torch.randn(8, 32, 17, 17))
     fast = torch.compile(model, backend=backend, dynamic=dynamic)
     inputs = [torch.randn(8, 32, 17, 17), torch.randn(8, 32, 20, 20),
@@ -169,6 +174,25 @@ def test_other_input_sizes_and_layouts_equal_eager(dynamic: bool | None) -> None
     for graph in backend.graphs:
         runs.update(graph.runs)
     assert runs["given schedule 0"] + runs["given schedule 1"] == 4  # 17x17 at batch 8, either layout
+
+
+def test_a_linear_head_is_the_same_unit_and_price_in_the_model_and_in_its_compiled_graph() -> None:
+    """Issue 46, item 17: Dynamo hands the head over as ``linear(x, weight, bias)`` on held tensors, which stayed
+    opaque and was priced 19 times what the model's own import of the same layer was."""
+    from ios_ray.profiler.sim_model import stage_latency_ms
+    from ios_ray.stage import Stage
+
+    model = readme_net()
+    whole = import_module(model, torch.randn(1, 32, 17, 17)).graph
+    _, head_call, shape = record_graphs(model, torch.randn(8, 32, 17, 17)).calls[1]
+    graph = import_module(head_call, torch.randn(1, *shape)).graph
+    [ours] = [u for u in whole.units if u.kind == "linear"]
+    [theirs] = [u for u in graph.units if u.kind == "linear"]
+    assert (ours.attrs, ours.flops, ours.bytes, ours.weight_bytes) == \
+        (theirs.attrs, theirs.flops, theirs.bytes, theirs.weight_bytes)
+    priced = [stage_latency_ms(g, Stage("concurrent", ((u.id,),)), 8, "v100") for g, u in ((whole, ours),
+                                                                                         (graph, theirs))]
+    assert priced[0] == priced[1] and not any(u.kind == "opaque" for u in graph.units)
 
 
 def test_calls_from_several_threads_equal_eager_and_leave_the_streams_alone() -> None:
