@@ -12,21 +12,22 @@ fits (another device, another per-sample shape) the original module runs eagerly
 reason; with ``any_device=True`` a schedule made for another device runs instead (a ``sim:`` plan on the CPU, say),
 with a one-time warning that this is a correctness check, its speed here saying nothing of that device. An input of
 a dtype no schedule was made for runs a schedule made for another, with a one-time warning.
-In training mode the original module always runs: schedules are for inference. Schedules given as a list must all
-fit the graph; from a folder (such as the ``--out`` folder of ``ios-ray search``, which may hold
-other models too) those made for other graphs are left out, and finding none is an error.
+Schedules are for inference, and run without autograd: the original module runs where this module is in training
+mode (silently: it was asked to), where the wrapped module or one of its submodules is (wrapping leaves its mode as
+the caller set it; a one-time warning), and where gradients are enabled and the parameters or the input require them
+(a one-time warning), so that the output has the history a loss needs. Schedules given as a list must all fit the
+graph; from a folder (such as the ``--out`` folder of ``ios-ray search``, which may hold other models too) those
+made for other graphs are left out, and finding none is an error.
 
-Runners snapshot the weights (batch-norm folded) when they are built, and the import evaluates some weights once
-(a convolution's weight computed from parameters, as in timm's weight-standardised convs). So the module follows
-the weights of the module it wraps: a :class:`~ios_ray.runtime.weights.WeightWatch` notices, per call, weights
-changed in place (``p.mul_(0.9)``, an optimizer step), loaded (``load_state_dict`` on the wrapped module, any of its
-submodules, or this one, which takes the wrapped module's own state dict as well as its own), replaced, or updated
-by a forward in training mode, and converting the module (``.to()``, ``.cuda()``, ``.half()``,
-``.to(memory_format=...)``); the next forward then imports the module as it is and keeps the schedules made for it
-(converted to another memory format, those made for that format, where any were given; else it runs the original
-module, with a one-time warning). ``follow_weights=False`` skips the per-call check, for a server whose weights never
-change; after changes the watch cannot see (through ``tensor.data``, or a buffer edited in place by hand), or with
-the check off, call :meth:`ScheduledModule.reset`.
+Runners snapshot the module (batch-norm folded, numbers its forward reads baked in) when they are built, and the
+import evaluates some weights once (a convolution's weight computed from parameters, as in timm's
+weight-standardised convs). So each call asks a :class:`~ios_ray.runtime.weights.WeightWatch` whether the wrapped
+module changed (weights changed in place, loaded, stepped by an optimizer or replaced; settings and hooks; a
+conversion: the list is ``docs/REFERENCE.md``'s, "Deploying"); the next forward then imports the module as it is and
+keeps the schedules made for it (converted to another memory format, those made for that format, where any were
+given; else it runs the original module, with a one-time warning). ``follow_weights=False`` skips the per-call
+check, for a server whose model never changes; after changes the watch cannot see, or with the check off, call
+:meth:`ScheduledModule.reset`. A copy or a pickle leaves the import and the runners behind and makes its own.
 
 Saving: :meth:`ScheduledModule.save` writes a folder with the module's ``state_dict`` (``module.pt``), every
 schedule (``schedules/<i>.json``) and the input shape (``scheduled_module.json``); :meth:`ScheduledModule.load`
