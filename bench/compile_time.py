@@ -114,9 +114,10 @@ def _timed(cls: type, method: str, spent: list[float]) -> None:
 
 def _origin(graph: Any) -> str:
     """What a graph ran, in a word: a schedule file, the store's DP, its one schedule, or its fallback."""
+    from ios_ray.app.backend import FallbackGraph
     from ios_ray.app.compiled_graph import FALLBACK
 
-    if isinstance(graph, str):
+    if isinstance(graph, FallbackGraph):
         return "not a module (fallback)"
     [origin] = graph.runs
     if origin == FALLBACK:

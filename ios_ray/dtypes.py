@@ -116,7 +116,16 @@ def converted(module: nn.Module, dtype: str, memory_format: str = DEFAULT_MEMORY
     if all(p.dtype == wanted and (p.dim() != 4 or p.is_contiguous(memory_format=layout))
            for p in module.parameters() if p.is_floating_point()):
         return module
-    return to_memory_format(copy.deepcopy(module).to(wanted), memory_format)
+    return to_memory_format(copied(module).to(wanted), memory_format)
+
+
+def copied(module: nn.Module) -> nn.Module:
+    """A deep copy of a module. A tensor attribute computed with autograd history (the ``weight`` that a layer pruned
+    with ``torch.nn.utils.prune`` computes from its parameters before each forward), which ``copy.deepcopy`` refuses,
+    is copied detached."""
+    memo: dict[int, object] = {id(t): t.detach().clone() for m in module.modules() for t in vars(m).values()
+                               if isinstance(t, torch.Tensor) and not t.is_leaf}
+    return copy.deepcopy(module, memo)
 
 
 def module_device(module: nn.Module) -> torch.device:

@@ -1,9 +1,15 @@
-"""Holding Ctrl-C through a block that must not be cut, and delivering it once the block has ended.
+"""Holding Ctrl-C (and a SIGTERM) through a block that must not be cut, and delivering it once the block has ended;
+a SIGTERM that stops a command as a Ctrl-C does.
 
 Two blocks need it. A store operation: DuckDB polls for Python signals while it works and turns a Ctrl-C into
 whichever error its call was making, losing the batch in flight. Ray's start: it forks its processes, and a Ctrl-C
 that Python raises inside a fork handler (``logging``'s, say) is printed as "Exception ignored" and lost, so the
 search would run on as if nobody had pressed it.
+
+A SIGTERM (``kill``, ``timeout``, a container stopping) ends a process at once, or where Ray's driver has replaced its
+handler with ``sys.exit``, unwinds it through code that only a Ctrl-C is stopped cleanly in, then aborts (exit -6
+with Ray's stack dump). The command line makes it raise :class:`Terminated`, a ``KeyboardInterrupt``, so a search
+stops the way it stops on Ctrl-C: what was measured is stored, Ray is shut down, one line says so.
 """
 
 from __future__ import annotations
@@ -12,25 +18,59 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
+
+#: The signals a block holds, where their handlers are Python's to replace.
+_HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM, raised where Python raises ``KeyboardInterrupt`` for a Ctrl-C (see the module docstring)."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
+def stop_on_sigterm() -> None:
+    """From now on a SIGTERM raises :class:`Terminated` in the main thread (where Python delivers signals)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
+
+
+def sigterm_handler() -> Any:
+    """The handler a SIGTERM has now (to put it back after something replaced it: Ray's start does)."""
+    return signal.getsignal(signal.SIGTERM)
+
+
+def restore_sigterm_handler(handler: Any) -> None:
+    """Put a SIGTERM handler back (in the main thread; elsewhere nothing can be replaced)."""
+    if handler is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
 
 
 @contextmanager
 def ctrl_c_held() -> Iterator[None]:
-    """Hold a Ctrl-C that arrives inside the block until the block has ended, then deliver it (as the handler that
-    was in place would: ``KeyboardInterrupt`` for Python's own); outside the main thread, where Python delivers no
-    signal, or where Ctrl-C's handler is not Python's to replace, nothing is held."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+    """Hold a Ctrl-C, or a SIGTERM handled in Python, that arrives inside the block until the block has ended, then
+    deliver it (as the handler that was in place would: ``KeyboardInterrupt`` for Python's own Ctrl-C); outside the
+    main thread, where Python delivers no signal, or for a signal whose handler is not Python's, nothing is held."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
     held: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    previous = {signum: signal.getsignal(signum) for signum in _HELD}
+    previous = {signum: handler for signum, handler in previous.items()
+                if callable(handler) or (signum == signal.SIGINT and handler is not None)}
+    for signum in previous:
+        signal.signal(signum, lambda number, frame: held.append(number))
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-    if not held:
-        return
-    if callable(previous):
-        previous(signal.SIGINT, None)
-    elif previous != signal.SIG_IGN:
-        raise KeyboardInterrupt
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    for signum in dict.fromkeys(held):
+        handler = previous[signum]
+        if callable(handler):
+            handler(signum, None)
+        elif handler != signal.SIG_IGN:
+            raise KeyboardInterrupt

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -524,13 +525,20 @@ def schedule_path(
 
 
 def save_schedule(schedule: Schedule, path: Path) -> None:
-    """Write a schedule as JSON (parent folders are created; the write is atomic)."""
+    """Write a schedule as JSON (parent folders are created; the write is atomic: the file is written whole under a
+    name of this write's own beside it, then renamed, so writers of one file at once never share a half-written
+    file and a reader sees one whole schedule or the other)."""
+    tmp: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(schedule.to_json(), indent=1))
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp",
+                                         delete=False) as file:
+            tmp = Path(file.name)
+            file.write(json.dumps(schedule.to_json(), indent=1))
         tmp.replace(path)
     except OSError as exc:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise UserError(f"cannot write the schedule {path} ({exc.strerror or exc}); pass another out folder.") from None
 
 
@@ -543,6 +551,8 @@ def read_schedule(path: Path) -> Schedule:
         raise UserError(f"no schedule file at {path}.") from None
     except (OSError, ValueError) as exc:
         raise UserError(f"{path} is not a valid ios-ray schedule (not readable JSON: {exc}).") from None
+    except RecursionError:
+        raise UserError(f"{path} is not a valid ios-ray schedule (its JSON is nested too deeply to read).") from None
     defects = schedule_defects(data)
     if defects:
         raise UserError(f"{path} is not a valid ios-ray schedule ({'; '.join(defects)}); correct the file or write it "

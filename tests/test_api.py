@@ -87,6 +87,29 @@ def test_result_saves_and_deploys(ray_local: None, tmp_path: Path) -> None:
     assert "sim:v100 batch 4" in repr(result)
 
 
+def test_searching_and_deploying_leave_the_callers_mode_as_it_was(ray_local: None, tmp_path: Path) -> None:
+    """Issue 46, item 4: a search and a deploy put the caller's model in eval mode without saying so."""
+    torch.manual_seed(0)
+    model = TwoBranch().train()
+    model.a.eval()
+    modes = [m.training for m in model.modules()]
+    result = ios_ray.search(model, "sim:v100", [2], input_shape=INPUT_SHAPE, store=tmp_path / "s.duckdb",
+                            progress=False)
+    assert [m.training for m in model.modules()] == modes
+    ios_ray.search(model, "sim:v100", [2], input_shape=INPUT_SHAPE, store=tmp_path / "s.duckdb", progress=False,
+                   torch_compile=True)
+    assert [m.training for m in model.modules()] == modes
+    fast = result.deploy(model, any_device=True)
+    assert [m.training for m in model.modules()] == modes and not fast.training
+    x = torch.randn(2, *INPUT_SHAPE)
+    with torch.no_grad(), pytest.warns(UserWarning, match="TwoBranch .or one of its submodules. is in training mode"):
+        torch.testing.assert_close(fast(x), model(x))
+    fast.eval()
+    with torch.no_grad(), pytest.warns(UserWarning, match="as a correctness check"):
+        assert relative_error(fast(x), model(x)) <= 1e-5
+    assert fast.schedule_for(x) is not None
+
+
 def test_a_model_object_whose_code_is_missing_on_a_node_fails_in_one_sentence(
     ray_local: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

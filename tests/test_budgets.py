@@ -136,3 +136,17 @@ def test_a_budget_no_schedule_meets_is_refused_before_anything_is_measured(tmp_p
                                         r"the smallest peak any schedule reaches is [\d.]+ MB"):
         run_search(request, SilentProgress())
     assert LatencyStore(store, create=False).stats().num_rows == 0
+
+
+def test_none_means_no_budget_even_on_a_gpu(tmp_path: Path) -> None:
+    """Issue 46, item 16: ``--memory-budget none`` recorded the GPU's default budget."""
+    model = torch.nn.Linear(10, 10)
+    assert search_budget("none", "sim:v100", model) is None and search_budget(" None ", "cuda:0", model, 10**9) is None
+    assert search_budget(None, "sim:v100", model) == MemoryBudget(bytes=int(16e9 * 0.9) - 440)
+    request = SearchRequest(model="tests.user_models:wide", devices=("sim:v100",), batches=(1,),
+                            store=tmp_path / "store.duckdb", memory_budget="none")
+    loaded = load_request_model(request)
+    identities = {"sim:v100": DeviceIdentity("sim:v100", "f", {"kind": "gpu"}, "host", "simulated")}
+    search = _search(request, loaded, Exhaustive(StageKeys(loaded.graph), SearchParams()),
+                     LatencyStore(request.store), identities)
+    assert [s.memory_budget for s in search.settings] == [None]

@@ -220,3 +220,27 @@ def test_cli_inspect_inception() -> None:
     report = json.loads(result.stdout)
     widths = [row["d"] for row in report["blocks"] if row["d"] > 1]
     assert len(widths) == 11 and widths[-2:] == [6, 6]
+
+
+def test_a_model_that_cached_its_input_shape_on_a_call_imports_and_runs_its_schedule() -> None:
+    """Issue 46, item 13: Ultralytics' Detect head compares the shape it cached on its last call with each call's,
+    which after one eager call is a branch on the batch size; every YOLO model was refused once it had run."""
+    from ios_ray.runtime import ScheduledModule
+    from tests.test_runtime_schedules import BUILDERS, make_schedule
+    from tests.user_models import ShapeCaching
+
+    torch.manual_seed(0)
+    model = ShapeCaching().eval()
+    fresh = import_module(model, torch.randn(1, 3, 8, 8)).graph
+    with torch.no_grad():
+        model(torch.randn(1, 3, 8, 8))  # the natural order: run the model, then search and deploy it
+    cached, grid = model.shape, model.grid
+    graph = import_module(model, torch.randn(1, 3, 8, 8)).graph
+    assert graph.fingerprint == fresh.fingerprint
+    assert model.shape is cached and model.grid is grid  # the import leaves what the forward cached alone
+    fast = ScheduledModule(model, [make_schedule(graph, BUILDERS["ios_like"], batch) for batch in (1, 3)])
+    with torch.no_grad():
+        for batch in (1, 3):
+            x = torch.randn(batch, 3, 8, 8)
+            assert fast.schedule_for(x) is not None
+            assert relative_error(fast(x), model(x)) < 1e-5

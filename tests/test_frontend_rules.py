@@ -233,6 +233,45 @@ def test_functional_batch_norm_folds_like_the_module() -> None:
     assert [(u.kind, u.attrs["act"], "bn" in u.refs) for u in result.graph.units] == [("conv", "silu", True)]
 
 
+class SamePaddedConv(nn.Conv2d):
+    """A conv subclass that only sets its padding, as Hugging Face's EfficientNet depthwise conv does."""
+
+    def __init__(self, channels: int, kernel: int, padding: str, dilation: int = 1) -> None:
+        super().__init__(channels, channels, kernel, padding=padding, dilation=dilation, groups=channels)
+
+
+class LinearSubclass(nn.Linear):
+    """A linear layer whose ``forward`` calls ``F.linear`` itself (Hugging Face's, timm's and others' style)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+def test_convs_padded_same_or_valid_are_conv_units() -> None:
+    """Issue 46, item 17: a string padding kept a conv opaque (51 of 95 units of Hugging Face's EfficientNet-B0)."""
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.odd(x) + m.even(x) + m.dilated(x) + m.depthwise(x)                # "same": one more after, for 4
+        y = y + F.conv2d(x, m.c.weight, m.c.bias, 1, "same") + m.valid(F.pad(x, (1, 1, 1, 1)))
+        return F.relu(y)
+    module = Lambda(fn)
+    module.odd, module.even = nn.Conv2d(8, 8, 3, padding="same"), nn.Conv2d(8, 8, 4, padding="same")
+    module.dilated = nn.Conv2d(8, 8, 3, padding="same", dilation=2)
+    module.depthwise, module.valid = SamePaddedConv(8, 5, "same"), nn.Conv2d(8, 8, 3, padding="valid")
+    result = imported(module)
+    assert kinds(result)["conv"] == 6 and kinds(result)["opaque"] == 0
+    assert sorted(u.attrs["padding"] for u in result.graph.units if u.kind == "conv") == \
+        [(0, 0), (0, 0), (1, 1), (1, 1), (2, 2), (2, 2)]  # the even kernel's pad is a pad unit before its conv
+
+
+def test_a_linear_subclass_calling_f_linear_is_a_linear_unit() -> None:
+    module = Apply(lambda x: x)
+    module.head = LinearSubclass(8 * 6 * 6, 10)
+    module.fn = lambda x: module.head(torch.flatten(F.relu(x), 1))
+    result = imported(module)
+    [linear] = [u for u in result.graph.units if u.kind == "linear"]
+    assert linear.attrs == {"in_features": 288, "out_features": 10, "bias": True} and kinds(result)["opaque"] == 0
+
+
 # ------------------------------------------------------------------------------ shuffles, slices and SE gates
 
 

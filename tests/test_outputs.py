@@ -4,7 +4,9 @@ returns the model's own structure, and outputs that cannot be concatenated are o
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 import pytest
@@ -15,6 +17,7 @@ from ios_ray.app.bench import eager_variants, relative_error
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_module, output_tensor
 from ios_ray.runtime import ScheduledModule
+from tests.helpers import ios_ray_here
 from tests.test_runtime_schedules import BUILDERS, make_schedule
 
 SHAPE = (4, 8, 8)
@@ -118,7 +121,7 @@ def test_a_model_returning_several_tensors_returns_each_from_one_concatenated_ou
 
 
 @pytest.mark.parametrize("wrap, message", [
-    (lambda y: (y, y.mean()), "not all batch-first feature maps of one dtype"),
+    (lambda y: (y, y.mean()), r"returns a tensor of shape \(\) for a batch of B samples"),
     (lambda y: (y, y.double()), "not all batch-first feature maps of one dtype"),
     (lambda y: {"sizes": (3, 4)}, "returned no tensor"),
 ])
@@ -126,3 +129,24 @@ def test_outputs_that_cannot_be_concatenated_are_one_sentence(wrap: Callable[[to
                                                               message: str) -> None:
     with pytest.raises(UserError, match=message):
         import_module(Returns(wrap).eval(), torch.randn(2, *SHAPE))
+
+
+@pytest.mark.parametrize("capture", ["export", "fx"])
+@pytest.mark.parametrize("wrap, shape", [
+    (lambda y: y.unsqueeze(0), "(1, B, 6, 8, 8)"),
+    (lambda y: (y, y.unsqueeze(0)), "(1, B, 6, 8, 8)"),
+    (lambda y: y.transpose(0, 1), "(6, B, 8, 8)"),
+])
+def test_an_output_whose_first_dimension_is_not_the_batch_is_one_sentence(
+    wrap: Callable[[torch.Tensor], Any], shape: str, capture: str,
+) -> None:
+    """Issue 46, item 11: RT-DETR returns such a tensor, and the import failed with a RuntimeError."""
+    with pytest.raises(UserError, match=rf"^Returns returns a tensor of shape {re.escape(shape)} for a batch of B "
+                                        r"samples, whose first dimension is not the batch; .* wrap the model"):
+        import_module(Returns(wrap).eval(), torch.randn(1, *SHAPE), capture=capture)
+
+
+def test_inspect_says_so_of_an_output_that_is_not_batch_first(tmp_path: Path) -> None:
+    done = ios_ray_here("inspect", "--model", "tests.user_models:unbatched", cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "returns a tensor of shape (1, B, 8, 16, 16) for a batch of B samples" in done.stderr

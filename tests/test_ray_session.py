@@ -85,6 +85,33 @@ def test_an_unreachable_cluster_is_one_sentence(monkeypatch: pytest.MonkeyPatch)
             pass
 
 
+@pytest.mark.parametrize("failures, started", [(1, True), (2, False)])
+def test_a_local_start_that_times_out_is_tried_again_then_is_one_sentence(
+    fake_ray: FakeRay, monkeypatch: pytest.MonkeyPatch, failures: int, started: bool,
+) -> None:
+    """Issue 46, item 10: two searches starting at once on a loaded machine; Ray raised its time-out raw."""
+    init, left = fake_ray.init, [failures]
+
+    def slow_init(address: str, **options: object) -> None:
+        if left[0]:
+            left[0] -= 1
+            raise Exception("The current node timed out during startup. This could happen because some of the "
+                            "raylet failed to startup or the GCS has become overloaded.")
+        init(address, **options)
+
+    monkeypatch.setattr(fake_ray, "init", slow_init)
+    if started:
+        with ray_session(None):
+            assert fake_ray.is_initialized()
+        assert fake_ray.calls == ["shutdown", "init local"]
+        return
+    with pytest.raises(UserError, match=r"^Ray did not start on this machine in 2 tries \(The current node timed out "
+                                        r"during startup.*overloaded\); .* run the search again"):
+        with ray_session(None):
+            pass
+    assert not fake_ray.is_initialized()
+
+
 def test_a_failed_search_shuts_the_kept_ray_down_and_the_next_starts_afresh(fake_ray: FakeRay) -> None:
     with ray_session(None):
         pass

@@ -8,9 +8,11 @@ import json
 import pickle
 import warnings
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_module
@@ -23,6 +25,13 @@ from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
 from ios_ray.zoo import ZOO
 
 SHAPE = Tiny.input_shape
+
+
+@pytest.fixture(autouse=True)
+def without_gradients() -> Iterator[None]:
+    """Calls as a served model makes them: with gradients on, the original module runs (tested below)."""
+    with torch.no_grad():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -285,3 +294,193 @@ def test_a_schedule_for_another_device_runs_only_when_asked_as_a_correctness_che
     torch.testing.assert_close(checked(x), eager(checked.module, x), rtol=1e-5, atol=1e-6)
     mixed = ScheduledModule(tiny(), planned + schedules_for(graph, "cpu", (8,)), input_shape=SHAPE, any_device=True)
     assert mixed.schedule_for(x).device == "cpu"  # a schedule for this device comes first
+
+
+class Knobs(torch.nn.Module):
+    """A model whose forward reads settings besides its weights: a number and a tensor of its own, a LeakyReLU's
+    slope, a batch-norm's eps and statistics, a conv's dilation."""
+
+    input_shape = (3, 12, 12)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.act = torch.nn.LeakyReLU(0.1)
+        self.c2 = torch.nn.Conv2d(8, 8, 3, padding=2, dilation=2)
+        self.c3 = torch.nn.Conv2d(8, 8, 1)
+        self.scale = 1.0
+        self.shift = torch.zeros(1)  # a tensor that is neither a parameter nor a buffer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.act(self.bn(self.c1(x)))
+        return torch.cat([self.c2(y), self.c3(y)], 1) * self.scale + self.shift
+
+
+def knobs() -> Knobs:
+    torch.manual_seed(0)
+    return randomise_batchnorm(Knobs())  # type: ignore[return-value]
+
+
+def deployed(model: torch.nn.Module, batch: int = 2) -> ScheduledModule:
+    """``model`` wrapped with an IOS-like schedule of its graph as it is now, at ``batch``."""
+    shape = model.input_shape
+    graph = import_module(model, torch.randn(1, *shape)).graph
+    return ScheduledModule(model, [make_schedule(graph, BUILDERS["ios_like"], batch)], input_shape=shape)
+
+
+def gap_now(scheduled: ScheduledModule, model: torch.nn.Module, x: torch.Tensor) -> float:
+    """:func:`relative_gap`, where the call may run the original module with a warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return relative_gap(scheduled, model, x)
+
+
+@pytest.mark.parametrize("optimizer", [torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.Adagrad])
+def test_a_fused_optimizer_step_is_followed(graph: Graph, optimizer: type) -> None:
+    """A fused step writes every parameter without increasing its version counter (issue 46, item 1)."""
+    model = tiny()
+    scheduled = ScheduledModule(model, schedules_for(graph, "cpu", (2,)), input_shape=SHAPE)
+    x = torch.randn(2, *SHAPE)
+    assert relative_gap(scheduled, model, x) < 1e-5
+    step = optimizer(model.parameters(), lr=0.1, fused=True)
+    with torch.enable_grad():
+        for _ in range(2):
+            step.zero_grad()
+            model(x).square().mean().backward()
+            step.step()
+    assert relative_gap(scheduled, model, x) < 1e-5
+    assert scheduled.schedule_for(x) is not None  # the schedule runs again, on the new weights
+
+
+CHANGES = {
+    "a number the forward reads": lambda m: setattr(m, "scale", 2.0),
+    "a LeakyReLU's slope": lambda m: setattr(m.act, "negative_slope", 0.5),
+    "a batch-norm's eps": lambda m: setattr(m.bn, "eps", 0.5),
+    "a conv's dilation": lambda m: setattr(m.c2, "dilation", (3, 3)) or setattr(m.c2, "padding", (3, 3)),
+    "a forward hook": lambda m: m.c1.register_forward_hook(lambda module, args, out: out * 2),
+    "a forward pre-hook": lambda m: m.c3.register_forward_pre_hook(lambda module, args: (args[0] + 1,)),
+    "a global forward hook": lambda m: torch.nn.modules.module.register_module_forward_hook(
+        lambda module, args, out: out * 2 if isinstance(module, torch.nn.LeakyReLU) else None),
+    "reset_running_stats": lambda m: m.bn.reset_running_stats(),
+    "a statistic edited by hand": lambda m: m.bn.running_var.fill_(3.0),
+    "a tensor attribute edited by hand": lambda m: m.shift.fill_(0.5),
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_settings_and_hooks_changed_after_deploying_are_followed(change: str) -> None:
+    """Issue 46, item 2: what the forward reads besides the weights, changed after deploying, changes the output."""
+    model = knobs()
+    scheduled = deployed(model)
+    x = torch.randn(2, *model.input_shape)
+    assert relative_gap(scheduled, model, x) < 1e-5
+    before = model(x)
+    handle = CHANGES[change](model)
+    try:
+        assert not torch.allclose(model(x), before)
+        assert gap_now(scheduled, model, x) < 1e-5
+    finally:
+        if isinstance(handle, RemovableHandle):
+            handle.remove()
+    assert gap_now(scheduled, model, x) < 1e-5  # the hook removed again
+
+
+def test_a_hook_there_when_deploying_stays_in_the_graph_and_its_removal_is_followed() -> None:
+    model = knobs()
+    handle = model.c1.register_forward_hook(lambda module, args, out: out * 2)
+    scheduled = deployed(model)
+    x = torch.randn(2, *model.input_shape)
+    assert relative_gap(scheduled, model, x) < 1e-5 and scheduled.schedule_for(x) is not None
+    handle.remove()
+    assert gap_now(scheduled, model, x) < 1e-5
+
+
+def test_with_gradients_on_the_output_has_the_history_autograd_needs(graph: Graph) -> None:
+    """Issue 46, item 3: a schedule runs without autograd, so with gradients needed the original module runs."""
+    model = tiny()
+    scheduled = ScheduledModule(model, schedules_for(graph, "cpu", (2,)), input_shape=SHAPE)
+    x = torch.randn(2, *SHAPE)
+    with torch.enable_grad():
+        with pytest.warns(UserWarning, match=r"gradients are enabled and Tiny's parameters require them.*"
+                                             r"torch\.no_grad\(\)"):
+            loss = scheduled(x).square().mean()
+        loss.backward()
+        got = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        model(x).square().mean().backward()
+        torch.testing.assert_close(got, [p.grad for p in model.parameters()])
+        scheduled(x)  # warned once
+        model.requires_grad_(False)
+        leaf = x.clone().requires_grad_()
+        with pytest.warns(UserWarning, match="gradients are enabled and the input require"):
+            scheduled(leaf).sum().backward()
+        assert leaf.grad is not None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert not scheduled(x).requires_grad and scheduled.schedule_for(x) is not None  # nothing needs autograd
+
+
+def test_deploying_leaves_the_models_mode_as_it_was_and_says_when_it_trains(graph: Graph) -> None:
+    """Issue 46, item 4: the caller's model keeps its mode; in training mode it runs as it is, with a warning."""
+    model = tiny().train()
+    model.stem[1].eval()
+    scheduled = ScheduledModule(model, schedules_for(graph, "cpu", (2,)), input_shape=SHAPE)
+    assert model.training and not model.stem[1].training and all(m.training for m in model.b2.modules())
+    assert not scheduled.training
+    x = torch.randn(2, *SHAPE)
+    with pytest.warns(UserWarning, match=r"Tiny \(or one of its submodules\) is in training mode.*call \.eval\(\)"):
+        torch.testing.assert_close(scheduled(x), model(x), rtol=0, atol=0)
+    scheduled.eval()
+    assert not any(m.training for m in model.modules())
+    assert relative_gap(scheduled, model, x) < 1e-5 and scheduled.schedule_for(x) is not None
+    model.stem[1].train()  # one submodule trained again: the original module runs (the warning was given)
+    torch.testing.assert_close(scheduled(x), model(x), rtol=0, atol=0)
+    model.stem[1].eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert relative_gap(scheduled, model, x) < 1e-5
+
+
+def test_importing_leaves_every_submodules_mode_as_it_was() -> None:
+    model = tiny().train()
+    model.b3.eval()
+    import_module(model, torch.randn(1, *SHAPE))
+    assert [m.training for m in model.modules()] == [not any(m is b for b in model.b3.modules())
+                                                      for m in model.modules()]
+
+
+def test_a_pruned_model_deploys_and_follows_its_pruning() -> None:
+    """Issue 46, item 5: ``torch.nn.utils.prune`` computes a layer's weight before each call, with autograd history."""
+    import torch.nn.utils.prune as prune
+
+    model = knobs()
+    prune.l1_unstructured(model.c1, "weight", 0.5)
+    prune.random_unstructured(model.c2, "weight", 0.3)
+    scheduled = deployed(model)
+    x = torch.randn(2, *model.input_shape)
+    assert relative_gap(scheduled, model, x) < 1e-5 and scheduled.schedule_for(x) is not None
+    with torch.no_grad():
+        model.c1.weight_orig.mul_(0.5)
+    assert relative_gap(scheduled, model, x) < 1e-5
+    prune.l1_unstructured(model.c3, "weight", 0.5)  # pruned after deploying
+    assert gap_now(scheduled, model, x) < 1e-5
+    prune.remove(model.c1, "weight")
+    assert gap_now(scheduled, model, x) < 1e-5
+
+
+def test_a_copy_or_a_pickle_of_a_module_that_ran_runs_too(graph: Graph, tmp_path: Path) -> None:
+    """Issue 46, item 12: the runners hold threads and locks; a copy builds its own."""
+    scheduled = ScheduledModule(tiny(), schedules_for(graph, "cpu", (2,)), input_shape=SHAPE)
+    x = torch.randn(2, *SHAPE)
+    expected = scheduled(x)
+    twin = copy.deepcopy(scheduled)
+    torch.save(scheduled, tmp_path / "fast.pt")
+    loaded = torch.load(tmp_path / "fast.pt", weights_only=False)
+    for other in (twin, loaded, pickle.loads(pickle.dumps(scheduled))):
+        torch.testing.assert_close(other(x), expected, rtol=0, atol=0)
+        assert other.schedule_for(x) is not None
+        with torch.no_grad():
+            other.module.b1.weight.mul_(0.5)  # the copy follows its own module's weights
+        assert relative_gap(other, other.module, x) < 1e-5
+    torch.testing.assert_close(scheduled(x), expected, rtol=0, atol=0)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -119,6 +121,7 @@ def test_a_schedule_missing_a_unit_or_out_of_order_is_rejected(squeezenet_schedu
 
 @pytest.mark.parametrize("content, message", [
     ("{broken", "is not a valid ios-ray schedule"),
+    ("[" * 200_000 + "]" * 200_000, "its JSON is nested too deeply to read"),  # issue 46, item 12
     (None, "was made for this InceptionV3"),
 ])
 def test_cli_rejects_corrupt_or_foreign_schedules(tmp_path: Path, squeezenet_schedule: Schedule,
@@ -133,6 +136,36 @@ def test_cli_rejects_corrupt_or_foreign_schedules(tmp_path: Path, squeezenet_sch
     assert result.returncode == 1
     assert message in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_writers_of_one_schedule_file_at_once_never_tear_it(tmp_path: Path, squeezenet_schedule: Schedule) -> None:
+    """Issue 46, item 15: writers shared one temporary name, so a write failed or a reader saw a torn file."""
+    path = tmp_path / "bs8.json"
+    versions = [dataclasses.replace(squeezenet_schedule, batch=batch) for batch in (1, 2, 4, 8)]
+    save_schedule(versions[0], path)
+    failures: list[str] = []
+
+    def write(schedule: Schedule) -> None:
+        for _ in range(40):
+            try:
+                save_schedule(schedule, path)
+            except UserError as error:
+                failures.append(f"write: {error}")
+
+    def read() -> None:
+        for _ in range(200):
+            try:
+                assert read_schedule(path) in versions
+            except (UserError, AssertionError) as error:
+                failures.append(f"read: {error}")
+
+    threads = [threading.Thread(target=write, args=(v,)) for v in versions] + [threading.Thread(target=read)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures[:3]
+    assert [p.name for p in tmp_path.iterdir()] == ["bs8.json"]  # no temporary file left behind
 
 
 #: A paired check's ``end_to_end`` as a search writes it.

@@ -21,6 +21,7 @@ import time
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import ray
@@ -83,6 +84,23 @@ def wait_for_rows(child: subprocess.Popen[str], store: Path, poll_s: float, limi
         assert child.poll() is None, child.communicate()[1]
         assert time.monotonic() < deadline, f"no rows were stored within {limit_s:.0f} s"
         time.sleep(poll_s)
+
+
+def stopped_search(search: list[str], cwd: Path, store: Path, stop: Callable[[subprocess.Popen[str]], None]
+                   ) -> tuple[int, str, str]:
+    """Run ``ios-ray SEARCH`` in a new session, ``stop`` it once it has stored rows, and return its exit status and
+    output (it is killed where it does not end within a minute)."""
+    child = subprocess.Popen([sys.executable, "-m", "ios_ray", *search], cwd=cwd, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for_rows(child, store, poll_s=0.3)
+        stop(child)
+        stdout, stderr = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+    return child.returncode, stdout, stderr
 
 
 def planned_stages(stdout: str) -> int:
@@ -330,17 +348,9 @@ def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(tmp_path: Path, ray_
     search = ["search", "--model", "inception_v3", "--devices", "sim:k80", "--batches", "1", "--measure", "all",
               "--store", str(store), "--out", str(out)]
     # A new session, as a terminal's foreground job: Ctrl-C reaches the CLI and the Ray processes it started.
-    child = subprocess.Popen([sys.executable, "-m", "ios_ray", *search, "--sim-actors", "1"], cwd=tmp_path,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        wait_for_rows(child, store, poll_s=0.3)
-        os.killpg(child.pid, signal.SIGINT)
-        stdout, stderr = child.communicate(timeout=60)
-    finally:
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.communicate()
-    assert child.returncode == 130, stderr
+    returncode, stdout, stderr = stopped_search([*search, "--sim-actors", "1"], tmp_path, store,
+                                                lambda child: os.killpg(child.pid, signal.SIGINT))
+    assert returncode == 130, stderr
     assert "Traceback" not in stderr
     lines = stderr.splitlines()
     assert len(lines) == 1 and "interrupted" in lines[0] and "stored" in lines[0], stderr
@@ -360,6 +370,22 @@ def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(tmp_path: Path, ray_
     [after] = store_rows(store)
     assert after["rows"] == total
     assert (out / "inception_v3" / "sim:k80" / "bs1.json").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("to_group", [False, True], ids=["the process", "its process group"])
+def test_sigterm_stops_a_search_as_ctrl_c_does(tmp_path: Path, to_group: bool) -> None:
+    """Issue 46, item 9: Ray's driver exits on SIGTERM through sys.exit, which unwound the search halfway and then
+    aborted (exit -6, Ray's stack dump, a traceback); ``kill``, ``timeout`` and a stopping container send it."""
+    store = tmp_path / "store.duckdb"
+    search = ["search", "--model", "inception_v3", "--devices", "sim:k80", "--batches", "1", "--measure", "all",
+              "--store", str(store), "--out", str(tmp_path / "out"), "--sim-actors", "1"]
+    returncode, stdout, stderr = stopped_search(search, tmp_path, store, lambda child: os.killpg(
+        child.pid, signal.SIGTERM) if to_group else child.send_signal(signal.SIGTERM))
+    assert returncode == 143, stderr
+    assert stderr == "terminated: everything measured so far is stored; rerun to resume.\n"
+    [kept] = store_rows(store)
+    assert 0 < kept["rows"] < planned_stages(stdout)
 
 
 @pytest.mark.slow

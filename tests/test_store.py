@@ -420,3 +420,20 @@ def test_an_export_onto_a_full_disk_says_so_of_the_export_in_one_sentence(store_
     assert ran.returncode == 1 and ran.stdout == "" and ran.stderr.count("\n") == 1, ran.stderr
     assert ran.stderr.startswith(f"error: cannot write the export into {out} (File too large); free space")
     assert sha256(store_path) == before
+
+
+def test_a_hard_linked_store_is_refused_in_one_true_sentence_and_left_untouched(tmp_path: Path) -> None:
+    """Issue 46, item 14: two names of one file took two locks, and DuckDB's lock conflict was blamed on another
+    program."""
+    real, other = tmp_path / "real.duckdb", tmp_path / "other.duckdb"
+    open_store(real).put(fake_rows(["k"]))
+    other.hardlink_to(real)
+    before = sha256(real)
+    for path in (real, other):
+        with pytest.raises(UserError, match=r"is one of 2 hard-linked names of one file.*give the store one name"):
+            open_store(path).put(fake_rows(["j"]))
+    result = CliRunner().invoke(store_app, ["stats", "--store", str(other)])
+    assert result.exit_code == 1 and "hard-linked" in result.output and "another program" not in result.output
+    assert sha256(real) == before
+    other.unlink()
+    assert stored_keys(open_store(real)) == ["k"]

@@ -163,3 +163,46 @@ class Cancelling(nn.Module):
 def cancelling() -> nn.Module:
     """The :class:`Cancelling` model."""
     return Cancelling()
+
+
+class Unbatched(nn.Module):
+    """A model that returns its feature map with a leading dimension of one (as RT-DETR returns its decoder's
+    layers stacked in front of the batch): not batch first."""
+
+    input_shape = (3, 16, 16)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x).unsqueeze(0)
+
+
+def unbatched() -> nn.Module:
+    """The :class:`Unbatched` model."""
+    return Unbatched()
+
+
+class ShapeCaching(nn.Module):
+    """A detection head in Ultralytics' way: it caches the shape of its feature map and recomputes the grid it adds
+    from it only where a call's shape differs from the cached one (the whole model, so that torch.fx cannot keep the
+    head as one call either)."""
+
+    input_shape = (3, 8, 8)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.a, self.b = nn.Conv2d(8, 8, 1), nn.Conv2d(8, 8, 3, padding=1)
+        self.shape: torch.Size | None = None
+        self.grid = torch.empty(0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.stem(x))
+        y = self.a(y) + self.b(y)
+        if self.shape != y.shape:
+            h, w = y.shape[2:]
+            self.grid = torch.arange(h * w, dtype=y.dtype, device=y.device).view(1, 1, h, w) / (h * w)
+            self.shape = y.shape
+        return y + self.grid

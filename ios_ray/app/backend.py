@@ -14,6 +14,7 @@ naming the graph.
 
 from __future__ import annotations
 
+import collections
 import inspect
 import types
 import warnings
@@ -25,10 +26,10 @@ import torch
 import torch.fx as fx
 from torch._dynamo.exc import ShortenTraceback
 
-from ios_ray.app.compiled_graph import CompiledGraph
+from ios_ray.app.compiled_graph import FALLBACK, CompiledGraph
 from ios_ray.app.graph_schedules import GraphSchedules
 from ios_ray.errors import UserError
-from ios_ray.app.options import api_parameters
+from ios_ray.app.options import SearchOptions, api_parameters
 from ios_ray.frontend.dynamo import Unschedulable, graph_call, graph_name
 from ios_ray.schedule import Schedule
 from ios_ray.scheduler import SearchParams
@@ -78,6 +79,7 @@ class BackendOptions:
         parsed = cls(**{k: v for k, v in options.items() if k in own},
                      search={k: v for k, v in options.items() if k not in own})
         parsed.check()
+        SearchOptions(**{k: v for k, v in parsed.search.items() if k != "progress"})  # UserError naming a bad one
         return parsed
 
     def check(self) -> None:
@@ -89,19 +91,40 @@ class BackendOptions:
         if self.on_miss == "search" and self.store is None:
             raise UserError("on_miss='search' stores what it measures, so it needs a store; give store=PATH.")
         if self.schedules is not None and not isinstance(self.schedules, (str, Path)):
-            odd = [s for s in self.schedules if not isinstance(s, Schedule)]
-            if odd or isinstance(self.schedules, Schedule):
-                raise UserError("schedules must be a folder or a list of Schedule objects, not "
-                                f"{type(odd[0] if odd else self.schedules).__name__}.")
+            odd = [s for s in self.schedules if not isinstance(s, Schedule)] \
+                if isinstance(self.schedules, (list, tuple)) else [self.schedules]
+            if odd:
+                raise UserError(f"schedules must be a folder or a list of Schedule objects, not {odd[0]!r}.")
+        if self.store is not None and not isinstance(self.store, (str, Path)):
+            raise UserError(f"store must be a path (str or Path) or None, not {self.store!r}.")
         if not isinstance(self.follow_weights, bool):
             raise UserError(f"follow_weights must be True or False, not {self.follow_weights!r}.")
         if self.cuda_graph not in (None, True, False):
             raise UserError(f"cuda_graph must be None, True or False, not {self.cuda_graph!r}.")
 
 
+@dataclass
+class FallbackGraph:
+    """A graph that runs as its fallback because it cannot be one module of one input batch (``reason`` says why):
+    callable as Dynamo calls it, and, as a :class:`CompiledGraph`, named, with ``runs`` counting its calls."""
+
+    name: str
+    reason: str
+    fallback: Callable[..., Any]
+    runs: collections.Counter[str] = field(default_factory=collections.Counter)
+    graph: None = None  # no imported graph
+
+    def __call__(self, *args: Any) -> Any:
+        self.runs[FALLBACK] += 1
+        return self.fallback(*args)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.reason}"
+
+
 class IosRayBackend:
     """The backend with its options: called by Dynamo with each graph and its example inputs; ``graphs`` lists what
-    it compiled (a :class:`CompiledGraph`, or the reason a graph runs as its fallback)."""
+    it compiled (a :class:`CompiledGraph`, or a :class:`FallbackGraph` saying why a graph runs as its fallback)."""
 
     __name__ = "ios_ray"
 
@@ -109,7 +132,7 @@ class IosRayBackend:
         self.options = options
         params = SearchParams(**{k: options.search[k] for k in ("r", "s") if k in options.search})
         self.schedules = GraphSchedules(options.schedules, options.store, params)
-        self.graphs: list[CompiledGraph | str] = []
+        self.graphs: list[CompiledGraph | FallbackGraph] = []
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any], **dynamo: Any) -> Callable[..., Any]:
         """Compile one graph Dynamo hands over (``mode`` and ``options`` as torch.compile passes them)."""
@@ -125,9 +148,9 @@ class IosRayBackend:
         try:
             call = graph_call(gm, example_inputs)
         except Unschedulable as reason:
-            self.graphs.append(f"{name}: {reason}")
+            self.graphs.append(FallbackGraph(name, str(reason), fallback))
             warnings.warn(f"ios_ray: {name} runs as {self.options.fallback} code: {reason}.", stacklevel=2)
-            return fallback
+            return self.graphs[-1]
         compiled = CompiledGraph(call, name, self.schedules, fallback, self.options.on_miss, self.options.search,
                                  self.options.follow_weights, self.options.cuda_graph)
         self.graphs.append(compiled)

@@ -18,7 +18,6 @@ variants' samples), and its samples, so that any two rows give a paired speedup.
 
 from __future__ import annotations
 
-import copy
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ import torch
 from torch import nn
 
 from ios_ray.app.evaluation import Lookup, predicted_ms
-from ios_ray.dtypes import example_input, in_memory_format, module_dtype, torch_dtype
+from ios_ray.dtypes import copied, example_input, in_memory_format, module_dtype, torch_dtype
 from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import Imported, import_module, output_tensor
 from ios_ray.ir import Graph
@@ -339,7 +338,7 @@ def model_tolerance(
     dtype = str(x.dtype).removeprefix("torch.")
     try:
         with torch.inference_mode():
-            exact = output_tensor(copy.deepcopy(module).double()(x.double()))
+            exact = output_tensor(copied(module).double()(x.double()))
     except (RuntimeError, TypeError) as exc:  # an op without float64, or a model that casts to its own dtype
         return Tolerance(floor, None, dtype, note, first_line(exc))
     return Tolerance(floor, relative_error(eager, exact), dtype, note)

@@ -53,7 +53,7 @@ class MemoryBudget:
 
 def parse_memory_budget(value: str | int | None) -> MemoryBudget | None:
     """A budget from ``--memory-budget`` or ``memory_budget=``: whole bytes, ``<factor>x``, or None / ``none``."""
-    if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
+    if value is None or says_no_budget(value):
         return None
     text = str(value).strip().lower()
     try:
@@ -81,12 +81,17 @@ def default_budget(device: str, weight_bytes: int, memory_bytes: int | None = No
     return max(0, math.floor(size * (1 - DEFAULT_MEMORY_MARGIN)) - weight_bytes)
 
 
+def says_no_budget(value: str | int | None) -> bool:
+    """Whether a budget as given is ``none``: no budget, not even a GPU's default (None: the default)."""
+    return isinstance(value, str) and value.strip().lower() == "none"
+
+
 def search_budget(given: str | int | None, device: str, module: nn.Module, memory_bytes: int | None = None
                   ) -> MemoryBudget | None:
-    """The budget a search keeps to on ``device``: the one given, else the device's default (weights from
-    ``module``; the memory its actor reported, ``memory_bytes``, where it did), else none."""
+    """The budget a search keeps to on ``device``: the one given, none where ``none`` is given, else the device's
+    default (weights from ``module``; the memory its actor reported, ``memory_bytes``, where it did), else none."""
     budget = parse_memory_budget(given)
-    if budget is not None:
+    if budget is not None or says_no_budget(given):
         return budget
     weights = sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
     found = default_budget(device, weights, memory_bytes)

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from ios_ray.errors import UserError
+from ios_ray.interrupts import Terminated, stop_on_sigterm
 from ios_ray.vocabulary import checked_batches
 
 if TYPE_CHECKING:
@@ -25,23 +26,28 @@ F = TypeVar("F", bound=Callable[..., Any])
 _show_tracebacks = False
 #: The exit status after Ctrl-C, as a shell gives one (128 + SIGINT).
 INTERRUPTED = 130
+#: The exit status after a SIGTERM (128 + SIGTERM).
+TERMINATED = 143
 
 
 class CommandLine(typer.Typer):
-    """The ``ios-ray`` app. Called as the process's command (the console script, ``python -m ios_ray``), it ends
-    the process at once after a Ctrl-C, once the message is out: by then the search has stored what it measured and
-    shut Ray down, and the interpreter's normal exit raced the threads Ray leaves winding down (a segfault now and
-    then, bench/ctrl_c.py). Run in-process (``CliRunner``), it behaves as any Typer app."""
+    """The ``ios-ray`` app. Called as the process's command (the console script, ``python -m ios_ray``), a SIGTERM
+    stops a command as a Ctrl-C does (:func:`~ios_ray.interrupts.stop_on_sigterm`), and it ends the process at once
+    after either, once the message is out: by then the search has stored what it measured and shut Ray down, and the
+    interpreter's normal exit raced the threads Ray leaves winding down (a segfault now and then, bench/ctrl_c.py).
+    Run in-process (``CliRunner``), it behaves as any Typer app."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the command line; exit with :data:`INTERRUPTED` through ``os._exit`` after a Ctrl-C."""
+        """Run the command line; exit with :data:`INTERRUPTED` (:data:`TERMINATED`) through ``os._exit`` after a
+        Ctrl-C (a SIGTERM)."""
+        stop_on_sigterm()
         try:
             return super().__call__(*args, **kwargs)
         except SystemExit as done:
-            if done.code == INTERRUPTED:
+            if done.code in (INTERRUPTED, TERMINATED):
                 sys.stdout.flush()
                 sys.stderr.flush()
-                os._exit(INTERRUPTED)
+                os._exit(done.code)  # type: ignore[arg-type]
             raise
 
 
@@ -53,7 +59,7 @@ def debug_option(debug: bool = typer.Option(False, "--debug", help="show the tra
 
 def user_errors(command: F) -> F:
     """Decorate a CLI command: UserError prints one line on stderr (with ``--debug`` also the traceback of what
-    caused it) and exits 1; Ctrl-C exits 130."""
+    caused it) and exits 1; Ctrl-C exits 130, a SIGTERM 143."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -64,9 +70,10 @@ def user_errors(command: F) -> F:
                 traceback.print_exception(exc.__cause__ or exc, file=sys.stderr)
             print(f"error: {exc}", file=sys.stderr)
             raise typer.Exit(1) from None
-        except KeyboardInterrupt:
-            print("interrupted: everything measured so far is stored; rerun to resume.", file=sys.stderr)
-            raise typer.Exit(INTERRUPTED) from None
+        except KeyboardInterrupt as stop:
+            stopped = "terminated" if isinstance(stop, Terminated) else "interrupted"
+            print(f"{stopped}: everything measured so far is stored; rerun to resume.", file=sys.stderr)
+            raise typer.Exit(TERMINATED if isinstance(stop, Terminated) else INTERRUPTED) from None
 
     return wrapper  # type: ignore[return-value]
 

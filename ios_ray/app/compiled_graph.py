@@ -5,8 +5,9 @@ A call is bound to the model's values it was given: Dynamo passes parameters and
 call, so a graph compiled once may run with another module's weights (a layer class whose ``forward`` Dynamo
 compiled once and every instance calls) or with weights changed since. What runs was imported from a snapshot of
 them (batch-norms folded), so each call compares the values it is given with those of its binding: the same tensors
-(by identity) at the same versions (which every in-place change increases: an optimizer step, ``load_state_dict``,
-a buffer filled by hand), and the same numbers. Another set of values gets a binding of its own (the most recent
+(by identity) at the same versions (which every in-place change increases: an optimizer step, fused ones included
+(:func:`~ios_ray.runtime.weights.follow_optimizer_steps`), ``load_state_dict``, a buffer filled by hand), and the
+same numbers. Another set of values gets a binding of its own (the most recent
 :data:`BINDINGS` are kept, each an import of the graph); changed values replace the binding.
 ``follow_weights=False`` skips the comparison, for a server whose weights never change.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import threading
 import warnings
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -38,6 +40,7 @@ from ios_ray.frontend import Imported, import_module
 from ios_ray.frontend.dynamo import GraphCall
 from ios_ray.ir import Graph
 from ios_ray.runtime import Program, Programs, ScheduleRunner
+from ios_ray.runtime.weights import follow_optimizer_steps
 from ios_ray.schedule import Schedule
 
 log = logging.getLogger("ios_ray.backend")
@@ -115,12 +118,15 @@ class CompiledGraph:
         self.search_options = dict(search_options)
         self.follow_weights = follow_weights
         self.cuda_graph = cuda_graph
+        if follow_weights:
+            follow_optimizer_steps()  # a fused optimizer step writes parameters without increasing their versions
         self.runs: collections.Counter[str] = collections.Counter()
         self.searches = 0
         self.unimported: str | None = None
         self._input = call.input_position
         self._held = call.held_positions
         self._bindings: collections.OrderedDict[tuple[Any, ...], Binding] = collections.OrderedDict()
+        self._lock = threading.Lock()
         self._warned: set[tuple[str, Setting]] = set()
 
     @property
@@ -131,8 +137,9 @@ class CompiledGraph:
     def __call__(self, *args: Any) -> Any:
         """Run one call: the schedule of its setting where there is one, else the fallback."""
         x = args[self._input]
-        binding = self._binding(args, x) if self.unimported is None else None
-        choice = self._choice(binding, x) if binding is not None else None
+        with self._lock:  # calls from several threads: one chooses (and imports) at a time
+            binding = self._binding(args, x) if self.unimported is None else None
+            choice = self._choice(binding, x) if binding is not None else None
         if choice is None:
             self.runs[FALLBACK] += 1
             return self.fallback(*args)
@@ -150,10 +157,11 @@ class CompiledGraph:
             return binding
         try:
             binding = Binding.of(self.call.holding(args), self.name, tuple(x.shape[1:]))
-        except UserError as error:
-            self.unimported = first_line(error)
+        except Exception as error:  # noqa: BLE001 - the graph still runs, as Dynamo handed it over
+            self.unimported = first_line(error) if isinstance(error, UserError) else \
+                f"{type(error).__name__}: {first_line(error)} (an error of ios-ray's; please report it)"
             warnings.warn(f"ios_ray: {self.name} runs as Dynamo handed it over, since it does not import: "
-                          f"{self.unimported}", stacklevel=2)
+                          f"{self.unimported}", stacklevel=3)
             return None
         self._bindings[key] = binding
         self._bindings.move_to_end(key)

@@ -27,6 +27,7 @@ from torch import nn
 from ios_ray.app.job import SearchOutcome
 from ios_ray.dtypes import example_input
 from ios_ray.errors import UserError, first_line
+from ios_ray.frontend import in_eval_mode
 from ios_ray.frontend.dynamo import GraphCall, Unschedulable, graph_call, graph_name
 from ios_ray.models import DEFAULT_INPUT_SHAPE, resolve_model
 from ios_ray.schedule import Schedule
@@ -115,7 +116,8 @@ def search_graphs(
     module, shape, model_name = _module(model, input_shape, name)
     graphs, skipped = [], []
     for batch in batches:
-        recorder = record_graphs(module, example_input(module, shape, batch))
+        with in_eval_mode(module):
+            recorder = record_graphs(module, example_input(module, shape, batch))
         skipped += [why for why in recorder.skipped if why not in skipped]
         for graph, call, graph_shape in recorder.calls:
             try:
@@ -131,12 +133,11 @@ def search_graphs(
 
 def _module(model: nn.Module | str, input_shape: Sequence[int] | None, name: str | None
             ) -> tuple[nn.Module, tuple[int, ...], str]:
-    """The module to compile (a spec built, an object as it is, in eval mode), its per-sample input shape and its
-    name."""
+    """The module to compile (a spec built, or the object), its per-sample input shape and its name."""
     if isinstance(model, str):
         spec = resolve_model(model, input_shape)
         return spec.build().eval(), tuple(spec.input_shape), name or spec.name
     if not isinstance(model, nn.Module):
         raise UserError(f"torch_compile=True searches an nn.Module or a model spec, not a {type(model).__name__}.")
     shape = input_shape or getattr(model, "input_shape", DEFAULT_INPUT_SHAPE)
-    return model.eval(), tuple(shape), name or type(model).__name__
+    return model, tuple(shape), name or type(model).__name__

@@ -27,7 +27,6 @@ is its only caller.
 
 from __future__ import annotations
 
-import copy
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ from ios_ray.app.ray_session import ray_session, runs_here
 from ios_ray.app.request import SearchRequest, checked_request
 from ios_ray.app.rounds import RoundSize
 from ios_ray.devices import parse_device
-from ios_ray.dtypes import module_device
+from ios_ray.dtypes import copied, module_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import Model, import_model, load_model
 from ios_ray.ir import Graph
@@ -114,7 +113,7 @@ class LoadedModel:
         name, shape, module = self.model.name, self.model.input_shape, self.model.module
         if self.model.spec is not None or not shared:
             return ModelSource(name, shape, spec=self.model.spec)
-        module = module if module_device(module).type == "cpu" else copy.deepcopy(module).cpu()
+        module = module if module_device(module).type == "cpu" else copied(module).cpu()
         return ModelSource(name, shape, module_ref=ray.put(module))
 
 
@@ -299,7 +298,7 @@ def _measure(pool: DevicePool, search: _Search, source: ModelSource, asked: dict
         search.measuring.record(setting, asked.get((setting.device, setting.batch), []))
     report = pool.measure(jobs, lambda rows: search.store.put(rows_to_table(rows)), progress.advanced)
     if report.interrupted:
-        raise KeyboardInterrupt
+        raise report.interrupted
 
 
 def _stored(search: _Search, label: str) -> int:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import numbers
+import os
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from ios_ray.errors import UserError
 from ios_ray.store import DEFAULT_STORE_PATH
 from ios_ray.vocabulary import (DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_SECONDS,
                                 DEFAULT_KERNEL_CHOICE, DEFAULT_MEASURE, DEFAULT_R, DEFAULT_S, DEFAULT_SIM_ACTORS,
@@ -131,8 +134,12 @@ class SearchOptions:
         "and a margin; none: no budget)", CliForm(kind=Optional[str]))
 
     def __post_init__(self) -> None:
-        """Keep every value in one spelling: paths as ``Path``, shapes and strategies as tuples, canonical names."""
+        """Keep every value in one spelling: paths as ``Path``, shapes and strategies as tuples, canonical names;
+        UserError naming the first option given a value of the wrong kind (``store=123``)."""
         from ios_ray.dtypes import dtype_name, memory_format_name  # torch: loaded when a search is made, not by the CLI
+
+        for f in dataclasses.fields(SearchOptions):
+            _check_kind(f.name, getattr(self, f.name), f.type)
 
         tidy = {"store": Path(self.store), "out": None if self.out is None else Path(self.out),
                 "input_shape": None if self.input_shape is None else tuple(self.input_shape),
@@ -153,6 +160,40 @@ class SearchOptions:
     def options(self) -> SearchOptions:
         """These options alone (a request's, without its model, devices and batches)."""
         return SearchOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(SearchOptions)})
+
+
+#: What each kind of option takes, by its annotation: (the types, what to call them in an error).
+_KINDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "Path": ((str, os.PathLike), "a path (str or Path)"),
+    "int": ((numbers.Integral,), "a whole number"),
+    "float": ((numbers.Real,), "a number"),
+    "str": ((str,), "a string"),
+}
+
+
+def _check_kind(name: str, value: Any, annotation: str) -> None:
+    """UserError where ``value`` is not of the kind ``annotation`` names (``Optional[...]`` also takes None; a tuple
+    annotation takes a list or tuple of its items; dtypes and memory formats are checked by name elsewhere)."""
+    optional = annotation.startswith("Optional[")
+    inner = annotation[len("Optional["):-1] if optional else annotation
+    if (optional and value is None) or name in ("dtype", "memory_format"):
+        return
+    if inner.startswith("tuple["):
+        item = inner[len("tuple["):-len(", ...]")]
+        if isinstance(value, (list, tuple)) and all(_is(v, _KINDS[item][0]) for v in value):
+            return
+        wanted = f"a list or tuple of {_KINDS[item][1].removeprefix('a ')}s"
+    else:
+        kinds = [_KINDS[part.strip()] for part in inner.split("|")]
+        if any(_is(value, types) for types, _ in kinds):
+            return
+        wanted = " or ".join(words for _, words in kinds)
+    raise UserError(f"{name} must be {wanted}{' or None' if optional else ''}, not {value!r}.")
+
+
+def _is(value: Any, types: tuple[type, ...]) -> bool:
+    """``isinstance``, where a bool is no number."""
+    return isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
 
 
 def api_parameters() -> list[inspect.Parameter]:

@@ -5,7 +5,9 @@ so the local Ray that a search starts stays up until the process exits (Ray shut
 ``ray.shutdown()``; the next search without an address uses it. A search that fails (or is interrupted) shuts the
 kept Ray down, with whatever it left behind (tasks still running, errors nobody will read), and the next search
 starts afresh. A Ctrl-C while Ray starts is held until it has started, then stops the search (and Ray) as any
-other does. A cluster joined at an address is left when the search ends. A Ray the caller connected to before the
+other does, and the SIGTERM handler Ray's start installs (``sys.exit``) is replaced by the one in place before it
+(the command line's stops a search as Ctrl-C does). A local start that fails (Ray's own start-up deadline, missed on a loaded machine) is tried once more,
+then is one sentence. A cluster joined at an address is left when the search ends. A Ray the caller connected to before the
 search is used as it is, whatever the address: the caller chose it.
 """
 
@@ -16,8 +18,10 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from ios_ray.errors import UserError, first_line
-from ios_ray.interrupts import ctrl_c_held
+from ios_ray.interrupts import ctrl_c_held, restore_sigterm_handler, sigterm_handler
 
+#: How many times a search tries to start a local Ray before it gives up.
+LOCAL_START_TRIES = 2
 #: The GCS address of the local Ray a search started and keeps (None: none).
 _kept_address: str | None = None
 
@@ -34,8 +38,10 @@ def ray_session(address: str | None) -> Iterator[None]:
         _forget(ray)  # ours and local, but this search joins a cluster
     try:
         if not ray.is_initialized():
+            handler = sigterm_handler()
             with ctrl_c_held():  # Ray's start forks processes, and a Ctrl-C inside a fork handler would be lost
                 _start(ray, address)
+            restore_sigterm_handler(handler)  # Ray's own (sys.exit) would unwind the search halfway, then abort
         yield
     except BaseException:
         if address is None:
@@ -61,14 +67,30 @@ def runs_here(address: str | None) -> bool:
 def _start(ray: Any, address: str | None) -> None:
     """Start a local Ray (and keep it) without ``address``, else join the cluster there."""
     global _kept_address
+    if address is None:
+        _start_local(ray)
+        _kept_address = ray.get_runtime_context().gcs_address
+        return
     try:
-        if address is None:
-            ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-            _kept_address = ray.get_runtime_context().gcs_address
-        else:
-            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+        ray.init(address=address, log_to_driver=False, logging_level="ERROR")
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
         raise UserError(f"cannot reach a Ray cluster at {address!r}: {first_line(exc)}") from None
+
+
+def _start_local(ray: Any, tries: int = LOCAL_START_TRIES) -> None:
+    """Start Ray on this machine, trying again once where it fails: on a loaded machine, and beside another search
+    starting its own at the same moment, its processes can miss their start-up deadline (Ray raises a bare
+    ``Exception``: "The current node timed out during startup"). UserError where every try failed."""
+    for attempt in range(1, tries + 1):
+        try:
+            ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+            return
+        except Exception as exc:  # noqa: BLE001 - Ray's start fails in many kinds, the time-out a bare Exception
+            ray.shutdown()  # whatever the failed start left running
+            if attempt == tries:
+                raise UserError(f"Ray did not start on this machine in {tries} tries ({first_line(exc).rstrip('.')})"
+                                "; it starts slowly on a loaded machine: run the search again, or start Ray once "
+                                "(ray start --head) and search with address='auto' (--address auto).") from exc
 
 
 def _forget(ray: Any) -> None:

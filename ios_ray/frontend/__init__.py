@@ -16,8 +16,9 @@ code in their style import into the same units as the zoo):
    or list, or several flattened and concatenated) and :class:`Imported` keeps the structure the model returns.
 2. :mod:`~ios_ray.frontend.rewrites`: in-place ops become out-of-place; what is the identity in eval mode
    (dropout, ``nn.Identity``, stochastic depth, ``contiguous``) vanishes; views become reshapes; eval
-   ``F.batch_norm`` calls become ``nn.BatchNorm2d`` calls, ``F.conv2d`` on parameters ``nn.Conv2d`` calls; timm's
-   TensorFlow-"SAME" layers become a pad and the plain torch layer.
+   ``F.batch_norm`` calls become ``nn.BatchNorm2d`` calls, ``F.conv2d`` and ``F.linear`` on parameters
+   ``nn.Conv2d`` and ``nn.Linear`` calls; timm's TensorFlow-"SAME" layers and convs padded ``"same"`` or
+   ``"valid"`` become a pad and the plain torch layer.
 3. :func:`~ios_ray.frontend.sizes.fold_sizes`: arithmetic on sizes becomes literals (all but the batch size).
 4. :mod:`~ios_ray.frontend.patterns` groups nodes into units (convs with their batch-norms and activations, pools,
    linears, flattens, channel shuffles and slices, squeeze-excitation scalings), each with its epilogue of
@@ -31,20 +32,24 @@ code in their style import into the same units as the zoo):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 from torch import nn
 
 from ios_ray.dtypes import converted, dtype_name, example_input, module_memory_format
 from ios_ray.errors import UserError, first_line
-from ios_ray.frontend.capture import CaptureError, capture, output_example, record_shapes
+from ios_ray.frontend.capture import (CaptureError, attributes_kept, capture, output_example, record_shapes,
+                                     unbatched_output)
 from ios_ray.frontend.report import OPAQUE_WARNING_SHARE, OpaqueReport, opaque_report
 from ios_ray.frontend.rewrites import (batch_norms_as_modules, drop_eval_identities, functional_convs_as_modules,
-                                      functionalize, same_padding_as_torch_layers, views_as_reshapes)
+                                      functional_linears_as_modules, functionalize, same_padding_as_torch_layers,
+                                      views_as_reshapes)
 from ios_ray.frontend.outputs import BARE, OutputStructure, one_output, output_structure, output_tensor
 from ios_ray.frontend.sizes import fold_sizes
 from ios_ray.frontend.trace import defaulted_arguments, propagate, record_batch_layout, trace
@@ -53,7 +58,8 @@ from ios_ray.ir import Graph
 from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT
 
 __all__ = ["CAPTURES", "Imported", "Model", "OPAQUE_WARNING_SHARE", "OpaqueReport", "OutputStructure",
-           "capture_forward", "import_model", "import_module", "load_model", "opaque_report", "output_tensor"]
+           "capture_forward", "import_model", "import_module", "in_eval_mode", "load_model", "opaque_report",
+           "output_tensor"]
 
 
 @dataclass
@@ -74,16 +80,41 @@ CAPTURES = ("auto", "export", "fx")
 
 def import_module(module: nn.Module, example_input: torch.Tensor, name: str | None = None, *,
                   capture: str = "auto") -> Imported:
-    """Import a module (put in eval mode) and an example input (batch first) into the IR; the graph records the
-    memory format of the module's 4-D parameters. UserError where the forward cannot be captured."""
-    module = module.eval()
+    """Import a module (in eval mode: every submodule's mode is as it was afterwards) and an example input (batch
+    first) into the IR; the graph records the memory format of the module's 4-D parameters. UserError where the
+    forward cannot be captured."""
     name = name or type(module).__name__
-    gm, output = capture_forward(module, example_input, name, capture)
-    gm = views_as_reshapes(drop_eval_identities(functionalize(gm)))
-    gm = same_padding_as_torch_layers(functional_convs_as_modules(batch_norms_as_modules(gm)))
-    gm = fold_sizes(gm)
-    graph, constants = build_graph(gm, name, tuple(example_input.shape[1:]))
+    with _one_at_a_time(), in_eval_mode(module):
+        gm, output = capture_forward(module, example_input, name, capture)
+        gm = views_as_reshapes(drop_eval_identities(functionalize(gm)))
+        gm = functional_linears_as_modules(functional_convs_as_modules(batch_norms_as_modules(gm)))
+        gm = same_padding_as_torch_layers(gm)
+        gm = fold_sizes(gm)
+        graph, constants = build_graph(gm, name, tuple(example_input.shape[1:]))
     return Imported(dataclasses.replace(graph, memory_format=module_memory_format(module)), gm, constants, output)
+
+
+def _one_at_a_time() -> Any:
+    """The lock an import holds: torch.compile's own (Dynamo compiles one frame at a time under it). A capture patches
+    process-wide state for its duration (torch.fx's tracer patches ``nn.Module.__call__``, torch.export its config
+    and a recorder of torch's tracer), which another thread's import or Dynamo compile would otherwise see half
+    done, and a backend's graph imports on its first call, where a compile in another thread may be under way."""
+    from torch._dynamo.convert_frame import compile_lock
+
+    return compile_lock
+
+
+@contextlib.contextmanager
+def in_eval_mode(module: nn.Module) -> Iterator[nn.Module]:
+    """The module in eval mode inside the block; afterwards each submodule is back in the mode it was in (a caller's
+    model in training mode stays so)."""
+    training = [m for m in module.modules() if m.training]
+    module.eval()
+    try:
+        yield module
+    finally:
+        for m in training:
+            m.training = True
 
 
 def capture_forward(module: nn.Module, example_input: torch.Tensor, name: str, method: str = "auto"
@@ -102,11 +133,22 @@ def capture_forward(module: nn.Module, example_input: torch.Tensor, name: str, m
         if method == "export":
             raise UserError(f"torch.export cannot capture the forward of {type(module).__name__}: {failure}.") \
                 from failure
-        return _traced_forward(module, example_input, name, failure)
+        with attributes_kept(module):  # the trace runs the model: what its forward caches on itself is undone
+            return _traced_forward(module, example_input, name, failure)
+    unbatched = unbatched_output(gm)
+    if unbatched is not None:
+        raise _not_batch_first(name, unbatched)
     output = output_structure(output_example(gm, batch), batch)
     gm, _ = one_output(gm)
     record_shapes(gm, batch)
     return gm, output
+
+
+def _not_batch_first(name: str, shape: str) -> UserError:
+    """The sentence for a model that returns a tensor of ``shape`` (in terms of the batch size B), not batch first."""
+    return UserError(f"{name} returns a tensor of shape {shape} for a batch of B samples, whose first dimension is "
+                     "not the batch; ios-ray schedules models whose outputs are batch first: wrap the model to return "
+                     "the batch-first tensors it computes and do the rest after.")
 
 
 def _traced_forward(module: nn.Module, example_input: torch.Tensor, name: str, failure: CaptureError
@@ -119,11 +161,38 @@ def _traced_forward(module: nn.Module, example_input: torch.Tensor, name: str, f
         raise UserError(f"ios-ray cannot capture the forward of {type(module).__name__}: {failure}, nor can torch.fx "
                         f"trace it ({cause}); move the code it stops at into a submodule, which then runs as one "
                         "opaque unit.") from error
-    with torch.no_grad():
-        output = output_structure(module(example_input), example_input.shape[0]) if structured else BARE
+    returned = _run(module, example_input, name)
+    other = example_input[:1].expand(example_input.shape[0] + 1, *example_input.shape[1:]).clone()
+    try:
+        unbatched = _unbatched(returned, _run(module, other, name), example_input.shape[0], other.shape[0])
+    except UserError:
+        unbatched = None  # a model that runs at its import batch size only: its dimension 0 stands for the batch
+    if unbatched is not None:
+        raise _not_batch_first(name, unbatched)
+    output = output_structure(returned, example_input.shape[0]) if structured else BARE
     propagate(gm, example_input, name)
     record_batch_layout(gm, example_input)
     return gm, output
+
+
+def _run(module: nn.Module, x: torch.Tensor, name: str) -> Any:
+    """What the module returns for ``x`` (without gradients); UserError where it fails."""
+    try:
+        with torch.no_grad():
+            return module(x)
+    except Exception as exc:  # noqa: BLE001 - any failure of the user's forward is reported in one line
+        raise UserError(f"running {name} on an input of shape {tuple(x.shape)} failed: {type(exc).__name__}: "
+                        f"{first_line(exc)}") from exc
+
+
+def _unbatched(first: Any, second: Any, batch: int, other: int) -> str | None:
+    """The shape, in terms of the batch size ``B``, of the first tensor among a module's outputs at ``batch`` samples
+    (``first``) and at ``other`` (``second``) whose first dimension is not the batch; None where all are batch first."""
+    pairs = zip(pytree.tree_leaves(first), pytree.tree_leaves(second))
+    for a, b in ((a, b) for a, b in pairs if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        if a.dim() == 0 or a.shape[0] != batch or b.shape[0] != other or a.shape[1:] != b.shape[1:]:
+            return "(" + ", ".join(str(m) if m == n else "B" for m, n in zip(a.shape, b.shape)) + ")"
+    return None
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import io
 import logging
 import operator
 import os
@@ -52,7 +51,8 @@ from torch.utils._sympy.numbers import int_oo
 
 from ios_ray.errors import first_line
 from ios_ray.frontend import aten
-from ios_ray.frontend.nodes import batch_first, constant_nodes, signature_of
+from ios_ray.frontend.nodes import batch_first, constant_nodes, hooked, signature_of
+from ios_ray.frontend.quiet import this_thread_silent
 
 #: Layers outside ``torch.nn.modules`` whose calls stay calls: the frontend knows them by class.
 KNOWN_LAYERS = frozenset({"Conv2dSame", "MaxPool2dSame", "AvgPool2dSame"})
@@ -71,21 +71,44 @@ class CaptureError(Exception):
 def capture(module: nn.Module, example_input: torch.Tensor) -> fx.GraphModule:
     """The torch-level graph of ``module`` (in eval mode), each node holding export's symbolic value (``val``) and
     the graph module the batch size's symbol (``meta['batch_symbol']``); CaptureError where torch.export fails,
-    fixes the batch size or branches on it."""
-    program = export(module, example_input)
-    batch = _batch_size(program)
-    if not isinstance(batch, torch.SymInt) or not isinstance(batch.node.expr, sympy.Symbol):
-        raise CaptureError("it fixes the batch size, which torch.export then cannot keep symbolic")
-    branch = _batch_branch(program, batch)
-    if branch is not None:
-        raise CaptureError(f"its code branches on the batch size {branch}, so one graph cannot serve every batch "
-                           "size")
+    fixes the batch size or branches on it.
+
+    A forward that caches the shape of what it saw (Ultralytics' detection head keeps ``self.shape`` and recomputes
+    its anchors where a call's shape differs) branches on the batch size once the model has run, in comparing the
+    shapes. Where a capture branches on it and a submodule holds such a ``torch.Size``, it is captured again as a
+    module that has not run holds it (None): its forward then takes the branch that computes afresh, which serves
+    every batch size."""
+    try:
+        program, batch = _captured(module, example_input, forget_shapes=False)
+    except _BatchBranch:
+        if not any(isinstance(v, torch.Size) for m in module.modules() for v in vars(m).values()):
+            raise
+        program, batch = _captured(module, example_input, forget_shapes=True)
     if _writes_through_aliases(program):
         with torch.no_grad(), _quiet():
             program = program.run_decompositions({})
     gm = as_torch_graph(program, module)
     gm.meta["batch_symbol"] = batch.node.expr
     return gm
+
+
+class _BatchBranch(CaptureError):
+    """The model's code branches on the batch size."""
+
+
+def _captured(module: nn.Module, example_input: torch.Tensor, forget_shapes: bool
+              ) -> tuple[torch.export.ExportedProgram, torch.SymInt]:
+    """The exported program and its batch size's symbol (see :func:`export`); CaptureError where the batch size is
+    fixed, _BatchBranch where the code branches on it."""
+    program = export(module, example_input, forget_shapes)
+    batch = _batch_size(program)
+    if not isinstance(batch, torch.SymInt) or not isinstance(batch.node.expr, sympy.Symbol):
+        raise CaptureError("it fixes the batch size, which torch.export then cannot keep symbolic")
+    branch = _batch_branch(program, batch)
+    if branch is not None:
+        raise _BatchBranch(f"its code branches on the batch size {branch}, so one graph cannot serve every batch "
+                           "size")
+    return program, batch
 
 
 def output_example(gm: fx.GraphModule, batch: int) -> Any:
@@ -100,20 +123,38 @@ def output_example(gm: fx.GraphModule, batch: int) -> Any:
     return pytree.tree_map(concrete, gm.meta["output"])
 
 
-def export(module: nn.Module, example_input: torch.Tensor) -> torch.export.ExportedProgram:
+def unbatched_output(gm: fx.GraphModule) -> str | None:
+    """The shape, in terms of the batch size ``B``, of the first tensor a captured module returns whose first
+    dimension is not the batch (``(1, B, 4, 8, 8)``), None where every tensor it returns is batch first."""
+    symbol = gm.meta["batch_symbol"]
+    for leaf in pytree.tree_leaves(gm.meta["output"]):
+        if isinstance(leaf, torch.Tensor) and (leaf.dim() == 0 or not isinstance(leaf.shape[0], torch.SymInt)
+                                               or leaf.shape[0].node.expr != symbol):
+            sizes = (str(s.node.expr if isinstance(s, torch.SymInt) else s) for s in leaf.shape)
+            return "(" + ", ".join(size.replace(str(symbol), "B") for size in sizes) + ")"
+    return None
+
+
+def export(module: nn.Module, example_input: torch.Tensor, forget_shapes: bool = False
+           ) -> torch.export.ExportedProgram:
     """``torch.export.export`` (non-strict) of ``module`` on the example's samples repeated to at least
     :data:`CAPTURE_BATCH`, with dimension 0 symbolic and size-oblivious: torch's own code takes no branch on whether
     it is 0 or 1 (a ``squeeze()`` stays a squeeze of whatever dimensions have size 1), and a branch of the model's
     code on it is recorded as a guard (:func:`_batch_branch`) instead of being decided by the assumption that a
     symbolic size is at least 2. The graph modules export builds along the way generate their Python code only when
     called (nothing here calls them), not after each of export's passes; and it records no ``tensor_meta``
-    (:func:`_no_tensor_meta`)."""
+    (:func:`_no_tensor_meta`). ``forget_shapes``: every ``torch.Size`` a submodule holds is None meanwhile (see
+    :func:`capture`)."""
     x = example_input
     while x.shape[0] < CAPTURE_BATCH:
         x = torch.cat([x, example_input])
     try:
-        with torch.no_grad(), _quiet(), _attributes_kept(module), _no_stack_traces(), _no_tensor_meta(), \
+        with torch.no_grad(), _quiet(), attributes_kept(module), _no_stack_traces(), _no_tensor_meta(), \
                 _use_lazy_graph_module(True), fx_config.patch(backed_size_oblivious=True):
+            if forget_shapes:
+                for m in module.modules():
+                    for name in [k for k, v in vars(m).items() if isinstance(v, torch.Size)]:
+                        object.__setattr__(m, name, None)
             return torch.export.export(module, (x,), strict=False, dynamic_shapes=({0: torch.export.Dim.AUTO},))
     except Exception as exc:  # noqa: BLE001 - export raises many kinds; each becomes one sentence
         raise CaptureError(f"{where(exc)} {_reason(exc)}") from exc
@@ -154,7 +195,7 @@ def _no_metadata(*args: Any, **kwargs: Any) -> None:
 
 
 @contextlib.contextmanager
-def _attributes_kept(module: nn.Module) -> Iterator[None]:
+def attributes_kept(module: nn.Module) -> Iterator[None]:
     """Every submodule's attributes as they were before: a forward that caches on itself (YOLO's head keeps
     ``self.anchors`` and ``self.shape``) would otherwise keep what it computed from export's fake tensors."""
     saved = [(m, {k: (dict(v) if isinstance(v, dict) else v) for k, v in vars(m).items()}) for m in module.modules()]
@@ -182,12 +223,12 @@ def _reason(exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
-    """torch.export's warnings, log lines and printouts of the graph it failed on are not the user's business."""
+    """torch.export's warnings, log lines and printouts of the graph it failed on are not the user's business (what
+    this thread prints is dropped; other threads print as they do)."""
     loggers = [logging.getLogger(name) for name in ("torch._export", "torch.export", "torch.fx.experimental",
-                                                    "torch._dynamo", "torch.utils._sympy")]
+                                                    "torch._dynamo", "torch.utils._sympy", "torch._subclasses")]
     levels = [logger.level for logger in loggers]
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()):
+    with warnings.catch_warnings(), this_thread_silent():
         warnings.simplefilter("ignore")
         for logger in loggers:
             logger.setLevel(logging.ERROR)
@@ -498,8 +539,9 @@ def _single_call(nodes: list[fx.Node], path: str, owned: dict[str, str]) -> tupl
 
 def _known_layer(layer: Any) -> bool:
     """A layer the frontend knows by class (:data:`KNOWN_LAYERS`), or a childless torch layer of ``torch.nn.modules``
-    whose ``forward`` takes one input and returns one tensor."""
-    if not isinstance(layer, nn.Module) or next(layer.children(), None) is not None:
+    whose ``forward`` takes one input and returns one tensor; either without forward hooks (a hook's code, such as
+    the weight a pruned layer computes before each call, is captured with the layer's and stays in the graph)."""
+    if not isinstance(layer, nn.Module) or next(layer.children(), None) is not None or hooked(layer):
         return False
     kind = type(layer)
     if kind.__name__ in KNOWN_LAYERS:

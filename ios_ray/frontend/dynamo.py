@@ -15,7 +15,8 @@ Dynamo hands a backend one fx graph per graph break, of torch-level calls (``tor
 copied) and calls the graph with those, the one input batch and the sizes read from it: a module like any other,
 which :func:`~ios_ray.frontend.import_module` imports through the same capture and passes as a model. A graph that
 cannot be such a module raises :class:`Unschedulable` saying why: it reads several frame inputs, none, a number
-from the frame, an input that is not a floating batch, or it runs in training mode (dropout, batch-norm statistics).
+from the frame, an input that is not a floating batch, it runs in training mode (dropout, batch-norm statistics), or
+autograd needs its history (gradients enabled, and its input or the model's parameters require them).
 
 A graph may end in values that are not feature maps of the batch: the graph before a data-dependent branch returns
 the branch's condition (``y.mean()``, one number for the whole batch) beside its feature map. :func:`graph_call` cuts
@@ -151,9 +152,14 @@ def graph_call(graph: fx.GraphModule, example_inputs: Sequence[Any]) -> GraphCal
         raise Unschedulable(f"it runs in training mode ({training}); schedules are for inference: call model.eval()")
     if torch.is_grad_enabled() and x.requires_grad:
         raise Unschedulable(f"it computes gradients of its input {inputs[0]}; schedules are for inference")
+    if torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in held):
+        raise Unschedulable("gradients are enabled and the model's parameters require them, and a schedule runs "
+                            "without autograd (a loss computed from its output would train nothing); call the model "
+                            "under torch.no_grad() or torch.inference_mode() to run its schedules")
     input_node = placeholders[next(i for i, a in enumerate(arguments) if a.kind is Kind.INPUT)]
-    head, tail = split_tail(graph, input_node.meta.get("example_value", x).shape[0])
-    if any(a.kind is Kind.INPUT_PROPERTY for a in arguments):
+    batch = input_node.meta.get("example_value", x).shape[0]
+    head, tail = split_tail(graph, batch)
+    if isinstance(batch, torch.SymInt):  # batch-generic (other sizes may be symbolic too: read at each call)
         return GraphCall(head, arguments, held, tail=tail)
     return GraphCall(batch_read_back(head, x.shape[0]), arguments, held, x.shape[0], tail)
 

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch import nn
+from torch.nn.modules import module as torch_module
 
 #: Bytes per element of float32 (activation and weight traffic of units).
 F32 = 4
@@ -22,6 +23,12 @@ def hashable(target: Any) -> bool:
     except TypeError:
         return False
     return True
+
+
+def hooked(module: nn.Module) -> bool:
+    """Whether calling ``module`` runs forward hooks or pre-hooks besides its ``forward`` (its own, or global ones)."""
+    return bool(module._forward_hooks or module._forward_pre_hooks or torch_module._global_forward_hooks
+                or torch_module._global_forward_pre_hooks)
 
 
 def shape(node: Any) -> tuple[int, ...]:

@@ -18,10 +18,14 @@ checked and its Python code generated once for all of them, by the import's last
 * :func:`functional_convs_as_modules`: ``F.conv2d`` on a weight computed from parameters alone (``self.weight``,
   timm's weight-standardised ``StdConv2d``/``ScaledStdConv2d`` in BiT and NFNet models) becomes a call of an
   ``nn.Conv2d`` holding that weight, evaluated once at import, so it folds and merges like any conv.
+* :func:`functional_linears_as_modules`: ``F.linear`` on a weight computed from parameters alone (a ``nn.Linear``
+  subclass whose ``forward`` calls it, a linear in a graph torch.compile hands over) becomes a call of an
+  ``nn.Linear``, a linear unit.
 * :func:`same_padding_as_torch_layers` (needs shapes): timm's TensorFlow-"SAME" layers (``Conv2dSame``,
   ``MaxPool2dSame``, ``AvgPool2dSame``; their ``forward`` branches on the input's size, so tracing keeps them whole)
-  become the plain torch layer, a conv or pool unit, padded as "SAME" pads the traced size: by the layer itself
-  where the padding is even on both sides, else by an ``F.pad`` before it.
+  and convs with ``padding="same"`` or ``"valid"`` become the plain torch layer, a conv or pool unit, padded as
+  "SAME" pads the traced size: by the layer itself where the padding is even on both sides, else by an ``F.pad``
+  before it.
 
 Modules are never changed in place: a module that must change is copied into the GraphModule under a new name, so
 the user's model stays as it was.
@@ -41,8 +45,8 @@ from torch import nn
 
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
-from ios_ray.frontend.nodes import (call_arguments, constant_nodes, evaluate_constant, full_shape, hashable, pair,
-                                   signature_of)
+from ios_ray.frontend.nodes import (call_arguments, constant_nodes, evaluate_constant, full_shape, hashable,
+                                   module_of, pair, signature_of)
 
 _OUT_OF_PLACE_FUNCTIONS: dict[Any, Any] = {
     operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
@@ -182,6 +186,7 @@ def _batch_norm_module(gm: fx.GraphModule, node: fx.Node) -> nn.BatchNorm2d | No
 
 
 _CONV2D_PARAMETERS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+_LINEAR_PARAMETERS = ("input", "weight", "bias")
 _CONV2D_DEFAULTS = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
 
 
@@ -206,30 +211,81 @@ def functional_convs_as_modules(gm: fx.GraphModule) -> fx.GraphModule:
         conv.weight = _parameter(weight.detach().clone())
         if bias is not None:
             conv.bias = _parameter(bias.detach().clone())
-        with gm.graph.inserting_before(node):
-            call = gm.graph.call_module(_add_module(gm, _owner(arguments["weight"]), conv), (arguments["input"],))
-        call.meta = dict(node.meta)
-        node.replace_all_uses_with(call)
-        gm.graph.erase_node(node)
-    for node in reversed(list(gm.graph.nodes)):
-        if node in constants and not node.users:
-            gm.graph.erase_node(node)
+        _replace_with_module(gm, node, arguments["input"], _owner(arguments["weight"]), conv)
+    _drop_unread(gm, constants)
     return gm
 
 
+def functional_linears_as_modules(gm: fx.GraphModule) -> fx.GraphModule:
+    """``F.linear(x, weight, bias)`` on a computed input, with a 2-d weight and a bias computed from parameters alone
+    (a ``nn.Linear`` subclass whose ``forward`` calls ``F.linear``, Hugging Face's layers; a linear in a graph that
+    torch.compile hands over), becomes a call of a new ``nn.Linear`` holding their values (evaluated once, here), so
+    that it is a linear unit as a ``nn.Linear`` call is."""
+    constants, values = constant_nodes(gm.graph), {}
+    for node in list(gm.graph.nodes):
+        arguments = _arguments(node, F.linear, _LINEAR_PARAMETERS, {"bias": None})
+        if arguments is None or not isinstance(arguments.get("input"), fx.Node) or arguments["input"] in constants \
+                or not isinstance(arguments.get("weight"), fx.Node) or \
+                any(t is not None and t not in constants for t in (arguments["weight"], arguments.get("bias"))):
+            continue
+        with torch.no_grad():
+            weight, bias = (None if t is None else _constant_value(gm, t, values)
+                            for t in (arguments["weight"], arguments.get("bias")))
+        if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or \
+                (bias is not None and (not isinstance(bias, torch.Tensor) or bias.shape != weight.shape[:1])):
+            continue
+        linear = nn.Linear(weight.shape[1], weight.shape[0], bias is not None, device=weight.device,
+                           dtype=weight.dtype).eval()
+        linear.weight = _parameter(weight.detach().clone())
+        if bias is not None:
+            linear.bias = _parameter(bias.detach().clone())
+        _replace_with_module(gm, node, arguments["input"], _owner(arguments["weight"], "linear"), linear)
+    _drop_unread(gm, constants)
+    return gm
+
+
+def _replace_with_module(gm: fx.GraphModule, node: fx.Node, source: fx.Node, near: str, module: nn.Module) -> None:
+    """Replace ``node`` by a call of ``module`` (registered under a name derived from ``near``) on ``source``."""
+    with gm.graph.inserting_before(node):
+        call = gm.graph.call_module(_add_module(gm, near, module), (source,))
+    call.meta = dict(node.meta)
+    node.replace_all_uses_with(call)
+    gm.graph.erase_node(node)
+
+
+def _drop_unread(gm: fx.GraphModule, constants: set[fx.Node]) -> None:
+    """Remove the nodes computed from parameters alone that nothing reads any more."""
+    for node in reversed(list(gm.graph.nodes)):
+        if node in constants and not node.users:
+            gm.graph.erase_node(node)
+
+
 def _conv2d_arguments(node: fx.Node) -> dict[str, Any] | None:
-    """A ``F.conv2d`` call's arguments by name, defaults filled in; None for anything else, a string padding, or
-    hyper-parameters that are computed. (``call_arguments`` finds no signature on this builtin, and fx's
-    normalisation cannot tell its two overloads apart.)"""
-    if node.op != "call_function" or node.target is not F.conv2d or len(node.args) > len(_CONV2D_PARAMETERS) or \
-            not set(node.kwargs) <= set(_CONV2D_PARAMETERS):
+    """A ``F.conv2d`` call's arguments by name, defaults filled in; None for anything else, a string padding other
+    than ``"valid"`` and ``"same"`` at stride 1 (what ``nn.Conv2d`` takes), or hyper-parameters that are computed.
+    (``call_arguments`` finds no signature on this builtin, and fx's normalisation cannot tell its two overloads
+    apart.)"""
+    arguments = _arguments(node, F.conv2d, _CONV2D_PARAMETERS, _CONV2D_DEFAULTS)
+    if arguments is None:
         return None
-    arguments = {**_CONV2D_DEFAULTS, **dict(zip(_CONV2D_PARAMETERS, node.args)), **node.kwargs}
     settings = [a for k in ("stride", "padding", "dilation", "groups") for a in _items(arguments[k])]
+    padding = arguments["padding"]
     if not isinstance(arguments.get("input"), fx.Node) or not isinstance(arguments.get("weight"), fx.Node) or \
-            isinstance(arguments["padding"], str) or any(isinstance(a, fx.Node) for a in settings):
+            any(isinstance(a, fx.Node) for a in settings) or \
+            (isinstance(padding, str) and not (padding == "valid" or (padding == "same" and
+                                                                      set(_items(arguments["stride"])) == {1}))):
         return None
     return arguments
+
+
+def _arguments(node: fx.Node, function: Any, parameters: tuple[str, ...], defaults: dict[str, Any]
+               ) -> dict[str, Any] | None:
+    """A call of the builtin ``function``'s arguments by name (its ``parameters``, in order), ``defaults`` filled
+    in; None for a call of anything else, or one that passes what the parameters do not name."""
+    if node.op != "call_function" or node.target is not function or len(node.args) > len(parameters) or \
+            not set(node.kwargs) <= set(parameters):
+        return None
+    return {**defaults, **dict(zip(parameters, node.args)), **node.kwargs}
 
 
 def _items(value: Any) -> tuple[Any, ...]:
@@ -245,12 +301,13 @@ def _constant_value(gm: fx.GraphModule, node: fx.Node, values: dict[str, Any]) -
     return values[node.name]
 
 
-def _owner(weight: fx.Node) -> str:
-    """The module path a conv's weight belongs to (the first parameter it is computed from), for naming."""
+def _owner(weight: fx.Node, default: str = "conv") -> str:
+    """The module path a layer's weight belongs to (the first parameter it is computed from), for naming; ``default``
+    where it belongs to none."""
     while weight.op != "get_attr" and weight.all_input_nodes:
         weight = weight.all_input_nodes[0]
     owner = str(weight.target).rpartition(".")[0] if weight.op == "get_attr" else ""
-    return owner or "conv"
+    return owner or default
 
 
 #: timm's layers that pad as TensorFlow's "SAME" does, by class name: the torch layer each one is, and its pad value.
@@ -263,14 +320,17 @@ def same_padding_as_torch_layers(gm: fx.GraphModule) -> fx.GraphModule:
     """A call of timm's ``Conv2dSame``, ``MaxPool2dSame`` or ``AvgPool2dSame`` on a 4-d input becomes the plain
     torch layer (a copy of the module as its torch class, sharing its weights) with the padding TensorFlow's "SAME"
     gives that input's size: the layer's own where it is the same on both sides (odd sizes at stride 2, such as
-    NASNet's 331x331; timm pads statically where the size does not matter), else ``F.pad`` before it."""
+    NASNet's 331x331; timm pads statically where the size does not matter), else ``F.pad`` before it. So does a
+    ``nn.Conv2d`` with ``padding="same"`` (at stride 1, which torch requires, torch's "same" is TensorFlow's; an even
+    kernel pads one more after) or ``"valid"`` (none)."""
     for node in list(gm.graph.nodes):
         found = _same_padding_layer(gm, node)
         if found is None:
             continue
         plain, value = found
         source: fx.Node = node.args[0]  # type: ignore[assignment]
-        pads = _same_pads(full_shape(source)[2:], plain)  # type: ignore[index]
+        valid = getattr(gm.get_submodule(str(node.target)), "padding", None) == "valid"
+        pads = (0, 0, 0, 0) if valid else _same_pads(full_shape(source)[2:], plain)  # type: ignore[index]
         if _pads_itself(plain, pads):
             plain.padding = (pads[2], pads[0])
             pads = (0, 0, 0, 0)
@@ -293,11 +353,16 @@ def _same_padding_layer(gm: fx.GraphModule, node: fx.Node) -> tuple[nn.Module, f
         return None
     module = gm.get_submodule(str(node.target))
     torch_class, value = _SAME_PADDING.get(type(module).__name__, (None, 0.0))
+    if torch_class is None and module_of(gm, node, nn.Conv2d) is not None and isinstance(module.padding, str) and \
+            module.padding_mode == "zeros":
+        torch_class = nn.Conv2d
     shape = full_shape(node.args[0])
     if torch_class is None or not isinstance(module, torch_class) or shape is None or len(shape) != 4:
         return None
     plain = copy.copy(module)
     plain.__class__ = torch_class
+    if isinstance(plain.padding, str):
+        plain.padding = (0, 0)
     return plain, value
 
 

@@ -10,9 +10,7 @@ as with torch.fx's ``ShapeProp``, and every other node (a size, a shape, a flag)
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import io
 import operator
 from typing import Any, Callable
 
@@ -22,7 +20,8 @@ from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from ios_ray.errors import UserError, first_line
-from ios_ray.frontend.nodes import batch_first, constant_nodes
+from ios_ray.frontend.nodes import batch_first, constant_nodes, hooked
+from ios_ray.frontend.quiet import this_thread_silent
 
 
 class _LeafFallbackTracer(fx.Tracer):
@@ -38,7 +37,10 @@ class _LeafFallbackTracer(fx.Tracer):
         self._attempted: list[fx.Node] = []
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        return module_qualified_name in self.leaves or super().is_leaf_module(m, module_qualified_name)
+        """A submodule it could not trace through, or a torch layer without forward hooks (those are traced through,
+        so that the hooks' code stays in the graph)."""
+        return module_qualified_name in self.leaves or (super().is_leaf_module(m, module_qualified_name)
+                                                        and not hooked(m))
 
     def call_module(self, m: nn.Module, forward: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         path = self.path_of_module(m)
@@ -133,7 +135,7 @@ class _ValueProp(ShapeProp):
 
 def propagate(gm: fx.GraphModule, example_input: torch.Tensor, name: str) -> None:
     """Run ``gm`` on the example input, recording shapes and size values in the nodes' meta."""
-    with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):  # ShapeProp prints a traceback on failure
+    with torch.no_grad(), this_thread_silent():  # ShapeProp prints a traceback on failure
         try:
             _ValueProp(gm).propagate(example_input)
         except Exception as exc:  # noqa: BLE001 - any failure of the user's forward is reported in one line
@@ -164,7 +166,7 @@ def record_batch_layout(gm: fx.GraphModule, example_input: torch.Tensor) -> None
 
     x = example_input[:1].expand(other, *example_input.shape[1:]).clone()
     try:
-        with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
+        with torch.no_grad(), this_thread_silent():
             _Shapes(gm).run(x)
     except Exception:  # noqa: BLE001 - a model that runs at its import batch size only
         return

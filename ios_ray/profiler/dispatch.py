@@ -42,12 +42,13 @@ RESTART_TIMEOUT_S = 60.0
 
 @dataclass
 class MeasureReport:
-    """Stages measured per device of how many it was given, batches re-run after an actor died, and Ctrl-C."""
+    """Stages measured per device of how many it was given, batches re-run after an actor died, and what stopped it
+    (Ctrl-C)."""
 
     done: dict[str, int] = field(default_factory=dict)
     total: dict[str, int] = field(default_factory=dict)
     rerun: int = 0
-    interrupted: bool = False
+    interrupted: KeyboardInterrupt | None = None  # what stopped it: a Ctrl-C, or a SIGTERM (Terminated)
 
     @property
     def complete(self) -> bool:
@@ -96,8 +97,8 @@ class Dispatcher:
             self._enqueue(label, device_jobs, batch_size)
         try:
             self._loop()
-        except KeyboardInterrupt:
-            self.report.interrupted = True
+        except KeyboardInterrupt as stop:
+            self.report.interrupted = stop
             return self.report
         self._raise_for_dead_devices()
         return self.report

@@ -11,12 +11,11 @@ CPU keeps freed memory in the process (:mod:`~ios_ray.runtime.allocator`), for m
 
 from __future__ import annotations
 
-import copy
 from typing import Mapping
 
 import torch
 
-from ios_ray.dtypes import in_memory_format
+from ios_ray.dtypes import copied, in_memory_format
 from ios_ray.frontend import Imported
 from ios_ray.ir import GRAPH_INPUT, Graph, Shape, Unit, Value
 from ios_ray.runtime.allocator import keep_freed_memory
@@ -47,7 +46,7 @@ class Program:
         device = torch.device(device)
         if device.type == "cpu":
             keep_freed_memory()
-        module = copy.deepcopy(imported.module).to(device).eval()
+        module = copied(imported.module).to(device).eval()
         constants = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in imported.constants.items()}
         nodes = {n.name: n for n in module.graph.nodes}
         graph, conv = imported.graph, conv_binder(kernels, device)

@@ -13,21 +13,22 @@ fits (another device, another per-sample shape) the original module runs eagerly
 reason; with ``any_device=True`` a schedule made for another device runs instead (a ``sim:`` plan on the CPU, say),
 with a one-time warning that this is a correctness check, its speed here saying nothing of that device. An input of
 a dtype no schedule was made for runs a schedule made for another, with a one-time warning.
-In training mode the original module always runs: schedules are for inference. Schedules given as a list must all
-fit the graph; from a folder (such as the ``--out`` folder of ``ios-ray search``, which may hold
-other models too) those made for other graphs are left out, and finding none is an error.
+Schedules are for inference, and run without autograd: the original module runs where this module is in training
+mode (silently: it was asked to), where the wrapped module or one of its submodules is (wrapping leaves its mode as
+the caller set it; a one-time warning), and where gradients are enabled and the parameters or the input require them
+(a one-time warning), so that the output has the history a loss needs. Schedules given as a list must all fit the
+graph; from a folder (such as the ``--out`` folder of ``ios-ray search``, which may hold other models too) those
+made for other graphs are left out, and finding none is an error.
 
-Runners snapshot the weights (batch-norm folded) when they are built, and the import evaluates some weights once
-(a convolution's weight computed from parameters, as in timm's weight-standardised convs). So the module follows
-the weights of the module it wraps: a :class:`~ios_ray.runtime.weights.WeightWatch` notices, per call, weights
-changed in place (``p.mul_(0.9)``, an optimizer step), loaded (``load_state_dict`` on the wrapped module, any of its
-submodules, or this one, which takes the wrapped module's own state dict as well as its own), replaced, or updated
-by a forward in training mode, and converting the module (``.to()``, ``.cuda()``, ``.half()``,
-``.to(memory_format=...)``); the next forward then imports the module as it is and keeps the schedules made for it
-(converted to another memory format, those made for that format, where any were given; else it runs the original
-module, with a one-time warning). ``follow_weights=False`` skips the per-call check, for a server whose weights never
-change; after changes the watch cannot see (through ``tensor.data``, or a buffer edited in place by hand), or with
-the check off, call :meth:`ScheduledModule.reset`.
+Runners snapshot the module (batch-norm folded, numbers its forward reads baked in) when they are built, and the
+import evaluates some weights once (a convolution's weight computed from parameters, as in timm's
+weight-standardised convs). So each call asks a :class:`~ios_ray.runtime.weights.WeightWatch` whether the wrapped
+module changed (weights changed in place, loaded, stepped by an optimizer or replaced; settings and hooks; a
+conversion: the list is ``docs/REFERENCE.md``'s, "Deploying"); the next forward then imports the module as it is and
+keeps the schedules made for it (converted to another memory format, those made for that format, where any were
+given; else it runs the original module, with a one-time warning). ``follow_weights=False`` skips the per-call
+check, for a server whose model never changes; after changes the watch cannot see, or with the check off, call
+:meth:`ScheduledModule.reset`. A copy or a pickle leaves the import and the runners behind and makes its own.
 
 Saving: :meth:`ScheduledModule.save` writes a folder with the module's ``state_dict`` (``module.pt``), every
 schedule (``schedules/<i>.json``) and the input shape (``scheduled_module.json``); :meth:`ScheduledModule.load`
@@ -39,7 +40,6 @@ from __future__ import annotations
 
 import json
 import warnings
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -75,8 +75,6 @@ class ScheduledModule(nn.Module):
         self.module = module
         self.any_device = any_device
         self._watch = WeightWatch(module) if follow_weights else None
-        if self._watch is not None:
-            weakref.finalize(self, self._watch.disarm)
         self._folder = schedules if isinstance(schedules, (str, Path)) else None
         self._given = _gather(schedules)
         self.input_shape = tuple(input_shape) if input_shape is not None else _recorded_shape(self._given.values())
@@ -85,7 +83,7 @@ class ScheduledModule(nn.Module):
         self._warned: set[str] = set()
         self._chosen: dict[tuple[torch.device, int, torch.dtype], Schedule | None] = {}
         self._binding: _Binding | None = self._bind(strict=True)
-        self.eval()
+        self.training = False  # the wrapper runs schedules; the module's own mode is left as the caller set it
 
     @property
     def graph(self) -> Graph:
@@ -105,10 +103,30 @@ class ScheduledModule(nn.Module):
             return self.module(x)
         if self._watch is not None and self._watch.changed():
             self.reset()
+        eager = self._eager_reason(x)
+        if eager is not None:
+            self._warn_once(eager)
+            return self.module(x)
         schedule = self.schedule_for(x)
         if schedule is None:
             return self.module(x)
         return self._bound().imported.output.pack(self._runner(schedule, x.device)(x))
+
+    def _eager_reason(self, x: torch.Tensor) -> str | None:
+        """Why ``x`` must run the original module although this one is in eval mode (None where it need not): the
+        module, or one of its submodules, is in training mode, or autograd needs the call's history (a schedule runs
+        without it, so its output would have none and a loss computed from it would train nothing)."""
+        binding = self._bound()  # (re)arms the watch, which keeps the modes
+        name = type(self.module).__name__
+        if self._watch.training if self._watch is not None else self.module.training:
+            return (f"{name} (or one of its submodules) is in training mode, so ScheduledModule runs it as it is "
+                    "(schedules are for inference); call .eval() on it to run its schedules.")
+        if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in binding.parameters)):
+            what = "the input" if x.requires_grad else f"{name}'s parameters"
+            return (f"gradients are enabled and {what} require them, so ScheduledModule runs the original module, "
+                    "whose output then has the history autograd needs (schedules run without autograd); call it "
+                    "under torch.no_grad() or torch.inference_mode() to run its schedules.")
+        return None
 
     def schedule_for(self, x: torch.Tensor) -> Schedule | None:
         """The schedule ``forward`` runs for ``x``, or None (warning once per reason) where none fits; chosen once per
@@ -160,6 +178,13 @@ class ScheduledModule(nn.Module):
         self.reset()
         return result
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What a copy or a pickle keeps: the module, the schedules and the options; the import and the runners (with
+        their threads and locks) are made again on the copy's first call."""
+        state = super().__getstate__()
+        state.update(_binding=None, _runners={}, _chosen={})
+        return state
+
     def _apply(self, fn: Any, recurse: bool = True) -> "ScheduledModule":
         self.reset()
         return super()._apply(fn, recurse)
@@ -182,7 +207,8 @@ class ScheduledModule(nn.Module):
         cls, path: str | Path, module: nn.Module, cuda_graph: bool | None = None, follow_weights: bool = True,
         any_device: bool = False,
     ) -> "ScheduledModule":
-        """Rebuild a saved ScheduledModule around ``module``, a fresh instance of the saved architecture."""
+        """Rebuild a saved ScheduledModule around ``module``, a fresh instance of the saved architecture, which it
+        loads the saved weights into and puts in eval mode (what was saved serves inference)."""
         path = Path(path)
         meta = _read_meta(path)
         try:
@@ -190,7 +216,8 @@ class ScheduledModule(nn.Module):
         except (OSError, RuntimeError) as exc:
             raise UserError(f"cannot load the weights in {path / 'module.pt'} into {type(module).__name__}: "
                             f"{first_line(exc)}; pass a module of the saved architecture.") from None
-        return cls(module, path / "schedules", tuple(meta["input_shape"]), cuda_graph, follow_weights, any_device)
+        return cls(module.eval(), path / "schedules", tuple(meta["input_shape"]), cuda_graph, follow_weights,
+                   any_device)
 
     def _runner(self, schedule: Schedule, device: torch.device) -> ScheduleRunner:
         device = resolve_device(device)
@@ -213,7 +240,7 @@ class ScheduledModule(nn.Module):
         imported = import_module(self.module, example_input(self.module, self.input_shape), type(self.module).__name__)
         given = self._given if strict else _made_for(self._given, imported.graph)
         binding = _Binding(imported, _checked(given, imported.graph, self._folder if strict else None),
-                           Programs(imported))
+                           Programs(imported), tuple(self.module.parameters()))
         if self._watch is not None:
             self._watch.arm()
         return binding
@@ -231,6 +258,7 @@ class _Binding:
     imported: Imported
     schedules: tuple[Schedule, ...]
     programs: Programs
+    parameters: tuple[torch.Tensor, ...]
 
 
 def _wrapped_module_keys(state_dict: Mapping[str, Any], module: nn.Module) -> bool:
@@ -292,5 +320,6 @@ def _read_meta(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise UserError(f"{path} is not a saved ScheduledModule (no {meta_file.name}); "
                         "write one with ScheduledModule.save.") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"{meta_file} is not valid ScheduledModule metadata ({exc}); save the module again.") from None
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise UserError(f"{meta_file} is not valid ScheduledModule metadata ({first_line(exc)}); save the module "
+                        "again.") from None

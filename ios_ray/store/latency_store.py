@@ -35,7 +35,8 @@ file that is corrupt, not a store, or of another format version is rejected byte
 
 Paths. The path is resolved once, when the store is opened (symlinks followed): the lock sits beside the real
 file, so a store reached through a symlink and through its real path takes one lock. Messages name the path as
-the caller spelled it.
+the caller spelled it. A file with several hard-linked names is refused in one sentence: the lock and DuckDB's
+write-ahead log would each sit beside the name that opened it, so two names would write side by side.
 
 Failures of the file or the disk. DuckDB reports a file it cannot read in full (truncated, overwritten) or a
 disk it cannot write (full, over a size limit) as an error of whichever call met it; every operation turns
@@ -254,6 +255,7 @@ class LatencyStore:
 
     @contextmanager
     def _attached(self, write: bool) -> Iterator[duckdb.DuckDBPyConnection]:
+        _refuse_hard_links(self.path, self._file)
         with ctrl_c_held(), self._mutex, _flock(self._lock_path, exclusive=write):
             con = self._connection()
             try:
@@ -314,6 +316,20 @@ class LatencyStore:
 def open_store(path: str | os.PathLike[str] = DEFAULT_STORE_PATH, create: bool = True) -> LatencyStore:
     """Open the latency store at `path`; when it is missing, create it if `create`, else raise UserError."""
     return LatencyStore(path, create=create)
+
+
+def _refuse_hard_links(path: Path, file: Path) -> None:
+    """UserError where the store file has other names (hard links): the lock sits beside the name a store is opened
+    by, and so does the write-ahead log DuckDB leaves of a write cut short, so two names of one store would write
+    side by side and could replay an old log over newer rows."""
+    try:
+        names = file.stat().st_nlink
+    except OSError:
+        return  # missing (it is created under the lock) or unreadable (the open says so)
+    if names > 1:
+        raise UserError(f"{path} is one of {names} hard-linked names of one file, and ios-ray locks a store, and "
+                        "DuckDB logs its writes, beside the name it is opened by; give the store one name (remove "
+                        "the other links, or copy the file) and point at it with symlinks, which share its lock.")
 
 
 @contextmanager
