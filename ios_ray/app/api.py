@@ -88,15 +88,7 @@ class SearchResult:
     def __repr__(self) -> str:
         dtypes = ", ".join(sorted({" ".join(o.schedule.settings) for o in self.outcomes}))
         lines = [f"SearchResult({self.model!r}, input {'x'.join(map(str, self.input_shape))}, {dtypes}):"]
-        for o in self.outcomes:
-            check = o.end_to_end
-            ratio = "" if check is None or check.ratio is None else f", ratio {check.ratio.median:.3f}"
-            checked = "; kept IOS" if check is None else (
-                f"; end to end {check.dp_ms:.3f} / {check.sequential_ms:.3f} ms{ratio} in {check.rounds} rounds; "
-                f"{check.decision}")
-            memory = "" if o.schedule.memory is None else f"; {o.schedule.memory.summary()}"
-            lines.append(f"  {o.device} batch {o.batch}: IOS {o.predicted_ms:.3f} ms, sequential "
-                         f"{o.sequential_ms:.3f} ms predicted ({o.source}){checked}{memory}")
+        lines += [f"  {o.summary()}" for o in self.outcomes]
         return "\n".join(lines)
 
 

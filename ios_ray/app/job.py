@@ -38,7 +38,7 @@ from ios_ray.app.budgets import refuse_unreachable_budgets, refuse_what_cannot_f
 from ios_ray.app.check import checked_end_to_end
 from ios_ray.app.measuring import Exhaustive, Lazy, Measuring, Setting
 from ios_ray.app.progress import SearchProgress
-from ios_ray.app.ray_session import ray_session, runs_here
+from ios_ray.app.ray_session import cluster_in_use, joined, ray_session, runs_here
 from ios_ray.app.request import SearchRequest, checked_request
 from ios_ray.app.rounds import RoundSize
 from ios_ray.devices import parse_device
@@ -46,6 +46,7 @@ from ios_ray.dtypes import module_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import Model, import_model, load_model
 from ios_ray.profiler import DeviceIdentity, DevicePool, MeasureJob, ModelSource
+from ios_ray.profiler.cluster import check_offered
 from ios_ray.schedule import EndToEnd, Schedule, save_schedule, schedule_path
 from ios_ray.scheduler import TableLatency, sequential
 from ios_ray.stage import StageKeys
@@ -82,6 +83,27 @@ class SearchOutcome:
     def speedup(self) -> float:
         """Predicted speedup of the IOS schedule over the sequential one."""
         return self.sequential_ms / self.predicted_ms
+
+    @property
+    def decision(self) -> str:
+        """Which schedule the file keeps and why: the end-to-end check's decision (``kept sequential: within noise,
+        0.98-1.03``), else why there was no check."""
+        if self.end_to_end is not None:
+            return self.end_to_end.decision
+        if self.source == "simulated":
+            return "kept IOS: simulated, so nothing to time end to end"
+        return "kept IOS: not checked end to end (check_rounds=0)"
+
+    def summary(self) -> str:
+        """One line: the decision, both predictions, what the check timed, and the peak memory."""
+        check = self.end_to_end
+        timed = ""
+        if check is not None:
+            ratio = "" if check.ratio is None else f", ratio {check.ratio.median:.3f}"
+            timed = f"; end to end {check.dp_ms:.3f} / {check.sequential_ms:.3f} ms{ratio} in {check.rounds} rounds"
+        memory = "" if self.schedule.memory is None else f"; {self.schedule.memory.summary()}"
+        return (f"{self.device} batch {self.batch}: {self.decision}; IOS {self.predicted_ms:.3f} ms, sequential "
+                f"{self.sequential_ms:.3f} ms predicted ({self.source}){timed}{memory}")
 
 
 @dataclass(frozen=True)
@@ -136,9 +158,20 @@ class _Search:
 
 
 def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchOutcome]:
-    """Run a whole search; returns one outcome per (device, batch), writing a schedule file for each if ``out``."""
+    """Run a whole search; returns one outcome per (device, batch), writing a schedule file for each if ``out``.
+
+    It says first which Ray it runs on, and fails there, before the model is imported, on a device no node offers."""
     started = time.perf_counter()
     request = checked_request(request)
+    with joined(request.address):
+        cluster = cluster_in_use(request.address)
+        progress.cluster(cluster.summary())
+        check_offered([parse_device(label) for label in request.devices], cluster.nodes, cluster.where)
+        return _run(request, progress, started)
+
+
+def _run(request: SearchRequest, progress: SearchProgress, started: float) -> list[SearchOutcome]:
+    """The search after its checks: import, plan, look up, measure what is missing, schedule."""
     model = load_request_model(request)
     dtype = request.dtype or DEFAULT_DTYPE
     refuse_what_cannot_fit(model.graph, request.batches, dtype, request.devices, local=runs_here(request.address))
@@ -152,7 +185,7 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
         search = _search(request, model, measuring, store, identities)
         if not _ask(search, {}, RoundSize()):
             for label in request.devices:
-                progress.device_started(label, 0, _stored(search, label))
+                progress.device_started(label, 0, _cached(search, label))
             return _schedule_all(search, started, None, progress)
     with ray_session(request.address), _pool(request) as pool:
         search = _search(request, model, measuring, store, pool.identities())
@@ -215,6 +248,7 @@ def _schedule_all(search: _Search, started: float, checker: tuple[DevicePool, Mo
             setting.device, setting.batch, kept, ios.predicted_latency or 0.0, plain.predicted_latency or 0.0,
             setting.measured, len(setting.table) - setting.measured, time.perf_counter() - started, path,
             setting.identity.source, len(search.measuring.space.plan.stages)))
+        progress.kept(outcomes[-1])
     return outcomes
 
 
@@ -243,7 +277,7 @@ def _measure(pool: DevicePool, search: _Search, source: ModelSource, asked: dict
         jobs[label] += [MeasureJob(key, planned[key].stage, planned[key].description, graph, source, batch,
                                    search.dtype) for key in keys]
     for label in search.request.devices:
-        progress.device_started(label, len(jobs[label]), _stored(search, label))
+        progress.device_started(label, len(jobs[label]), _cached(search, label))
     for setting in search.settings:
         search.measuring.record(setting, asked.get((setting.device, setting.batch), []))
     report = pool.measure(jobs, lambda rows: search.store.put(rows_to_table(rows)), progress.advanced)
@@ -251,9 +285,10 @@ def _measure(pool: DevicePool, search: _Search, source: ModelSource, asked: dict
         raise KeyboardInterrupt
 
 
-def _stored(search: _Search, label: str) -> int:
-    """How many (stage, batch) latencies of one device the search could take from the store when it last looked."""
-    return sum(len(setting.table) for setting in search.of(label))
+def _cached(search: _Search, label: str) -> int:
+    """How many (stage, batch) latencies of one device the search found stored before it measured any: the sum of
+    the ``cached`` of the device's outcomes."""
+    return sum(len(setting.table) - setting.measured for setting in search.of(label))
 
 
 def _simulated_identities(devices: Sequence[str]) -> dict[str, DeviceIdentity] | None:

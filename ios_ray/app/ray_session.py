@@ -12,14 +12,20 @@ search is used as it is, whatever the address: the caller chose it.
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
-from typing import Any, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Sequence
 
 from ios_ray.errors import UserError, first_line
 from ios_ray.interrupts import ctrl_c_held
 
+if TYPE_CHECKING:
+    from ios_ray.profiler.cluster import Node
+
 #: The GCS address of the local Ray a search started and keeps (None: none).
 _kept_address: str | None = None
+#: The GCS address of the cluster the running search joined at its address (None: none).
+_joined_address: str | None = None
 
 
 @contextmanager
@@ -32,6 +38,7 @@ def ray_session(address: str | None) -> Iterator[None]:
         return
     if ray.is_initialized() and address is not None:
         _forget(ray)  # ours and local, but this search joins a cluster
+    global _joined_address
     try:
         if not ray.is_initialized():
             with ctrl_c_held():  # Ray's start forks processes, and a Ctrl-C inside a fork handler would be lost
@@ -44,6 +51,45 @@ def ray_session(address: str | None) -> Iterator[None]:
     finally:
         if address is not None:
             ray.shutdown()
+            _joined_address = None
+
+
+def joined(address: str | None) -> ContextManager[None]:
+    """For a search at an address, the cluster there, joined now (and left when the search ends); else nothing yet
+    (a local Ray starts only where something is measured)."""
+    return ray_session(address) if address is not None else nullcontext()
+
+
+@dataclass(frozen=True)
+class ClusterInUse:
+    """The Ray a search runs on: in words (``where``) and its live nodes (this machine, foreseen, before a local
+    Ray starts)."""
+
+    where: str
+    nodes: Sequence[Node]
+
+    def summary(self) -> str:
+        """One line: where, how many nodes, CPUs and GPUs, and the devices they offer."""
+        from ios_ray.profiler.cluster import describe_nodes, offered_labels
+
+        return f"cluster: {self.where}: {describe_nodes(self.nodes)}; devices offered: {', '.join(offered_labels(self.nodes))}"
+
+
+def cluster_in_use(address: str | None) -> ClusterInUse:
+    """The Ray a search at ``address`` runs on (one at an address must be joined already, :func:`joined`)."""
+    from ios_ray.profiler.cluster import live_nodes, local_node
+
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return ClusterInUse("this machine's local Ray (no address given)", [local_node()])
+    gcs = ray.get_runtime_context().gcs_address
+    if gcs == _kept_address:
+        where = f"the local Ray at {gcs} (started by an earlier search of this process)"
+    elif gcs == _joined_address:
+        where = f"the Ray cluster at {gcs}" + ("" if address == gcs else f" (address {address})")
+    else:
+        where = f"the Ray at {gcs} (connected before the search, so used whatever the address)"
+    return ClusterInUse(where, live_nodes())
 
 
 def runs_here(address: str | None) -> bool:
@@ -60,13 +106,14 @@ def runs_here(address: str | None) -> bool:
 
 def _start(ray: Any, address: str | None) -> None:
     """Start a local Ray (and keep it) without ``address``, else join the cluster there."""
-    global _kept_address
+    global _kept_address, _joined_address
     try:
         if address is None:
             ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level="ERROR")
             _kept_address = ray.get_runtime_context().gcs_address
         else:
             ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+            _joined_address = ray.get_runtime_context().gcs_address
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
         raise UserError(f"cannot reach a Ray cluster at {address!r}: {first_line(exc)}") from None
 
