@@ -16,7 +16,7 @@ from ios_ray.errors import UserError
 from ios_ray.vocabulary import checked_batches
 
 if TYPE_CHECKING:
-    from ios_ray.app.evaluation import Lookup
+    from ios_ray.app.budgets import Lookup
 
 F = TypeVar("F", bound=Callable[..., Any])
 
