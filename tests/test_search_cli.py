@@ -249,6 +249,17 @@ def test_show_plot_into_a_folder_fails_in_one_line(filled_store: FilledStore, tm
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
 
 
+def test_show_draws_the_timeline_beside_the_sequential_schedule(filled_store: FilledStore, tmp_path: Path) -> None:
+    [schedule] = filled_store.path.parent.glob("out/squeezenet/sim-v100/bs1.json")
+    pictures = [tmp_path / "pictures" / "s.png", tmp_path / "s.svg"]
+    done = ios_ray_here("show", str(schedule), "--plot", str(pictures[0]), "--plot", str(pictures[1]), "--store",
+                        str(filled_store.path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"picture written to {pictures[0]}, {pictures[1]}" in done.stdout
+    assert pictures[0].read_bytes().startswith(b"\x89PNG")
+    assert "sequential: 37 units" in pictures[1].read_text()  # the store held every unit alone
+
+
 #: Searching v100 on a machine whose Ray would offer no V100, with Ray's start and the model's import made to fail
 #: the test, as the CLI runs it.
 NO_V100_HERE = """

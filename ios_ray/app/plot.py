@@ -45,6 +45,7 @@ def plot_schedule(schedule: Schedule, timeline: Timeline, sequential: Timeline |
                   store: str) -> None:
     """Draw the schedule's timeline above the sequential one's and write it to every path (by its suffix)."""
     try:
+        from matplotlib import rc_context
         from matplotlib.figure import Figure
         from matplotlib.patches import Patch
     except ImportError:
@@ -81,7 +82,8 @@ def plot_schedule(schedule: Schedule, timeline: Timeline, sequential: Timeline |
     for path in paths:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            figure.savefig(path, dpi=150)
+            with rc_context({"svg.fonttype": "none"}):  # an SVG's names stay text: found, copied, read aloud
+                figure.savefig(path, dpi=150)
         except OSError as exc:
             raise UserError(f"cannot write the picture {path} ({exc.strerror or exc}); pass another --plot.") from None
 
