@@ -417,11 +417,11 @@ def schedule_path(
 def folder_name(name: str) -> str:
     """A model name or device label as a folder name any file system and shell takes as it is: ``:`` becomes
     ``-`` (``sim:v100`` is ``sim-v100``, ``mynet:build`` is ``mynet-build``), and every other character but letters,
-    digits, ``_`` and ``.`` (``-`` and ``/`` among them, and a leading ``.``) becomes ``%XX`` per byte of its UTF-8
-    (``ultralytics:yolo11n-seg`` is ``ultralytics-yolo11n%2Dseg``). So it reads back: ``-`` to ``:``, then each
-    ``%XX`` (``urllib.parse.unquote``). Folders written before this spelling (``sim:v100``) are read as any others:
-    readers take every ``*.json`` under a folder, and each file names its model and device itself."""
-    escaped = re.sub(r"[^A-Za-z0-9_.:]|^\.", lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), name)
+    digits, ``_``, ``.``, ``@`` and ``+`` (``-`` and ``/`` among them, and a leading ``.``) becomes ``%XX`` per byte
+    of its UTF-8 (``ultralytics:yolo11n-seg`` is ``ultralytics-yolo11n%2Dseg``). So it reads back: ``-`` to ``:``,
+    then each ``%XX`` (``urllib.parse.unquote``). Folders written before this spelling (``sim:v100``) are read as any
+    others: readers take every ``*.json`` under a folder, and each file names its model and device itself."""
+    escaped = re.sub(r"[^A-Za-z0-9_.:@+]|^\.", lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), name)
     return escaped.replace(":", "-")
 
 

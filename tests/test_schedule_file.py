@@ -222,7 +222,8 @@ def test_every_defect_is_named_and_run_and_scheduled_module_refuse_the_file_unto
 
 @pytest.mark.parametrize("name, folder", [
     ("sim:v100", "sim-v100"), ("cuda:1", "cuda-1"), ("cpu", "cpu"), ("mynet:build", "mynet-build"),
-    ("Net.graph0", "Net.graph0"), ("ultralytics:yolo11n-seg", "ultralytics-yolo11n%2Dseg"),
+    ("Net.graph0", "Net.graph0"), ("Net.forward@17.afdeba2119f3", "Net.forward@17.afdeba2119f3"),
+    ("ultralytics:yolo11n-seg", "ultralytics-yolo11n%2Dseg"),
     ("smp:FPN/resnet34", "smp-FPN%2Fresnet34"), ("..", "%2E."), ("a:-b c", "a-%2Db%20c"),
 ])
 def test_folder_names_have_no_colon_and_read_back(name: str, folder: str) -> None:

@@ -86,7 +86,7 @@ class Binding:
         programs: dict[torch.device, Program] = {}
         if call.batch is not None:
             programs[x.device] = _check_fixed_batch(call, imported, x, name)
-        return cls(call, imported, f"{name}-{imported.graph.fingerprint[:12]}", held, _versions(held),
+        return cls(call, imported, f"{name}.{imported.graph.fingerprint[:12]}", held, _versions(held),
                    programs=programs)
 
     @property

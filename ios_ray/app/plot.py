@@ -126,7 +126,7 @@ def _points_per_ms(axes: Axes, end: float) -> float:
 def _kept(schedule: Schedule) -> str:
     """The panel's name for the file's schedule: which one the search kept, and why."""
     check = schedule.end_to_end
-    return "schedule kept" if check is None else check.decision.replace("kept ", "schedule kept: ", 1)
+    return "IOS schedule" if check is None else check.decision.replace("kept ", "schedule kept: ", 1)
 
 
 def _how(schedule: Schedule) -> str:
