@@ -205,29 +205,3 @@ def test_optimize_runs_on_this_machine_only() -> None:
     with pytest.raises(UserError, match="optimize takes the dtype from the example input"):
         ios_ray.optimize(TwoBranch(), x, dtype="float16")
 
-
-def readme_example(section: str = "## From Python") -> str:
-    """The Python example of a section of the README, verbatim."""
-    text = (ROOT / "README.md").read_text()
-    text = text[text.index(section):]
-    return text[text.index("```python\n") + len("```python\n"):text.index("\n```\n")]
-
-
-@pytest.mark.slow
-def test_the_readme_torch_compile_example_runs_as_it_stands(tmp_path: Path) -> None:
-    (tmp_path / "example.py").write_text(readme_example("## With torch.compile"))
-    done = run(["example.py"], tmp_path)
-    assert done.returncode == 0, done.stderr
-    ran = [line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith("Net.forward")]
-    assert [graph for graph, _ in ran] == ["Net.forward", "Net.forward@17"]
-    assert [runs for _, runs in ran] == ["{'schedules/Net.graph0/cpu/bs8.json': 1}",
-                                         "{'schedules/Net.graph1/cpu/bs8.json': 1}"]  # looked up, nothing measured
-
-
-def test_the_readme_python_example_runs_as_it_stands(tmp_path: Path) -> None:
-    (tmp_path / "example.py").write_text(readme_example())
-    done = run(["example.py"], tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert "SearchResult('Mixed', input 32x17x17, float32):" in done.stdout
-    assert sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "schedules").rglob("*.json")) == [
-        "schedules/Mixed/cpu/bs1.json", "schedules/Mixed/cpu/bs8.json"]

@@ -60,6 +60,7 @@ def cluster_env(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
     shutil.rmtree(temp, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_the_readme_recipe_searches_across_two_nodes(cluster_env: tuple[dict[str, str], Path], tmp_path: Path
                                                      ) -> None:
     env, temp = cluster_env
