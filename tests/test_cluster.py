@@ -17,7 +17,8 @@ import pytest
 from ray.cluster_utils import Cluster
 
 from ios_ray.app.evaluation import cross_evaluate, winners_hold
-from ios_ray.app.job import SearchOutcome, SearchRequest, run_search
+from ios_ray.app.job import SearchRequest, run_search
+from ios_ray.app.outcome import SearchOutcome
 from ios_ray.app.progress import SilentProgress
 from ios_ray.devices import parse_device
 from ios_ray.errors import UserError

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Sequence
 import torch
 from torch import nn
 
-from ios_ray.app.job import SearchOutcome, run_search
+from ios_ray.app.job import run_search
+from ios_ray.app.outcome import SearchOutcome
 from ios_ray.app.progress import RichSearchProgress, SearchProgress, SilentProgress
 from ios_ray.app.options import api_doc, api_parameters
 from ios_ray.app.request import SearchRequest
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SearchResult:
-    """What a search found for one model: one :class:`~ios_ray.app.job.SearchOutcome` per (device, batch)."""
+    """What a search found for one model: one :class:`~ios_ray.app.outcome.SearchOutcome` per (device, batch)."""
 
     model: str
     input_shape: tuple[int, ...]

@@ -31,12 +31,12 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator, Sequence
 
 from ios_ray.app.budgets import refuse_unreachable_budgets, refuse_what_cannot_fit, search_budget
 from ios_ray.app.check import checked_end_to_end
 from ios_ray.app.measuring import Exhaustive, Lazy, Measuring, Setting
+from ios_ray.app.outcome import SearchOutcome
 from ios_ray.app.progress import SearchProgress
 from ios_ray.app.ray_session import cluster_in_use, joined, ray_session, runs_here
 from ios_ray.app.request import SearchRequest, checked_request
@@ -47,63 +47,11 @@ from ios_ray.errors import UserError
 from ios_ray.frontend import Model, import_model, load_model
 from ios_ray.profiler import DeviceIdentity, DevicePool, MeasureJob, ModelSource
 from ios_ray.profiler.cluster import check_offered
-from ios_ray.schedule import EndToEnd, Schedule, save_schedule, schedule_path
+from ios_ray.schedule import Schedule, save_schedule, schedule_path
 from ios_ray.scheduler import TableLatency, sequential
 from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore, rows_to_table
 from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT
-
-
-@dataclass(frozen=True)
-class SearchOutcome:
-    """The result for one (device, batch): the schedule kept, the DP's and the sequential schedule's predicted
-    latency, how many stages were measured new and found stored (outliers measured again count in neither: the
-    schedule's ``params["measure"]["remeasured"]``), where the file went (None: not written), and on a measured
-    device the end-to-end check (the ratio DP / sequential, its interval and rounds, which of the two it kept and
-    why: ``end_to_end.decision``)."""
-
-    device: str
-    batch: int
-    schedule: Schedule
-    predicted_ms: float
-    sequential_ms: float
-    measured: int
-    cached: int
-    wall_s: float
-    path: Path | None
-    source: str
-    planned: int = 0
-
-    @property
-    def end_to_end(self) -> EndToEnd | None:
-        """The end-to-end check behind the kept schedule (None on a ``sim:`` device or with no check)."""
-        return self.schedule.end_to_end
-
-    @property
-    def speedup(self) -> float:
-        """Predicted speedup of the IOS schedule over the sequential one."""
-        return self.sequential_ms / self.predicted_ms
-
-    @property
-    def decision(self) -> str:
-        """Which schedule the file keeps and why: the end-to-end check's decision (``kept sequential: within noise,
-        0.98-1.03``), else why there was no check."""
-        if self.end_to_end is not None:
-            return self.end_to_end.decision
-        if self.source == "simulated":
-            return "kept IOS: simulated, so nothing to time end to end"
-        return "kept IOS: not checked end to end (check_rounds=0)"
-
-    def summary(self) -> str:
-        """One line: the decision, both predictions, what the check timed, and the peak memory."""
-        check = self.end_to_end
-        timed = ""
-        if check is not None:
-            ratio = "" if check.ratio is None else f", ratio {check.ratio.median:.3f}"
-            timed = f"; end to end {check.dp_ms:.3f} / {check.sequential_ms:.3f} ms{ratio} in {check.rounds} rounds"
-        memory = "" if self.schedule.memory is None else f"; {self.schedule.memory.summary()}"
-        return (f"{self.device} batch {self.batch}: {self.decision}; IOS {self.predicted_ms:.3f} ms, sequential "
-                f"{self.sequential_ms:.3f} ms predicted ({self.source}){timed}{memory}")
 
 
 @dataclass(frozen=True)

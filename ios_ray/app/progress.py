@@ -24,7 +24,7 @@ from ios_ray.ir import Graph
 from ios_ray.scheduler import Plan
 
 if TYPE_CHECKING:
-    from ios_ray.app.job import SearchOutcome
+    from ios_ray.app.outcome import SearchOutcome
 
 
 class SearchProgress(Protocol):
