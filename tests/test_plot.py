@@ -26,7 +26,8 @@ CHAIN_MS = 4.0
 
 def three_stages(graph: Graph) -> Schedule:
     """A merge of two convs, a chain beside a conv, then the concat: 2, 5 and 1 ms."""
-    stages = (Stage("merge", (("b1",), ("bp",))), Stage("concurrent", (CHAIN, ("bda",))), Stage("concurrent", (("cat",),)))
+    stages = (Stage("merge", (("b1",), ("bp",))), Stage("concurrent", (CHAIN, ("bda",))),
+              Stage("concurrent", (("cat",),)))
     return Schedule("inception_c_like", graph.fingerprint, "sim:v100", 1, (BlockSchedule(0, stages, (2.0, 5.0, 1.0)),),
                     device_fingerprint="fp", source="simulated")
 
@@ -53,7 +54,8 @@ def test_stages_follow_their_latencies_and_groups_their_own(small_graph: Graph) 
     assert (bars["b1"].lane, bars["b1"].start_ms, bars["b1"].ms, bars["b1"].merged) == (0, 0.0, 1.0, True)
     assert (bars["bp"].start_ms, bars["bp"].ms) == (1.0, 1.0)
     # the chain takes its measured 4 ms on stream 0, shared by its units alone (1:2:1); the conv beside it 1 ms
-    assert [(bars[u].lane, bars[u].start_ms, bars[u].ms) for u in CHAIN] == [(0, 2.0, 1.0), (0, 3.0, 2.0), (0, 5.0, 1.0)]
+    assert [(bars[u].lane, bars[u].start_ms, bars[u].ms) for u in CHAIN] == [
+        (0, 2.0, 1.0), (0, 3.0, 2.0), (0, 5.0, 1.0)]
     assert (bars["bda"].lane, bars["bda"].start_ms, bars["bda"].ms) == (1, 2.0, 1.0)
     # the critical path: the merge, the chain (the longer group), the concat
     assert {bar.unit for bar in timeline.bars if bar.critical} == {"b1", "bp", *CHAIN, "cat"}

@@ -31,6 +31,7 @@ _joined_address: str | None = None
 @contextmanager
 def ray_session(address: str | None) -> Iterator[None]:
     """Ray for the duration of a search: a local one without ``address`` (started once, then kept), else joined."""
+    global _joined_address
     import ray
 
     if ray.is_initialized() and ray.get_runtime_context().gcs_address != _kept_address:
@@ -38,7 +39,6 @@ def ray_session(address: str | None) -> Iterator[None]:
         return
     if ray.is_initialized() and address is not None:
         _forget(ray)  # ours and local, but this search joins a cluster
-    global _joined_address
     try:
         if not ray.is_initialized():
             with ctrl_c_held():  # Ray's start forks processes, and a Ctrl-C inside a fork handler would be lost
@@ -72,7 +72,8 @@ class ClusterInUse:
         """One line: where, how many nodes, CPUs and GPUs, and the devices they offer."""
         from ios_ray.profiler.cluster import describe_nodes, offered_labels
 
-        return f"cluster: {self.where}: {describe_nodes(self.nodes)}; devices offered: {', '.join(offered_labels(self.nodes))}"
+        offered = ", ".join(offered_labels(self.nodes))
+        return f"cluster: {self.where}: {describe_nodes(self.nodes)}; devices offered: {offered}"
 
 
 def cluster_in_use(address: str | None) -> ClusterInUse:

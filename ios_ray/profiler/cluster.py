@@ -1,4 +1,5 @@
-"""Which live Ray nodes offer which device labels, and where each label's actors go.
+"""Which Ray nodes offer which device labels (the live ones, or this machine as a local Ray would see it before it
+starts), what to do about a label none offers, and where each label's actors go.
 
 Placement rules (one actor per device unit):
 
