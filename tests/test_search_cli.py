@@ -454,8 +454,8 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path, ray_local: 
     assert check.rounds in LookPlan.planned(DEFAULT_CHECK_ROUNDS).looks and check.ratio.rounds == check.rounds
     assert (check.kept == "dp") == (check.ratio.high is not None and check.ratio.high < 1)
     assert row.kept == f"{'IOS' if check.kept == 'dp' else 'sequential'}: {check.reason}"
-    assert f"cpu batch 1: IOS / sequential {check.ratio.median:.3f} in {check.rounds} rounds" in searched.stdout
-    assert check.decision in searched.stdout
+    assert f"cpu batch 1: {check.decision}; " in searched.stdout  # the setting's line, as it was decided
+    assert f"ratio {check.ratio.median:.3f} in {check.rounds} rounds" in searched.stdout
     assert check.sequential_predicted_ms is not None and check.dp_predicted_ms is not None
     assert check.dp_predicted_ms <= check.sequential_predicted_ms * (1 + 1e-9)  # the DP never predicts worse
     if check.kept == "sequential":
@@ -511,13 +511,14 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path, ray_local: 
         "prediction with `ios-ray evaluate --schedules DIR`."]
 
     picture = tmp_path / "pic.svg"
-    shown = ios_ray_here("show", str(schedule), "--svg", str(picture), cwd=tmp_path)
+    shown = ios_ray_here("show", str(schedule), "--plot", str(picture), "--store", str(store), cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "block 0" in shown.stdout
     assert f"end-to-end check: {check.summary()}" in shown.stdout
     root = ElementTree.parse(picture).getroot()
     assert root.tag == "{http://www.w3.org/2000/svg}svg"
-    assert root.findall(".//{http://www.w3.org/2000/svg}rect")
+    texts = {"".join(t.itertext()) for t in root.iter("{http://www.w3.org/2000/svg}text")}
+    assert "thread 0" in texts and any(text.startswith("sequential: 37 units") for text in texts), texts
 
 
 

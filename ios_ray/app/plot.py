@@ -60,7 +60,7 @@ def plot_schedule(schedule: Schedule, timeline: Timeline, sequential: Timeline |
     lane_word = "thread" if schedule.device == "cpu" else "stream"
     kept = _kept(schedule)
     _panel(axes[0], timeline, end, [f"{lane_word} {i}" for i in range(timeline.lanes)],
-           f"{kept}: {len(schedule.stages)} stages, {timeline.total_ms:.3f} ms")
+           f"{kept}; {len(schedule.stages)} stages, {timeline.total_ms:.3f} ms")
     if sequential is not None:
         speedup = sequential.total_ms / timeline.total_ms if timeline.total_ms > 0 else float("nan")
         _panel(axes[1], sequential, end, ["one at a time"],
@@ -126,7 +126,9 @@ def _points_per_ms(axes: Axes, end: float) -> float:
 def _kept(schedule: Schedule) -> str:
     """The panel's name for the file's schedule: which one the search kept, and why."""
     check = schedule.end_to_end
-    return "IOS schedule" if check is None else check.decision.replace("kept ", "schedule kept: ", 1)
+    if check is None:
+        return "IOS schedule"
+    return f"{'IOS' if check.kept == 'dp' else 'sequential'} schedule, kept: {check.decision.split(': ', 1)[1]}"
 
 
 def _how(schedule: Schedule) -> str:
