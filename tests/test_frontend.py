@@ -49,6 +49,7 @@ def test_ir_execution_equals_forward(name: str) -> None:
         assert relative_error(program.run(x), expected) <= 1e-5
 
 
+@pytest.mark.slow
 def test_inception_blocks_found_from_wiring() -> None:
     graph = _zoo_import("inception_v3")[1].graph
     widths = [BlockDag.of(graph, b).width for b in graph.blocks]
@@ -58,6 +59,7 @@ def test_inception_blocks_found_from_wiring() -> None:
     assert all(graph.unit(b.exit).kind in ("concat", "pool") for b in parallel)
 
 
+@pytest.mark.slow
 def test_every_unit_in_exactly_one_block() -> None:
     for name in ZOO:
         graph = _zoo_import(name)[1].graph
