@@ -152,7 +152,8 @@ def test_a_half_model_object_is_measured_stored_and_deployed_in_its_own_dtype(ra
     assert "input 3x16x16, bfloat16" in repr(result)
     check = outcome.end_to_end
     assert check.ratio is not None and check.rounds >= LookPlan.planned(least_rounds()).looks[0]
-    assert f"ratio {check.ratio.median:.3f} in {check.rounds} rounds; {check.decision}" in repr(result)
+    assert f"cpu batch 2: {check.decision}; " in repr(result)
+    assert f"ratio {check.ratio.median:.3f} in {check.rounds} rounds" in repr(result)
     assert set(LatencyStore(store, create=False).query(device="cpu")["dtype"].to_pylist()) == {"bfloat16"}
     [path] = result.save(tmp_path / "out")
     assert path.name == "bs2-bfloat16.json" and read_schedule(path).dtype == "bfloat16"
