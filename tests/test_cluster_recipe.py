@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -55,7 +56,8 @@ def cluster_env(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
     home.mkdir()
     temp = Path(tempfile.mkdtemp(prefix="iosr", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env |= {"HOME": str(home), "PYTHONPATH": str(ROOT)}
+    scripts = sysconfig.get_path("scripts")  # where this Python's `ray` command is, first on PATH
+    env |= {"HOME": str(home), "PYTHONPATH": str(ROOT), "PATH": os.pathsep.join([scripts, env.get("PATH", "")])}
     yield env, temp
     shutil.rmtree(temp, ignore_errors=True)
 
