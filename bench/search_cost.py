@@ -33,10 +33,9 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.verdict import run_parts  # noqa: E402
-from ios_ray.ir import Graph  # noqa: E402
 from ios_ray.paired import REPORT_CONFIDENCE, median_interval, percent, ratios_of
-from ios_ray.scheduler import Plan
 from ios_ray.app.job import SearchRequest, run_search
+from ios_ray.app.progress import SilentProgress
 from ios_ray.store import LatencyStore
 
 REPEAT_TARGET = 20.0
@@ -70,16 +69,13 @@ class ScalingRun:
         return self.stages / self.seconds
 
 
-class MeasuringClock:
+class MeasuringClock(SilentProgress):
     """A SearchProgress that records when measuring starts and when the last stage is in."""
 
     def __init__(self) -> None:
         self.started: float | None = None
         self.finished: float | None = None
         self.total = 0
-
-    def planned(self, graph: Graph, plan: Plan) -> None:
-        """Nothing to record."""
 
     def device_started(self, device: str, total: int, cached: int) -> None:
         """Start the clock."""
@@ -90,12 +86,6 @@ class MeasuringClock:
         """Stop the clock when every stage is measured."""
         if total and done == total and self.finished is None:
             self.finished = time.perf_counter()
-
-    def choosing_kernels(self, device: str, batch: int) -> None:
-        """Nothing to record (sim devices choose no kernels by timing)."""
-
-    def checking(self, device: str, batch: int) -> None:
-        """Nothing to record (sim devices are not checked end to end)."""
 
     @property
     def seconds(self) -> float:

@@ -517,11 +517,21 @@ def schedule_path(
     memory_format: str = DEFAULT_MEMORY_FORMAT,
 ) -> Path:
     """Where a schedule is written: ``OUT/<model>/<device>/bs<batch>.json``, with ``-<dtype>`` after the batch for a
-    dtype other than float32 and ``-channels_last`` for that memory format (``bs8-float16-channels_last.json``; odd
-    characters of a spec made safe)."""
-    safe_model = re.sub(r"[^A-Za-z0-9_.:-]", "_", model)
+    dtype other than float32 and ``-channels_last`` for that memory format (``bs8-float16-channels_last.json``); the
+    model and device spelt as folder names (:func:`folder_name`: ``sim:v100`` is ``sim-v100``)."""
     suffix = "".join(f"-{setting}" for setting in settings_named(dtype, memory_format))
-    return Path(out) / safe_model / device / f"bs{batch}{suffix}.json"
+    return Path(out) / folder_name(model) / folder_name(device) / f"bs{batch}{suffix}.json"
+
+
+def folder_name(name: str) -> str:
+    """A model name or device label as a folder name any file system and shell takes as it is: ``:`` becomes
+    ``-`` (``sim:v100`` is ``sim-v100``, ``mynet:build`` is ``mynet-build``), and every other character but letters,
+    digits, ``_``, ``.``, ``@`` and ``+`` (``-`` and ``/`` among them, and a leading ``.``) becomes ``%XX`` per byte
+    of its UTF-8 (``ultralytics:yolo11n-seg`` is ``ultralytics-yolo11n%2Dseg``). So it reads back: ``-`` to ``:``,
+    then each ``%XX`` (``urllib.parse.unquote``). Folders written before this spelling (``sim:v100``) are read as any
+    others: readers take every ``*.json`` under a folder, and each file names its model and device itself."""
+    escaped = re.sub(r"[^A-Za-z0-9_.:@+]|^\.", lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), name)
+    return escaped.replace(":", "-")
 
 
 def save_schedule(schedule: Schedule, path: Path) -> None:

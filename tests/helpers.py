@@ -20,7 +20,11 @@ from ios_ray.profiler.jobs import ModelSource
 from ios_ray.scheduler import SearchParams, plan_graph
 from ios_ray.scheduler.plan import Plan
 
-__all__ = ["ios_ray_here", "randomise_batchnorm", "relative_error", "tf32"]
+__all__ = ["HANG_S", "ios_ray_here", "randomise_batchnorm", "relative_error", "tf32"]
+
+#: How long a test waits for a command or process it started before calling it hung: a guard against hangs, never a
+#: speed target (those live in bench/), so generous enough for a 2-core machine that others load many times over.
+HANG_S = 900
 
 
 @contextmanager

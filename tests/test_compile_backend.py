@@ -27,8 +27,8 @@ from ios_ray.app.compiled_search import record_graphs
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_module
 from ios_ray.store import LatencyStore
-from tests.helpers import ios_ray_here
-from tests.compile_models import INPUT_SHAPE, Branching, Broken, Caching, TwoInputs, broken
+from tests.helpers import HANG_S, ios_ray_here
+from tests.compile_models import INPUT_SHAPE, Branching, Caching, TwoInputs, broken
 from tests.test_runtime_schedules import BUILDERS, make_schedule
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -321,7 +321,7 @@ def compile_in_a_fresh_process(store: Path, out: Path | None, batch: int) -> dic
     """Compile :func:`broken` with these schedules and store in a new process; what ran, what it warned, whether it
     started Ray."""
     done = subprocess.run([sys.executable, "-c", COMPILE_AGAIN, str(store), str(out or "-"), str(batch)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+                          cwd=ROOT, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -75,6 +75,7 @@ def test_folding_rounds_once_to_the_conv_dtype() -> None:
     assert torch.equal(folded.bias, wide.bias.half())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", HALVES)
 def test_a_program_in_half_precision_matches_the_half_model(dtype: torch.dtype) -> None:
     """A model imported in ``dtype`` computes what it computes eagerly there, within the tolerance ``ios-ray run``

@@ -19,7 +19,7 @@ from ios_ray.ir import GRAPH_INPUT, Block, Graph, Unit, Value
 from ios_ray.models import resolve_model
 from ios_ray.runtime.program import Program
 from ios_ray.scheduler import BlockDag
-from tests.helpers import randomise_batchnorm, relative_error
+from tests.helpers import HANG_S, randomise_batchnorm, relative_error
 from tests.user_models import BatchBranching, unknown_ops
 from ios_ray.zoo import ZOO
 
@@ -37,7 +37,8 @@ def _zoo_import(name: str) -> tuple[torch.nn.Module, Imported]:
     return module, import_module(module, torch.randn(1, *SMALL_INPUTS.get(name, spec.input_shape)), name)
 
 
-@pytest.mark.parametrize("name", list(ZOO))
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if name in ("inception_v3", "nasnet_a")
+                                  else name for name in ZOO])
 def test_ir_execution_equals_forward(name: str) -> None:
     module, imported = _zoo_import(name)
     program = Program.from_imported(imported)
@@ -48,6 +49,7 @@ def test_ir_execution_equals_forward(name: str) -> None:
         assert relative_error(program.run(x), expected) <= 1e-5
 
 
+@pytest.mark.slow
 def test_inception_blocks_found_from_wiring() -> None:
     graph = _zoo_import("inception_v3")[1].graph
     widths = [BlockDag.of(graph, b).width for b in graph.blocks]
@@ -57,6 +59,7 @@ def test_inception_blocks_found_from_wiring() -> None:
     assert all(graph.unit(b.exit).kind in ("concat", "pool") for b in parallel)
 
 
+@pytest.mark.slow
 def test_every_unit_in_exactly_one_block() -> None:
     for name in ZOO:
         graph = _zoo_import(name)[1].graph
@@ -200,7 +203,7 @@ def test_options_after_the_input_are_imported_at_their_defaults() -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ios_ray", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "ios_ray", *args], capture_output=True, text=True, timeout=HANG_S)
 
 
 @pytest.mark.parametrize("model, message", [
@@ -214,6 +217,7 @@ def test_cli_bad_model_is_one_sentence(model: str, message: str) -> None:
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_cli_inspect_inception() -> None:
     result = _cli("inspect", "--model", "inception_v3", "--json")
     assert result.returncode == 0, result.stderr

@@ -175,6 +175,7 @@ def test_a_submodule_torch_fx_cannot_trace_runs_as_one_opaque_unit() -> None:
         assert relative_error(Program.from_imported(model).run(x), model.module(x)) <= 1e-6
 
 
+@pytest.mark.slow
 def test_torchvision_style_inception_plans_as_many_stages_as_the_zoos() -> None:
     case = Case(inception_v3_style)
     graph = case.imported.graph

@@ -242,6 +242,7 @@ def solved_under_budget(measuring: Measuring, graph: Graph, budget: MemoryBudget
     return sum(block.latency or 0.0 for block in blocks), memory.peak_bytes, len(setting.table)
 
 
+@pytest.mark.slow
 @PROPS
 @given(dags(), st.floats(0.0, 1.0))
 def test_under_a_memory_budget_lazy_ends_as_cheap_as_all(graph: Graph, where: float) -> None:

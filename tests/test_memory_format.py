@@ -178,6 +178,7 @@ def test_a_module_converted_after_wrapping_runs_the_schedules_of_its_new_format(
         assert relative_error(only_nchw(x), only_nchw.module(x)) == 0
 
 
+@pytest.mark.slow
 def test_a_channels_last_model_object_is_searched_stored_and_deployed_in_nhwc(ray_local: None, tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = TwoBranch().eval().to(memory_format=NHWC)
@@ -210,6 +211,7 @@ def test_a_channels_last_model_object_is_searched_stored_and_deployed_in_nhwc(ra
     assert again["cpu", 2].cached == outcome.measured
 
 
+@pytest.mark.slow
 def test_the_cli_searches_runs_and_shows_a_channels_last_model(ray_local: None, tmp_path: Path) -> None:
     common = ["--model", "squeezenet", "--input-shape", "3x64x64"]
     done = ios_ray_here("search", *common, "--devices", "cpu", "--memory-format", "nhwc", "--store", "s.duckdb",

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from rich.console import Console
 
 from ios_ray.app.progress import RichSearchProgress
@@ -14,6 +15,7 @@ from ios_ray.blocks import find_blocks
 from ios_ray.frontend import opaque_report
 from ios_ray.ir import GRAPH_INPUT, Graph, Unit, Value
 from ios_ray.scheduler import SearchParams, plan_graph
+from tests.helpers import HANG_S
 
 
 def chain_graph(kinds: list[str]) -> Graph:
@@ -50,12 +52,13 @@ def test_search_warns_in_one_line_above_ten_percent_opaque() -> None:
     assert "warning" not in planned_output(chain_graph(["pool"] * 9 + ["opaque"]))
 
 
+@pytest.mark.slow
 def test_inspect_prints_the_opaque_report() -> None:
     result = subprocess.run([sys.executable, "-m", "ios_ray", "inspect", "--model", "tests.user_models:unknown_ops"],
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=HANG_S)
     assert result.returncode == 0, result.stderr
     assert "1 of 4 units are opaque (25.0% of units" in result.stdout.splitlines()[-1]
     as_json = subprocess.run([sys.executable, "-m", "ios_ray", "inspect", "--model", "tests.user_models:unknown_ops",
-                              "--json"], capture_output=True, text=True, timeout=120)
+                              "--json"], capture_output=True, text=True, timeout=HANG_S)
     opaque = json.loads(as_json.stdout)["opaque"]
     assert (opaque["units"], opaque["opaque"]) == (4, 1) and {o["op"] for o in opaque["ops"]} == {"cumsum"}

@@ -50,6 +50,7 @@ def test_a_unit_alone_much_slower_than_a_stage_containing_it_is_an_outlier(
     assert inflated({containing: 0.001, first: 0.02}, parts) == []  # 20 times, but by less than timing resolution
 
 
+@pytest.mark.slow
 def test_a_stored_outlier_is_measured_again_once_by_the_next_search(ray_local: None, tmp_path: Path) -> None:
     model = TwoBranch().eval()
     store_path = tmp_path / "s.duckdb"
@@ -83,6 +84,7 @@ def test_a_stored_outlier_is_measured_again_once_by_the_next_search(ray_local: N
     assert remeasured[slowed] != 50 * fastest  # the outlier is replaced by the new row (however loaded the box)
 
 
+@pytest.mark.slow
 def test_simulated_devices_are_never_measured_again(tmp_path: Path) -> None:
     options = {"store": tmp_path / "s.duckdb", "progress": False}
     ios_ray.search("squeezenet", "sim:v100", 1, **options)

@@ -26,7 +26,7 @@ from ios_ray.schedule import BlockSchedule, Schedule
 from ios_ray.scheduler import greedy_stages, sequential_stages
 from ios_ray.stage import Stage, StageKeys
 from ios_ray.store.schema import STORE_SCHEMA, conform, rows_to_table
-from tests.helpers import actor_pid, spec_source
+from tests.helpers import HANG_S, actor_pid, spec_source
 
 #: The zoo's SqueezeNet, as actors build it.
 SQUEEZENET = spec_source("squeezenet")
@@ -94,6 +94,7 @@ def whole_schedules(graph: Graph, model: str) -> dict[str, Schedule]:
             for name, make in (("first", sequential_stages), ("second", greedy_stages))}
 
 
+@pytest.mark.slow
 def test_real_backend_times_two_whole_schedules_in_paired_rounds() -> None:
     graph = import_model("squeezenet").graph
     backend = RealBackend(parse_device("cpu"))
@@ -109,6 +110,7 @@ def test_real_backend_times_two_whole_schedules_in_paired_rounds() -> None:
                                                rounds=8))
 
 
+@pytest.mark.slow
 def test_pool_times_schedules_where_the_device_is_real(ray_local: None) -> None:
     graph = import_model("squeezenet").graph
     job = CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), "second", 1, rounds=8)
@@ -119,6 +121,7 @@ def test_pool_times_schedules_where_the_device_is_real(ray_local: None) -> None:
             pool.time_schedules("sim:v100", job)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("restarts", (1, 0))
 def test_an_actor_killed_during_the_end_to_end_check_is_given_the_check_again(ray_local: None, restarts: int) -> None:
     graph = import_model("squeezenet").graph
@@ -142,6 +145,7 @@ def test_an_actor_killed_during_the_end_to_end_check_is_given_the_check_again(ra
         "out of memory perhaps, each after up to 0 restarts); the measured stages were kept, so run the search again.")
 
 
+@pytest.mark.slow
 def test_pool_measures_every_job_once(ray_local: None, small_graph: Graph) -> None:
     jobs = jobs_for(small_graph)
     rows: list[dict[str, Any]] = []
@@ -165,6 +169,7 @@ def test_pool_measures_every_job_once(ray_local: None, small_graph: Graph) -> No
     assert all(r["device_fingerprint"] == fingerprints[r["device"]] for r in rows)
 
 
+@pytest.mark.slow
 def test_rows_fit_the_store_schema(ray_local: None, small_graph: Graph) -> None:
     rows: list[dict[str, Any]] = []
     with DevicePool.start(["sim:2080ti"], warmup=0, repeat=1) as pool:
@@ -184,6 +189,7 @@ def test_cpu_pool_measures_for_real(ray_local: None) -> None:
     assert report.complete and {r["source"] for r in rows} == {"measured"} and len(rows) == len(jobs)
 
 
+@pytest.mark.slow
 def test_ctrl_c_returns_what_was_finished(ray_local: None, small_graph: Graph) -> None:
     rows: list[dict[str, Any]] = []
 
@@ -197,28 +203,38 @@ def test_ctrl_c_returns_what_was_finished(ray_local: None, small_graph: Graph) -
     report = pool.measure({"sim:h100": jobs}, rows.extend, interrupt_after_four, batch_size=2)
     assert report.interrupted and not report.complete
     assert report.done["sim:h100"] == len(rows) == 4 < report.total["sim:h100"]
-    with pytest.raises(ray.exceptions.RayActorError):
-        actor_pid(actors[0], timeout=30)
+    deadline = time.monotonic() + HANG_S
+    with pytest.raises(ray.exceptions.RayActorError):  # the pool killed its actors
+        while time.monotonic() < deadline:  # Ray kills asynchronously: a call made just before it lands still runs
+            actor_pid(actors[0], timeout=HANG_S)
+            time.sleep(0.5)
 
 
-def test_unknown_and_unoffered_devices_fail_fast(ray_local: None) -> None:
-    start = time.monotonic()
+def test_unknown_and_unoffered_devices_fail_before_an_actor_starts(ray_local: None,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_actor(*args: object) -> None:
+        raise AssertionError("an actor was started for devices that must fail first")
+
+    monkeypatch.setattr("ios_ray.profiler.pool.start_actor", no_actor)
     with pytest.raises(UserError, match="known devices"):
         DevicePool.start(["cpu", "p100"])
     with pytest.raises(UserError) as error:
         DevicePool.start(["sim:v100", "k80"])
-    assert str(error.value) == "no node offers device 'k80'; this cluster offers: cpu, sim:*."
+    assert str(error.value) == ("no node offers device 'k80': this cluster offers cpu, sim:*; search sim:k80 to "
+                                "simulate it, or join a cluster that has one with --address (address= in Python; "
+                                "cluster.yaml starts one).")
     with pytest.raises(UserError, match="cuda"):
         DevicePool.start(["cuda:0"])
-    assert time.monotonic() - start < 10
 
 
+@pytest.mark.slow
 def test_jobs_for_devices_without_actors_are_refused(ray_local: None, small_graph: Graph) -> None:
     with DevicePool.start(["sim:v100"], sim_actors=1) as pool:
         with pytest.raises(UserError, match="sim:k80"):
             pool.measure({"sim:k80": jobs_for(small_graph)}, lambda rows: None)
 
 
+@pytest.mark.slow
 def test_a_stage_error_in_an_actor_is_one_sentence(ray_local: None, small_graph: Graph) -> None:
     jobs = [dataclasses.replace(job, dtype="float16") for job in jobs_for(small_graph)[:2]]
     with DevicePool.start(["sim:v100"], sim_actors=1) as pool:
@@ -226,6 +242,7 @@ def test_a_stage_error_in_an_actor_is_one_sentence(ray_local: None, small_graph:
             pool.measure({"sim:v100": jobs}, lambda rows: None)
 
 
+@pytest.mark.slow
 def test_a_lone_actor_killed_while_measuring_is_restarted_and_finishes_the_stages(
     ray_local: None, small_graph: Graph
 ) -> None:
@@ -247,6 +264,7 @@ def test_a_lone_actor_killed_while_measuring_is_restarted_and_finishes_the_stage
     assert len(rows) == len({job.measurement for job in jobs})
 
 
+@pytest.mark.slow
 def test_a_device_whose_actors_all_die_is_reported(ray_local: None, small_graph: Graph) -> None:
     rows: list[dict[str, Any]] = []
     with DevicePool.start(["sim:v100"], sim_actors=1, max_restarts=0) as pool:

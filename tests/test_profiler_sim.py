@@ -119,6 +119,7 @@ def test_a_stage_has_one_price_whatever_its_group_order(graph: Graph, batch: int
     assert len(prices) == len(SHEETS)
 
 
+@pytest.mark.slow
 def test_dropping_a_group_never_makes_a_stage_slower() -> None:
     """Over every concurrent candidate stage of three or more groups of Inception V3, on sim:v100 at batch 1 and
     sim:k80 at batch 32 (the lazy search's structural bound relies on it: a stage is at least as slow as each of
@@ -201,6 +202,7 @@ def test_sim_backend_rows_are_simulated_and_take_device_time(graph: Graph) -> No
     assert elapsed >= 7 * row["median_ms"] / 1e3 + STAGE_OVERHEAD_S
 
 
+@pytest.mark.slow
 def test_inception_v3_schedules() -> None:
     graph = import_model("inception_v3").graph
 

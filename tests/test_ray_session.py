@@ -13,6 +13,7 @@ import pytest
 from ios_ray.app import ray_session as session_module
 from ios_ray.app.ray_session import ray_session
 from ios_ray.errors import UserError
+from tests.helpers import HANG_S
 
 
 class FakeRay:
@@ -172,6 +173,6 @@ CTRL_C_WHILE_RAY_STARTS = textwrap.dedent(
 
 
 def test_a_ctrl_c_while_ray_starts_stops_the_search_instead_of_vanishing() -> None:
-    ran = subprocess.run([sys.executable, "-c", CTRL_C_WHILE_RAY_STARTS], capture_output=True, text=True, timeout=60)
+    ran = subprocess.run([sys.executable, "-c", CTRL_C_WHILE_RAY_STARTS], capture_output=True, text=True, timeout=HANG_S)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.split() == ["shutdown", "interrupted"] and "Exception ignored" not in ran.stderr, ran.stderr

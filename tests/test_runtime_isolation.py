@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from tests.helpers import HANG_S
 
 SCRIPT = textwrap.dedent(
     """
@@ -30,6 +31,6 @@ SCRIPT = textwrap.dedent(
 
 
 def test_runtime_leaves_ray_duckdb_and_pyarrow_unloaded() -> None:
-    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=HANG_S)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"

@@ -44,7 +44,13 @@ class Case:
         self.graph = import_module(self.model, self.inputs[1]).graph
 
 
-@pytest.fixture(scope="module", params=list(MODELS))
+#: The models whose import and schedules take seconds each: run by `.ci/run` after the default suite, which keeps
+#: SqueezeNet.
+SLOW = ("inception_v3", "nasnet_a", "randwire")
+
+
+@pytest.fixture(scope="module",
+                params=[pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name for name in MODELS])
 def case(request: pytest.FixtureRequest) -> Case:
     return Case(request.param)
 

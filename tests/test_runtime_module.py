@@ -111,6 +111,20 @@ def test_a_folder_keeps_the_schedules_of_this_graph_only(graph: Graph, tmp_path:
     assert sorted(s.batch for s in scheduled.schedules) == [1, 4]
 
 
+def test_a_folder_of_several_models_finds_the_input_shape_of_this_ones(tmp_path: Path) -> None:
+    other = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.ReLU()).eval()
+    for schedule in schedules_for(import_module(other, torch.randn(1, *SHAPE)).graph, "cpu", (1,)):
+        save_schedule(schedule, tmp_path / "other" / "cpu" / "bs1.json")
+    for schedule in schedules_for(import_module(tiny(), torch.randn(1, 3, 20, 20)).graph, "cpu", (1,)):
+        save_schedule(schedule, tmp_path / "tiny" / "cpu" / "bs1.json")
+    scheduled = ScheduledModule(tiny(), tmp_path)  # no input_shape: the folder records 3x16x16 and 3x20x20
+    assert scheduled.input_shape == (3, 20, 20) and [s.model for s in scheduled.schedules] == ["test"]
+    assert ScheduledModule(other, tmp_path).input_shape == SHAPE
+    with pytest.raises(UserError, match=r"no schedule under .* was made for this StdConvStyle at any input shape they "
+                                        r"record \(3x16x16, 3x20x20\); run ios-ray search for this model"):
+        ScheduledModule(StdConvStyle(), tmp_path)
+
+
 def test_a_corrupt_schedule_file_is_a_user_error_naming_it(graph: Graph, tmp_path: Path) -> None:
     save_schedule(schedules_for(graph, "cpu", (1,))[0], tmp_path / "good.json")
     bad = tmp_path / "tiny" / "cpu" / "bs4.json"

@@ -9,18 +9,20 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
 from ios_ray.errors import UserError
 from ios_ray.paired import RatioInterval
 from ios_ray.frontend import import_model
-from ios_ray.schedule import (BlockSchedule, EndToEnd, Schedule, check_schedule, load_schedule, read_schedule,
-                              save_schedule)
+from ios_ray.runtime import read_schedules
+from ios_ray.schedule import (BlockSchedule, EndToEnd, Schedule, check_schedule, folder_name, load_schedule,
+                              read_schedule, save_schedule, schedule_path)
 from ios_ray.scheduler import SearchParams, SyntheticCost, optimize_graph, sequential
 from ios_ray.app.check import kept_schedule
 from ios_ray.stage import Stage
-from tests.helpers import ios_ray_here
+from tests.helpers import HANG_S, ios_ray_here
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +123,8 @@ def test_a_schedule_missing_a_unit_or_out_of_order_is_rejected(squeezenet_schedu
 
 @pytest.mark.parametrize("content, message", [
     ("{broken", "is not a valid ios-ray schedule"),
-    ("[" * 200_000 + "]" * 200_000, "its JSON is nested too deeply to read"),  # issue 46, item 12
-    (None, "was made for this InceptionV3"),
+    pytest.param("[" * 200_000 + "]" * 200_000, "its JSON is nested too deeply to read", id="nested"),  # 46, 12
+    pytest.param(None, "was made for this InceptionV3", marks=pytest.mark.slow),
 ])
 def test_cli_rejects_corrupt_or_foreign_schedules(tmp_path: Path, squeezenet_schedule: Schedule,
                                                   content: str | None, message: str) -> None:
@@ -132,7 +134,7 @@ def test_cli_rejects_corrupt_or_foreign_schedules(tmp_path: Path, squeezenet_sch
         path.write_text(content)
     command = ["show", str(path)] if content is not None else ["run", "--model", "inception_v3", "--schedules",
                                                                  str(path)]
-    result = subprocess.run([sys.executable, "-m", "ios_ray", *command], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-m", "ios_ray", *command], capture_output=True, text=True, timeout=HANG_S)
     assert result.returncode == 1
     assert message in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -249,3 +251,25 @@ def test_every_defect_is_named_and_run_and_scheduled_module_refuse_the_file_unto
     assert ran.returncode == 1 and ran.stdout == "", ran.stdout
     assert ran.stderr.startswith(f"error: {path} is not a valid ios-ray schedule (") and ran.stderr.count("\n") == 1
     assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("name, folder", [
+    ("sim:v100", "sim-v100"), ("cuda:1", "cuda-1"), ("cpu", "cpu"), ("mynet:build", "mynet-build"),
+    ("Net.graph0", "Net.graph0"), ("Net.forward@17.afdeba2119f3", "Net.forward@17.afdeba2119f3"),
+    ("ultralytics:yolo11n-seg", "ultralytics-yolo11n%2Dseg"),
+    ("smp:FPN/resnet34", "smp-FPN%2Fresnet34"), ("..", "%2E."), ("a:-b c", "a-%2Db%20c"),
+])
+def test_folder_names_have_no_colon_and_read_back(name: str, folder: str) -> None:
+    assert folder_name(name) == folder
+    assert unquote(folder.replace("-", ":")) == name
+
+
+def test_schedules_go_to_folders_without_colons_and_old_folders_still_read(tmp_path: Path,
+                                                                           squeezenet_schedule: Schedule) -> None:
+    path = schedule_path(tmp_path, "tests.user_models:wide", "sim:v100", 8, "float16", "channels_last")
+    assert path == tmp_path / "tests.user_models-wide" / "sim-v100" / "bs8-float16-channels_last.json"
+    old = tmp_path / "squeezenet" / "sim:v100" / "bs8.json"  # written before folders were spelt without colons
+    save_schedule(squeezenet_schedule, old)
+    save_schedule(squeezenet_schedule, schedule_path(tmp_path, "squeezenet", "sim:v100", 8))
+    assert sorted(read_schedules(tmp_path)) == sorted(str(p) for p in (old, tmp_path / "squeezenet" / "sim-v100" /
+                                                                        "bs8.json"))

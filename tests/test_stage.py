@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ios_ray.frontend import import_model
 from ios_ray.ir import GRAPH_INPUT, Graph, Value
 from ios_ray.stage import Stage, StageKeys, can_merge
@@ -45,6 +47,7 @@ def test_mergeable_convs() -> None:
     assert not can_merge(graph, ["stem", "a"])
 
 
+@pytest.mark.slow
 def test_nasnet_normal_cells_share_stage_keys() -> None:
     graph, plan = zoo_graph("nasnet_a"), zoo_plan("nasnet_a")
     by_size: dict[int, list[frozenset[str]]] = {}

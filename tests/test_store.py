@@ -23,6 +23,7 @@ from ios_ray.errors import UserError
 from ios_ray.store import LatencyStore, open_store, rows_to_table
 from ios_ray.app.store_cli import store_app
 from tests.store_writer import FINGERPRINT, fake_keys, fake_rows, missing
+from tests.helpers import HANG_S
 
 BAD_FILES = ("corrupt", "other_version", "not_a_store", "text")
 
@@ -44,7 +45,7 @@ def start_writer(
 
 def finish(process: subprocess.Popen[str]) -> None:
     """Wait for a writer process and check it succeeded."""
-    _, err = process.communicate(timeout=120)
+    _, err = process.communicate(timeout=HANG_S)
     assert process.returncode == 0, err
 
 
@@ -151,7 +152,7 @@ def test_a_killed_writer_loses_at_most_the_batch_in_flight_and_a_rerun_fills_the
     for _ in range(3):
         assert writer.stdout.readline().startswith("committed")
     writer.send_signal(signal.SIGKILL)
-    writer.communicate(timeout=30)
+    writer.communicate(timeout=HANG_S)
     keys = fake_keys("k", batches * batch_rows)
     store = open_store(store_path)
     survived = stored_keys(store)
@@ -163,6 +164,7 @@ def test_a_killed_writer_loses_at_most_the_batch_in_flight_and_a_rerun_fills_the
     assert stored_keys(store) == keys
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_writes_stops_with_keyboard_interrupt_and_keeps_every_batch_handed_over(tmp_path: Path) -> None:
     # DuckDB turns a Ctrl-C inside a call into whatever error that call was making ("Query interrupted", a
     # rollback without a transaction...) and the batch is lost; the store holds Ctrl-C until the batch committed
@@ -174,7 +176,7 @@ def test_ctrl_c_during_writes_stops_with_keyboard_interrupt_and_keeps_every_batc
             assert writer.stdout.readline().startswith("committed")
         time.sleep(0.003 * (attempt % 6))  # Ctrl-C at another point of a put each time
         writer.send_signal(signal.SIGINT)
-        out, err = writer.communicate(timeout=60)
+        out, err = writer.communicate(timeout=HANG_S)
         if writer.returncode == 0:
             continue  # a loaded machine let it finish first
         stopped += 1
@@ -356,7 +358,7 @@ def test_kill_9_during_concurrent_writes_through_two_spellings_loses_no_committe
             writer.send_signal(signal.SIGKILL)
         stored = set(stored_keys(open_store(link, create=False))) if real.exists() else set()  # readable
         for name, writer in writers.items():
-            out, err = writer.communicate(timeout=60)
+            out, err = writer.communicate(timeout=HANG_S)
             assert writer.returncode == -signal.SIGKILL, err  # killed by us, not stopped by an error
             committed = out.count("committed")
             keys = fake_keys(f"r{number:02d}{name}", batches * batch_rows)
@@ -395,7 +397,7 @@ def test_a_truncated_store_gives_one_sentence_and_stays_byte_identical(store_pat
 def test_a_full_disk_stops_the_write_in_one_sentence_and_keeps_every_committed_row(store_path: Path) -> None:
     # RLIMIT_FSIZE makes writes past the size fail as a full disk does (EFBIG instead of ENOSPC)
     writer = start_writer(store_path, "k", 100, 500, 0.0, "--max-file-bytes", "1500000")
-    out, err = writer.communicate(timeout=120)
+    out, err = writer.communicate(timeout=HANG_S)
     assert writer.returncode == 1 and err.count("\n") == 1, err
     assert err.startswith(f"error: cannot write the latency store {store_path} (File too large); free space")
     committed = out.count("committed")
@@ -416,7 +418,7 @@ def test_an_export_onto_a_full_disk_says_so_of_the_export_in_one_sentence(store_
               "app(sys.argv[1:])\n")
     out = tmp_path / "export"
     ran = subprocess.run([sys.executable, "-c", script, "store", "export", str(out), "--store", str(store_path)],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=HANG_S)
     assert ran.returncode == 1 and ran.stdout == "" and ran.stderr.count("\n") == 1, ran.stderr
     assert ran.stderr.startswith(f"error: cannot write the export into {out} (File too large); free space")
     assert sha256(store_path) == before

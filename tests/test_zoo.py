@@ -64,7 +64,8 @@ def test_registry() -> None:
     assert all(isinstance(m, ZooModel) and m.name == name and m.description for name, m in ZOO.items())
 
 
-@pytest.mark.parametrize("name", list(SMALL))
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if name in ("inception_v3", "nasnet_a_1")
+                                  else name for name in SMALL])
 def test_model_traces_and_matches(name: str) -> None:
     build, shape = SMALL[name]
     model = build()

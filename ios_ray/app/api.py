@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Sequence
 import torch
 from torch import nn
 
-from ios_ray.app.job import SearchOutcome, run_search
+from ios_ray.app.job import run_search
+from ios_ray.app.outcome import SearchOutcome
 from ios_ray.app.progress import RichSearchProgress, SearchProgress, SilentProgress
 from ios_ray.app.options import api_doc, api_parameters
 from ios_ray.app.request import SearchRequest
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SearchResult:
-    """What a search found for one model: one :class:`~ios_ray.app.job.SearchOutcome` per (device, batch)."""
+    """What a search found for one model: one :class:`~ios_ray.app.outcome.SearchOutcome` per (device, batch)."""
 
     model: str
     input_shape: tuple[int, ...]
@@ -88,15 +89,7 @@ class SearchResult:
     def __repr__(self) -> str:
         dtypes = ", ".join(sorted({" ".join(o.schedule.settings) for o in self.outcomes}))
         lines = [f"SearchResult({self.model!r}, input {'x'.join(map(str, self.input_shape))}, {dtypes}):"]
-        for o in self.outcomes:
-            check = o.end_to_end
-            deciding = None if check is None else check.deciding
-            ratio = "" if deciding is None else f", ratio {deciding.median:.3f}"
-            checked = "; kept IOS" if check is None else (
-                f"; end to end {check.times()}{ratio} in {check.rounds} rounds; {check.decision}")
-            memory = "" if o.schedule.memory is None else f"; {o.schedule.memory.summary()}"
-            lines.append(f"  {o.device} batch {o.batch}: {o.kernels}; IOS {o.predicted_ms:.3f} ms, sequential "
-                         f"{o.sequential_ms:.3f} ms predicted ({o.source}){checked}{memory}")
+        lines += [f"  {o.summary()}" for o in self.outcomes]
         return "\n".join(lines)
 
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-import torch
 import torch.fx as fx
 from torch._dynamo.exc import ShortenTraceback
 
@@ -168,6 +167,13 @@ class IosRayBackend:
 def backend(**options: Any) -> IosRayBackend:
     """The ios_ray torch.compile backend with options: ``torch.compile(model, backend=ios_ray.backend(...))``.
 
+    In one step, search and compile: ``torch.compile(model, backend=ios_ray.backend(on_miss="search"))``: each graph's
+    first call on a device, batch size and dtype searches it on this machine (minutes on a large model), stores the
+    latencies and writes the schedule, then runs it; the next compile, here or in another process, only looks it up.
+    Each graph prints one line of which schedule it runs and why (``progress=False``: none). With the defaults
+    (``backend="ios_ray"``) a graph nobody searched runs as Dynamo handed it over, with one warning naming that
+    call.
+
     Args:
         schedules: a folder of schedule files (``ios-ray search --out``; default ``schedules``) or a list of
             :class:`~ios_ray.schedule.Schedule` objects.
@@ -178,7 +184,8 @@ def backend(**options: Any) -> IosRayBackend:
         fallback: ``"eager"`` (default: the graph as Dynamo handed it over) or ``"inductor"``.
         follow_weights: compare each call's weights with those imported (False: a server whose weights never change).
         cuda_graph: replay each schedule as one CUDA graph on a GPU (default: on a GPU).
-        **search_options: ``ios_ray.search``'s options for ``on_miss="search"`` (``r``, ``s``, ``check_rounds``...).
+        **search_options: ``ios_ray.search``'s options for ``on_miss="search"`` (``r``, ``s``, ``check_rounds``...);
+            ``progress=False`` also silences the line each graph prints.
 
     Returns:
         The backend; its ``graphs`` list what each graph runs and its ``runs`` counter.
@@ -188,7 +195,8 @@ def backend(**options: Any) -> IosRayBackend:
 
     Example::
 
-        fast = torch.compile(model, backend=ios_ray.backend(schedules="schedules", on_miss="search"))
+        fast = torch.compile(model, backend=ios_ray.backend(on_miss="search"))
+        fast(x)   # searches each graph at this setting, then runs its schedule; later calls only run it
     """
     return IosRayBackend(BackendOptions.parse(options))
 

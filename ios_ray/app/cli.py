@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ios_ray.app.budgets import Lookup
     from ios_ray.ir import Graph
     from ios_ray.runtime import ScheduledModule
-    from ios_ray.schedule import EndToEnd, Schedule
+    from ios_ray.schedule import Schedule
 
 app = CommandLine(
     help="ios-ray: find and deploy the fastest inter-operator schedule of a CNN per device and batch size.",
@@ -122,11 +122,6 @@ def search(
                       "IOS" if check is None else f"{CANDIDATES[check.kept]}: {check.reason}",
                       "-" if over is None else f"{over:.3f}", peaks_cell(o.schedule.memory))
     console.print(table)
-    for o in result:
-        if o.schedule.params.get("kernels", {}).get("how") == "measured":
-            console.print(f"{o.device} batch {o.batch}: {o.kernels}")
-        if o.end_to_end is not None:
-            console.print(f"{o.device} batch {o.batch}: {_checked(o.end_to_end)}")
     for why in getattr(result, "skipped", ()):
         console.print(f"not scheduled (runs as Dynamo hands it over): {why}")
     console.print(f"schedules written under {options['out']}/")
@@ -139,16 +134,6 @@ def search(
                       "of IOS / sequential did not lie wholly below 1)")
 
 
-def _checked(check: "EndToEnd") -> str:
-    """The end-to-end check in one line: each schedule's median, the rounds, the intervals' confidence, and the
-    decision."""
-    deciding = check.deciding
-    if deciding is None:
-        return f"{check.times()}; {check.decision}"
-    return (f"{check.times()} in {check.rounds} rounds ({percent(deciding.confidence)} intervals of each over "
-            f"sequential); {check.decision}")
-
-
 search.__signature__ = signature_of(search).replace(parameters=[  # type: ignore[attr-defined]
     *list(signature_of(search).parameters.values())[:4], *cli_parameters()])
 app.command()(user_errors(search))
@@ -158,27 +143,36 @@ app.command()(user_errors(search))
 @user_errors
 def show(
     schedule: Path = typer.Argument(..., help="a schedule file written by `ios-ray search`"),
-    svg: Optional[Path] = typer.Option(None, "--svg", help="also draw the stages and groups into this SVG file"),
+    plot: Optional[list[Path]] = typer.Option(None, "--plot", help="also draw its timeline per stream or thread "
+                                              "beside the sequential schedule's into this .png, .svg or .pdf file "
+                                              "(repeat for several; needs matplotlib)"),
+    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP + ": the latencies of units and groups "
+                               "alone that the picture draws"),
 ) -> None:
-    """Print a schedule's stages and groups, and optionally draw them as a picture."""
+    """Print a schedule's stages and groups, and optionally draw its timeline."""
     from ios_ray.frontend import import_model
     from ios_ray.app.budgets import schedule_memory
     from ios_ray.schedule import check_schedule, read_schedule
-    from ios_ray.app.show import schedule_svg, schedule_text
+    from ios_ray.app.show import schedule_text
 
+    paths = list(plot or [])
+    if paths:
+        from ios_ray.app.plot import check_plot_paths
+
+        check_plot_paths(paths)
     plan = read_schedule(schedule)
     graph = import_model(plan.model, plan.input_shape, plan.dtype, plan.memory_format).graph
     check_schedule(plan, graph, where=str(schedule))
     print(schedule_text(plan, graph))
     if plan.memory is None:
         print(f"memory: {schedule_memory(plan, graph).summary()} (computed now: the file predates peak memory)")
-    if svg is not None:
-        try:
-            svg.parent.mkdir(parents=True, exist_ok=True)
-            svg.write_text(schedule_svg(plan, graph))
-        except OSError as exc:
-            raise UserError(f"cannot write the picture {svg} ({exc.strerror or exc}); pass another --svg.") from None
-        console.print(f"picture written to {svg}")
+    if paths:
+        from ios_ray.app.plot import plot_schedule
+        from ios_ray.app.timeline import timelines
+
+        timeline, sequential = timelines(plan, graph, store_lookup(store))
+        plot_schedule(plan, timeline, sequential, paths, str(store))
+        console.print(f"picture written to {', '.join(map(str, paths))}")
 
 
 @app.command()
@@ -298,7 +292,6 @@ def bench(
 ) -> None:
     """Eager, the sequential, greedy and IOS schedules and torch.compile, measured side by side (on a GPU also
     with CUDA graphs)."""
-    import torch
 
     at_least_one(rounds=rounds)
 

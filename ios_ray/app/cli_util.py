@@ -17,7 +17,7 @@ from ios_ray.interrupts import Terminated, stop_on_sigterm
 from ios_ray.vocabulary import checked_batches
 
 if TYPE_CHECKING:
-    from ios_ray.app.evaluation import Lookup
+    from ios_ray.app.budgets import Lookup
 
 F = TypeVar("F", bound=Callable[..., Any])
 

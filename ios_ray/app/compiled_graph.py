@@ -12,7 +12,8 @@ same numbers. Another set of values gets a binding of its own (the most recent
 ``follow_weights=False`` skips the comparison, for a server whose weights never change.
 
 Per binding and setting (device, batch size, dtype), the schedule is looked up once
-(:class:`~ios_ray.app.graph_schedules.GraphSchedules`); on a miss, ``on_miss="fallback"`` runs the fallback with
+(:class:`~ios_ray.app.graph_schedules.GraphSchedules`), and one line says which schedule runs it and why (unless
+``progress=False``; also the log ``ios_ray.backend`` at INFO); on a miss, ``on_miss="fallback"`` runs the fallback with
 one warning per graph and setting, naming the search that would make the schedule, and ``on_miss="search"``
 searches that setting on this machine (``ios_ray.search``, progress shown), writes the schedule into the schedules
 folder and the latencies into the store, and runs it. Schedules run through the runtime's
@@ -41,7 +42,6 @@ from ios_ray.frontend.dynamo import GraphCall
 from ios_ray.ir import Graph
 from ios_ray.runtime import Program, Programs, ScheduleRunner
 from ios_ray.runtime.weights import follow_optimizer_steps
-from ios_ray.schedule import Schedule
 
 log = logging.getLogger("ios_ray.backend")
 
@@ -88,7 +88,7 @@ class Binding:
         programs = Programs(imported)
         if call.batch is not None:
             programs.keep(_check_fixed_batch(call, imported, x, name))
-        return cls(call, imported, f"{name}-{imported.graph.fingerprint[:12]}", held, _versions(held),
+        return cls(call, imported, f"{name}.{imported.graph.fingerprint[:12]}", held, _versions(held),
                    programs=programs)
 
     @property
@@ -180,8 +180,11 @@ class CompiledGraph:
             assert binding.programs is not None, "a binding is made with its programs"
             program = binding.programs(x.device, found.schedule.kernels)
             choice = Choice(ScheduleRunner(program, found.schedule, x.device, self.cuda_graph), found.origin)
-            log.info("%s: batch %d %s on %s runs the schedule of %s", binding.name, x.shape[0],
-                     dtype_name(x.dtype), x.device, found.origin)
+            line = (f"ios_ray: {binding.name} batch {x.shape[0]} {dtype_name(x.dtype)} on {x.device} runs the schedule "
+                    f"of {found.origin} ({_why(found)})")
+            log.info(line)
+            if self.search_options.get("progress", True) is not False:
+                print(line, flush=True)
         binding.chosen[setting] = choice
         return choice
 
@@ -224,6 +227,20 @@ class CompiledGraph:
             f"ahead of time with ios_ray.search(model, [{label!r}], [{batch}], torch_compile=True{dtype_option}, "
             f"out={out!r}) or ios-ray search --model SPEC --torch-compile, or compile with "
             "backend=ios_ray.backend(on_miss='search').", stacklevel=2)
+
+
+def _why(found: Found) -> str:
+    """Why a graph runs the schedule it found: the decision of the search that kept it, else where it comes from."""
+    check = found.schedule.end_to_end
+    if check is not None:
+        return check.decision
+    if found.origin == "its one schedule":
+        return "one unit per block: nothing to choose"
+    if found.schedule.source == "simulated":
+        return f"planned for {found.schedule.device}, simulated"
+    if found.origin.startswith("the DP over"):
+        return "the DP's schedule over the stored latencies, not timed end to end"
+    return "kept IOS: not checked end to end"
 
 
 def _check_fixed_batch(call: GraphCall, imported: Imported, x: torch.Tensor, name: str) -> Program:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
+from ios_ray.app.budgets import Lookup
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.schedule import Schedule
@@ -21,8 +22,6 @@ from ios_ray.vocabulary import is_simulated
 Setting = tuple[str, int]
 #: Measures a schedule end to end at a batch size on a local device; returns the median latency in ms.
 Measure = Callable[[Schedule, int], float]
-#: Looks up stage latencies: (stage keys, device fingerprint, batch, dtype) -> {key: ms}.
-Lookup = Callable[[Sequence[str], str, int, str], Mapping[str, float]]
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,6 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator, Sequence
 
 from ios_ray.app.budgets import refuse_unreachable_budgets, refuse_what_cannot_fit, search_budget
@@ -38,8 +37,9 @@ from ios_ray.app.candidates import candidates
 from ios_ray.app.check import checked_end_to_end
 from ios_ray.app.kernel_choice import given_kernels, measured_kernels, stored_kernels
 from ios_ray.app.measuring import Exhaustive, Lazy, Measuring, Setting
+from ios_ray.app.outcome import SearchOutcome
 from ios_ray.app.progress import SearchProgress
-from ios_ray.app.ray_session import ray_session, runs_here
+from ios_ray.app.ray_session import cluster_in_use, joined, ray_session, runs_here
 from ios_ray.app.request import SearchRequest, checked_request
 from ios_ray.app.rounds import RoundSize
 from ios_ray.devices import parse_device
@@ -48,49 +48,12 @@ from ios_ray.errors import UserError
 from ios_ray.frontend import Model, import_model, load_model
 from ios_ray.ir import Graph
 from ios_ray.profiler import DeviceIdentity, DevicePool, MeasureJob, ModelSource
-from ios_ray.schedule import EndToEnd, Schedule, save_schedule, schedule_path
-from ios_ray.scheduler.correction import IDENTITY, Correction, ScheduleRun, fit_correction
+from ios_ray.profiler.cluster import check_offered
+from ios_ray.schedule import Schedule, save_schedule, schedule_path
+from ios_ray.scheduler.correction import Correction, ScheduleRun, fit_correction
 from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore, rows_to_table
 from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, KERNEL_NAMES
-
-
-@dataclass(frozen=True)
-class SearchOutcome:
-    """The result for one (device, batch): the schedule kept, the DP's and the sequential schedule's predicted
-    latency (their stage sums, as the setting's correction prices them where one was fitted: ``correction``), how
-    many stages were measured new and found stored (outliers measured again count in neither: the schedule's
-    ``params["measure"]["remeasured"]``), where the file went (None: not written), and on a measured device the
-    end-to-end check (each candidate that ran, the ratio DP / sequential, its interval and rounds, which it kept and
-    why: ``end_to_end.decision``)."""
-
-    device: str
-    batch: int
-    schedule: Schedule
-    predicted_ms: float
-    sequential_ms: float
-    measured: int
-    cached: int
-    wall_s: float
-    path: Path | None
-    source: str
-    planned: int = 0
-    correction: Correction = IDENTITY
-
-    @property
-    def end_to_end(self) -> EndToEnd | None:
-        """The end-to-end check behind the kept schedule (None on a ``sim:`` device or with no check)."""
-        return self.schedule.end_to_end
-
-    @property
-    def speedup(self) -> float:
-        """Predicted speedup of the IOS schedule over the sequential one."""
-        return self.sequential_ms / self.predicted_ms
-
-    @property
-    def kernels(self) -> str:
-        """How the setting's kernels were chosen, in words (``fused kernels: faster beyond noise, ...``)."""
-        return str(self.schedule.params.get("kernels", {}).get("decision", f"{self.schedule.kernels} kernels"))
 
 
 @dataclass(frozen=True)
@@ -145,9 +108,20 @@ class _Search:
 
 
 def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchOutcome]:
-    """Run a whole search; returns one outcome per (device, batch), writing a schedule file for each if ``out``."""
+    """Run a whole search; returns one outcome per (device, batch), writing a schedule file for each if ``out``.
+
+    It says first which Ray it runs on, and fails there, before the model is imported, on a device no node offers."""
     started = time.perf_counter()
     request = checked_request(request)
+    with joined(request.address):
+        cluster = cluster_in_use(request.address)
+        progress.cluster(cluster.summary())
+        check_offered([parse_device(label) for label in request.devices], cluster.nodes, cluster.where)
+        return _run(request, progress, started)
+
+
+def _run(request: SearchRequest, progress: SearchProgress, started: float) -> list[SearchOutcome]:
+    """The search after its checks: import, plan, look up, measure what is missing, schedule."""
     model = load_request_model(request)
     dtype = request.dtype or DEFAULT_DTYPE
     refuse_what_cannot_fit(model.graph, request.batches, dtype, request.devices, local=runs_here(request.address))
@@ -162,7 +136,7 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
         _choose_kernels(search, None, progress)
         if not _ask(search, {}, RoundSize()):
             for label in request.devices:
-                progress.device_started(label, 0, _stored(search, label))
+                progress.device_started(label, 0, _cached(search, label))
             return _schedule_all(search, started, None, progress)
     with ray_session(request.address), _pool(request) as pool:
         search = _search(request, model, measuring, store, pool.identities())
@@ -250,6 +224,7 @@ def _schedule_all(search: _Search, started: float, checker: tuple[DevicePool, Mo
             setting.device, setting.batch, kept, ios, plain, setting.measured, len(setting.table) - setting.measured,
             time.perf_counter() - started, path, setting.identity.source, len(search.measuring.space.plan.stages),
             setting.correction))
+        progress.kept(outcomes[-1])
     return outcomes
 
 
@@ -293,7 +268,7 @@ def _measure(pool: DevicePool, search: _Search, source: ModelSource, asked: dict
         jobs[label] += [MeasureJob(key, planned[key].stage, planned[key].description, graph, source, batch,
                                    search.dtype, kernels[label, batch]) for key in keys]
     for label in search.request.devices:
-        progress.device_started(label, len(jobs[label]), _stored(search, label))
+        progress.device_started(label, len(jobs[label]), _cached(search, label))
     for setting in search.settings:
         search.measuring.record(setting, asked.get((setting.device, setting.batch), []))
     report = pool.measure(jobs, lambda rows: search.store.put(rows_to_table(rows)), progress.advanced)
@@ -301,9 +276,10 @@ def _measure(pool: DevicePool, search: _Search, source: ModelSource, asked: dict
         raise report.interrupted
 
 
-def _stored(search: _Search, label: str) -> int:
-    """How many (stage, batch) latencies of one device the search could take from the store when it last looked."""
-    return sum(len(setting.table) for setting in search.of(label))
+def _cached(search: _Search, label: str) -> int:
+    """How many (stage, batch) latencies of one device the search found stored before it measured any: the sum of
+    the ``cached`` of the device's outcomes."""
+    return sum(len(setting.table) - setting.measured for setting in search.of(label))
 
 
 def _simulated_identities(devices: Sequence[str]) -> dict[str, DeviceIdentity] | None:

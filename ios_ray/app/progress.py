@@ -1,5 +1,10 @@
 """Where a search reports progress (:class:`SearchProgress`), and the rich progress bars of ``ios-ray search``: one
-bar per device (stages measured of total, cached, rate, ETA).
+bar per device (stages measured of those asked for, cached, rate, ETA).
+
+A search says first which Ray it runs on (its nodes and the devices they offer), and last, per (device, batch), one
+line of which schedule it kept and why. A device's bar counts what the whole search measured on it (a lazy search's
+rounds add up), and ``cached`` what it found stored before it measured anything: the sums of the table's
+``measured`` and ``cached`` over the device's batches.
 
 Before the bars, a spinner says what the search is doing (importing the model and planning its stages, with the
 lazy search's states, transitions and stage relations; then starting the devices): seconds on small models, a
@@ -8,7 +13,7 @@ minute or two on the largest (PNASNet-5 Large: 120,000 stages).
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
@@ -18,9 +23,16 @@ from ios_ray.frontend import opaque_report
 from ios_ray.ir import Graph
 from ios_ray.scheduler import Plan
 
+if TYPE_CHECKING:
+    from ios_ray.app.outcome import SearchOutcome
+
 
 class SearchProgress(Protocol):
-    """Where the search reports progress (the CLI draws rich progress bars)."""
+    """Where the search reports progress (the CLI draws rich progress bars; subclass :class:`SilentProgress` to hear
+    only some of it)."""
+
+    def cluster(self, summary: str) -> None:
+        """The search runs on this Ray (a line: where, its nodes, the devices they offer)."""
 
     def planned(self, graph: Graph, plan: Plan) -> None:
         """The model is imported and its candidate stages are known."""
@@ -38,6 +50,9 @@ class SearchProgress(Protocol):
     def checking(self, device: str, batch: int) -> None:
         """The DP and sequential schedules of (device, batch) are being timed end to end."""
 
+    def kept(self, outcome: SearchOutcome) -> None:
+        """A (device, batch) is decided: its outcome says which schedule it kept and why."""
+
 
 class RichSearchProgress:
     """Draws the search's progress on a console; use as a context manager around the search."""
@@ -50,6 +65,7 @@ class RichSearchProgress:
             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
         )
         self.tasks: dict[str, int] = {}
+        self.before: dict[str, int] = {}  # per device, the stages measured in the rounds before this one
         self.status = console.status("importing the model and planning its candidate stages (states, transitions "
                                      "and stage relations per block)")
 
@@ -61,6 +77,10 @@ class RichSearchProgress:
         self.status.stop()
         if self.tasks:
             self.bars.stop()
+
+    def cluster(self, summary: str) -> None:
+        """Say which Ray the search runs on."""
+        self.console.print(summary, highlight=False, soft_wrap=True)
 
     def planned(self, graph: Graph, plan: Plan) -> None:
         """Report the model's size and its distinct candidate stages; warn in one line where many units are opaque."""
@@ -75,19 +95,20 @@ class RichSearchProgress:
         self.status.update("starting the devices and looking up the store")
 
     def device_started(self, device: str, total: int, cached: int) -> None:
-        """Add a bar for a device (the bars show from the first one on), or restart it for a lazy search's round."""
+        """Add a bar for a device (the bars show from the first one on), or extend it by a lazy search's round."""
         if not self.tasks:
             self.status.stop()
             self.bars.start()
-        if device in self.tasks:
-            self.bars.reset(self.tasks[device], total=max(total, 0), device=device, cached=cached, rate="")
-            return
-        self.tasks[device] = self.bars.add_task(device, total=max(total, 0), device=device, cached=cached, rate="")
+        if device not in self.tasks:
+            self.tasks[device] = self.bars.add_task(device, total=0, device=device, cached=cached, rate="")
+        task = self.tasks[device]
+        self.before[device] = int(self.bars.tasks[task].completed)
+        self.bars.update(task, total=self.before[device] + max(total, 0), cached=cached)
 
     def advanced(self, device: str, done: int, total: int) -> None:
         """Move a device's bar."""
         task = self.tasks[device]
-        self.bars.update(task, completed=done, total=total)
+        self.bars.update(task, completed=self.before[device] + done, total=self.before[device] + total)
         speed = self.bars.tasks[task].speed
         self.bars.update(task, rate=f"{speed:.1f} stages/s" if speed else "")
 
@@ -99,9 +120,17 @@ class RichSearchProgress:
         """Say which schedules are being timed end to end."""
         self.console.print(f"{device} batch {batch}: timing the IOS and sequential schedules end to end")
 
+    def kept(self, outcome: SearchOutcome) -> None:
+        """Say which schedule a (device, batch) keeps and why."""
+        self.console.print(outcome.summary(), highlight=False, soft_wrap=True)
+
 
 class SilentProgress:
-    """Reports nothing (``ios_ray.search(..., progress=False)``)."""
+    """Reports nothing (``ios_ray.search(..., progress=False)``); a base for progress objects that report only some
+    events."""
+
+    def cluster(self, summary: str) -> None:
+        """Say nothing."""
 
     def planned(self, graph: Graph, plan: Plan) -> None:
         """Say nothing."""
@@ -116,4 +145,7 @@ class SilentProgress:
         """Say nothing."""
 
     def checking(self, device: str, batch: int) -> None:
+        """Say nothing."""
+
+    def kept(self, outcome: SearchOutcome) -> None:
         """Say nothing."""

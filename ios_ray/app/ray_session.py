@@ -14,21 +14,29 @@ search is used as it is, whatever the address: the caller chose it.
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
-from typing import Any, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Sequence
 
 from ios_ray.errors import UserError, first_line
 from ios_ray.interrupts import ctrl_c_held, restore_sigterm_handler, sigterm_handler
 
 #: How many times a search tries to start a local Ray before it gives up.
 LOCAL_START_TRIES = 2
+
+if TYPE_CHECKING:
+    from ios_ray.profiler.cluster import Node
+
 #: The GCS address of the local Ray a search started and keeps (None: none).
 _kept_address: str | None = None
+#: The GCS address of the cluster the running search joined at its address (None: none).
+_joined_address: str | None = None
 
 
 @contextmanager
 def ray_session(address: str | None) -> Iterator[None]:
     """Ray for the duration of a search: a local one without ``address`` (started once, then kept), else joined."""
+    global _joined_address
     import ray
 
     if ray.is_initialized() and ray.get_runtime_context().gcs_address != _kept_address:
@@ -50,6 +58,46 @@ def ray_session(address: str | None) -> Iterator[None]:
     finally:
         if address is not None:
             ray.shutdown()
+            _joined_address = None
+
+
+def joined(address: str | None) -> ContextManager[None]:
+    """For a search at an address, the cluster there, joined now (and left when the search ends); else nothing yet
+    (a local Ray starts only where something is measured)."""
+    return ray_session(address) if address is not None else nullcontext()
+
+
+@dataclass(frozen=True)
+class ClusterInUse:
+    """The Ray a search runs on: in words (``where``) and its live nodes (this machine, foreseen, before a local
+    Ray starts)."""
+
+    where: str
+    nodes: Sequence[Node]
+
+    def summary(self) -> str:
+        """One line: where, how many nodes, CPUs and GPUs, and the devices they offer."""
+        from ios_ray.profiler.cluster import describe_nodes, offered_labels
+
+        offered = ", ".join(offered_labels(self.nodes))
+        return f"cluster: {self.where}: {describe_nodes(self.nodes)}; devices offered: {offered}"
+
+
+def cluster_in_use(address: str | None) -> ClusterInUse:
+    """The Ray a search at ``address`` runs on (one at an address must be joined already, :func:`joined`)."""
+    from ios_ray.profiler.cluster import live_nodes, local_node
+
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return ClusterInUse("this machine's local Ray (no address given)", [local_node()])
+    gcs = ray.get_runtime_context().gcs_address
+    if gcs == _kept_address:
+        where = f"the local Ray at {gcs} (started by an earlier search of this process)"
+    elif gcs == _joined_address:
+        where = f"the Ray cluster at {gcs}" + ("" if address == gcs else f" (address {address})")
+    else:
+        where = f"the Ray at {gcs} (connected before the search, so used whatever the address)"
+    return ClusterInUse(where, live_nodes())
 
 
 def runs_here(address: str | None) -> bool:
@@ -66,13 +114,14 @@ def runs_here(address: str | None) -> bool:
 
 def _start(ray: Any, address: str | None) -> None:
     """Start a local Ray (and keep it) without ``address``, else join the cluster there."""
-    global _kept_address
+    global _kept_address, _joined_address
     if address is None:
         _start_local(ray)
         _kept_address = ray.get_runtime_context().gcs_address
         return
     try:
         ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+        _joined_address = ray.get_runtime_context().gcs_address
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
         raise UserError(f"cannot reach a Ray cluster at {address!r}: {first_line(exc)}") from None
 

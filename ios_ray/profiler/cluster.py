@@ -1,4 +1,5 @@
-"""Which live Ray nodes offer which device labels, and where each label's actors go.
+"""Which Ray nodes offer which device labels (the live ones, or this machine as a local Ray would see it before it
+starts), what to do about a label none offers, and where each label's actors go.
 
 Placement rules (one actor per device unit):
 
@@ -20,8 +21,8 @@ from typing import Any, Mapping, Sequence
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ios_ray.devices import GPU_MODELS, DeviceSpec
-from ios_ray.vocabulary import DEFAULT_SIM_ACTORS, is_simulated
+from ios_ray.devices import GPU_MODELS, SIM_GPUS, DeviceSpec
+from ios_ray.vocabulary import DEFAULT_SIM_ACTORS, SIM_PREFIX, is_simulated
 from ios_ray.errors import UserError
 
 #: A fraction of a resource that Ray counts once per node (``accelerator_type:*``), requested per actor.
@@ -88,13 +89,58 @@ def offered_labels(nodes: Sequence[Node]) -> list[str]:
     return sorted(labels, key=lambda label: (label not in ("cpu", "cuda"), is_simulated(label), label))
 
 
-def check_offered(specs: Sequence[DeviceSpec], nodes: Sequence[Node]) -> None:
-    """Raise UserError for the first label no live node offers, naming what the cluster does offer."""
+def check_offered(specs: Sequence[DeviceSpec], nodes: Sequence[Node], where: str = "this cluster") -> None:
+    """Raise UserError for the first label no node offers: one sentence naming what ``where`` (the cluster, in
+    words) does offer and what to do instead."""
     for spec in specs:
         if not plan(spec, nodes, sim_actors=1):
-            raise UserError(
-                f"no node offers device {spec.label!r}; this cluster offers: {', '.join(offered_labels(nodes))}."
-            )
+            raise UserError(f"no node offers device {spec.label!r}: {where} offers {', '.join(offered_labels(nodes))}; "
+                            f"{_next_step(spec, nodes)}.")
+
+
+def _next_step(spec: DeviceSpec, nodes: Sequence[Node]) -> str:
+    """What to do about a label no node offers, in the words of the caller's options."""
+    join = "join a cluster that has one with --address (address= in Python; cluster.yaml starts one)"
+    if spec.kind == "gpu" and spec.gpu is not None:
+        model = GPU_MODELS[spec.gpu]
+        unusable = [n for n in nodes if any(n.resources.get(r) for r in model.resources) and not n.count("GPU")]
+        simulate = f"search {SIM_PREFIX}{spec.gpu} to simulate it" if spec.gpu in SIM_GPUS else "search cpu"
+        if unusable:
+            return (f"a node advertises {model.custom_resource} but gives Ray no GPU to measure it on, so start that "
+                    f"node with --num-gpus, or {simulate}")
+        return f"{simulate}, or {join}"
+    if spec.kind == "cuda":
+        driver = next((n for n in nodes if n.is_driver), None)
+        gpus = driver.count("GPU") if driver is not None else 0
+        if gpus:
+            return f"this machine has GPUs cuda:0 to cuda:{gpus - 1}, so name one of those"
+        return "search cpu or a sim: device here, or run the search on a machine with a GPU"
+    return "add a node with CPUs to the cluster"
+
+
+def describe_nodes(nodes: Sequence[Node]) -> str:
+    """The nodes in a few words: ``2 nodes, 10 CPUs, 4 GPUs``."""
+    cpus = sum(n.count("CPU") for n in nodes)
+    gpus = sum(n.count("GPU") for n in nodes)
+    return (f"{len(nodes)} node{'s' * (len(nodes) != 1)}, {cpus} CPU{'s' * (cpus != 1)}, "
+            f"{f'{gpus} GPU' + 's' * (gpus != 1) if gpus else 'no GPU'}")
+
+
+def local_node() -> Node:
+    """This machine as the one node of a local Ray started here would be (before starting it): the resources Ray
+    itself resolves for a new head node (CPUs, the GPUs it detects with their ``accelerator_type``, resources set
+    in ``RAY_OVERRIDE_RESOURCES``), so that a search can refuse a device this machine lacks before Ray starts."""
+    try:
+        from ray._private.resource_and_label_spec import ResourceAndLabelSpec
+
+        resources = ResourceAndLabelSpec().resolve(is_head=True).to_resource_dict()
+    except (ImportError, AttributeError, TypeError):  # another Ray than the pinned one: count what torch sees
+        import os
+
+        import torch
+
+        resources = {"CPU": os.cpu_count() or 1, "GPU": torch.cuda.device_count()}
+    return Node("local", resources, is_driver=True)
 
 
 def plan(spec: DeviceSpec, nodes: Sequence[Node], sim_actors: int = DEFAULT_SIM_ACTORS) -> list[Placement]:

@@ -85,7 +85,7 @@ class DevicePool:
         refs = [actor.prepare.remote(model, graph, dtype) for actors in self._actors.values() for actor in actors]
         try:
             problems = [problem for problem in ray.get(refs) if problem is not None]
-        except RayActorError as error:
+        except RayActorError:
             raise UserError(f"an actor died while building model {model.name!r} (killed or crashed, out of memory "
                             "perhaps); run the search again.") from None
         if problems:

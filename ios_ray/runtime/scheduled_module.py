@@ -77,12 +77,12 @@ class ScheduledModule(nn.Module):
         self._watch = WeightWatch(module) if follow_weights else None
         self._folder = schedules if isinstance(schedules, (str, Path)) else None
         self._given = _gather(schedules)
-        self.input_shape = tuple(input_shape) if input_shape is not None else _recorded_shape(self._given.values())
         self.cuda_graph = cuda_graph
         self._runners: dict[tuple[int, torch.device], ScheduleRunner] = {}
         self._warned: set[str] = set()
         self._chosen: dict[tuple[torch.device, int, torch.dtype], Schedule | None] = {}
-        self._binding: _Binding | None = self._bind(strict=True)
+        shapes = [tuple(input_shape)] if input_shape is not None else _recorded_shapes(self._given.values())
+        self.input_shape, self._binding = self._first_binding(shapes)
         self.training = False  # the wrapper runs schedules; the module's own mode is left as the caller set it
 
     @property
@@ -234,6 +234,26 @@ class ScheduledModule(nn.Module):
             self._binding = self._bind(strict=False)
         return self._binding
 
+    def _first_binding(self, shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], "_Binding"]:
+        """The first per-sample input shape at which some given schedule is made for the module, and its binding (a
+        folder may hold the schedules of several models, each at its own input shape); UserError where none is."""
+        for shape in shapes[:-1]:
+            self.input_shape = shape
+            try:
+                return shape, self._bind(strict=True)
+            except UserError:
+                continue  # made for another model: try the next shape
+        self.input_shape = shapes[-1]
+        try:
+            return shapes[-1], self._bind(strict=True)
+        except UserError as error:
+            if len(shapes) == 1:
+                raise
+            where = self._folder if self._folder is not None else "the schedules given"
+            raise UserError(f"no schedule under {where} was made for this {type(self.module).__name__} at any input "
+                            f"shape they record ({', '.join('x'.join(map(str, s)) for s in shapes)}); run ios-ray "
+                            "search for this model, or pass its input_shape=(C, H, W).") from error
+
     def _bind(self, strict: bool) -> "_Binding":
         """Import the module as it is now and keep the given schedules made for its graph: all of a list
         (``strict``: at construction) or at least one from a folder, else UserError; after a conversion, any."""
@@ -278,12 +298,14 @@ def _gather(schedules: Sequence[Schedule] | str | Path) -> dict[str, Schedule]:
     return found
 
 
-def _recorded_shape(schedules: Any) -> tuple[int, ...]:
-    """The per-sample input shape the schedules record; UserError where they record none or several."""
+def _recorded_shapes(schedules: Any) -> list[tuple[int, ...]]:
+    """The per-sample input shapes the schedules record (one per model, for a folder of several); UserError where a
+    schedule records none (a file written before schedules recorded it)."""
     shapes = {s.input_shape for s in schedules}
-    if len(shapes) == 1 and None not in shapes:
-        return tuple(shapes.pop())
-    raise UserError("pass input_shape=(C, H, W): the schedules do not record one per-sample input shape.")
+    if None in shapes:
+        raise UserError("pass input_shape=(C, H, W): some of the schedules were written before schedule files "
+                        "recorded their input shape.")
+    return sorted(tuple(shape) for shape in shapes)
 
 
 def _made_for(found: dict[str, Schedule], graph: Graph) -> dict[str, Schedule]:
