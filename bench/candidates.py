@@ -4,8 +4,8 @@ earlier search has fitted the correction, and what running several candidates co
 Two parts (``--part``):
 
 * ``prediction``: for each model and batch, a search on a fresh store (its check runs the candidates and stores
-  them as runs), then the same search again on that store (nothing measured again; its DP priced by the correction
-  fitted from the first check's runs). Target: the second search's kept schedule measured (its check's median) over
+  them as runs), then the same search again on that store (its DP priced by the correction fitted from the first
+  check's runs; it measures only the stages the corrected costs newly ask for, none twice). Target: the second search's kept schedule measured (its check's median) over
   predicted (its corrected prediction) within 0.95-1.05. The first search's figure (a plain stage sum) is shown
   beside it.
 * ``cost``: for the same settings, in this process, the candidates of the second search (rebuilt from the store as
@@ -61,7 +61,7 @@ def prediction(models: list[str], batches: list[int], folder: Path, console: Con
                searched: dict[tuple[str, int], Path]) -> tuple[Table, bool]:
     """Search each setting twice on one store; the second search's kept measured / predicted."""
     table = Table("model", "batch", "kernels", "first: kept, measured / stage sum", "correction (alpha, beta ms, "
-                  "gamma ms, runs)", "again: kept, measured / corrected prediction", "stages measured again",
+                  "gamma ms, runs)", "again: kept, measured / corrected prediction", "new stages again",
                   "target", title="the kept schedule's prediction after one search fitted the correction (CPU)")
     passed = True
     for model in models:

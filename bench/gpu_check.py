@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -240,15 +241,16 @@ class Check:
         """Run ``python ARGS`` from the repository root; StepFailed (with the end of its errors) unless it
         succeeds, or where ``quiet_timeout``, returns a run stopped at its time limit too."""
         done = run_command([sys.executable, *args], timeout_s, ROOT)
+        stdout, stderr = (deduplicated(text) for text in (done.stdout, done.stderr))
         self.log(f"$ python {' '.join(args)}\nexit {done.returncode} after {done.wall_s:.1f} s"
-                 f"{' (stopped at its time limit)' if done.timed_out else ''}\n--- stdout\n{done.stdout[-4000:]}\n"
-                 f"--- stderr\n{done.stderr[-4000:]}\n")
+                 f"{' (stopped at its time limit)' if done.timed_out else ''}\n--- stdout\n{stdout[-4000:]}\n"
+                 f"--- stderr\n{stderr[-4000:]}\n")
         if done.timed_out and quiet_timeout:
             return done
         if done.timed_out:
             raise StepFailed(f"stopped at its time limit of {timeout_s:.0f} s")
         if done.returncode != 0:
-            lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
+            lines = (stderr.strip() or stdout.strip()).splitlines()
             print("\n".join(f"    {line}" for line in lines[-12:]), flush=True)
             raise StepFailed(f"exit {done.returncode}: {lines[-1] if lines else 'no output'}")
         return done
@@ -264,6 +266,23 @@ class Check:
         self.report["targets"] = [t.as_json() for t in targets(self.report)]
         _write_atomically(self.setup.out / "report.json", json.dumps(self.report, indent=1))
         _write_atomically(self.setup.out / "report.md", markdown(self.report))
+
+
+def deduplicated(text: str) -> str:
+    """``text`` with each line that repeats an earlier one (timestamps aside: torch's ``[W1126 23:42:24.82 ...]``
+    warnings) left out, and a count of them after the first: so that the end of a failing command's output kept in
+    the log is its error, not the same warning a hundred times (seen on an H100, 2026-11-26)."""
+    kept: list[str] = []
+    seen: dict[str, int] = {}
+    for line in text.splitlines():
+        key = re.sub(r"^\[\w\d+ [\d:.]+ ", "[", line)
+        if key in seen:
+            seen[key] += 1
+            continue
+        seen[key] = 0
+        kept.append(key)
+    repeats = sum(seen.values())
+    return "\n".join(kept) + (f"\n({repeats} repeated lines left out)" if repeats else "")
 
 
 def planned(steps: list[Step], budget_s: float) -> list[Step]:

@@ -111,10 +111,10 @@ def scheduled_backend(model: nn.Module, x: torch.Tensor) -> IosRayBackend:
 
 def readme_net() -> nn.Module:
     """The README's torch.compile model (two graphs: convs, then a mean and a linear head), seeded."""
-    from tests.test_api import readme_example
+    from tests.test_readme import blocks
 
     namespace: dict[str, Any] = {}
-    exec(readme_example("## With torch.compile").split("model = Net()")[0], namespace)  # the class Net
+    exec(blocks("python")["## With torch.compile"][0].split("model = Net()")[0], namespace)  # the class Net
     torch.manual_seed(0)
     return namespace["Net"]().eval()
 

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 import bench.gpu_check as gpu_check_module
 from bench import gpu_steps
-from bench.gpu_check import SAFETY, Completed, choose_protocol, run_command
+from bench.gpu_check import SAFETY, Completed, choose_protocol, deduplicated, run_command
 from bench.gpu_report import Target, markdown, targets
 from ios_ray.vocabulary import kernel_named
 from ios_ray.cli import app
@@ -156,7 +156,7 @@ def test_the_searches_are_judged_for_their_cost_their_corrected_prediction_and_a
     assert results["search again, batch 1: kept schedule measured / predicted (corrected)"] == "PASS"
     assert results["search again, batch 1 float16 channels_last: kept schedule measured / predicted (corrected)"] \
         == "MISS"  # 1.08 > 1.05
-    assert results["search again at batch 1: stages measured again"] == "PASS"
+    assert results["search again at batch 1: new stages the corrected costs asked for (none twice)"] == "-"
     assert results["IOS + graph slower than greedy + graph beyond noise, batch 1 (1: yes)"] == "MISS"  # 0.9 < 1.0
     assert results["randwire cuda bs1: search within the check, s"] == "PASS"
     report["bench"]["1"] = with_greedy(bench_rows(ios=1.0, seq=1.3, eager=1.6, compiled=None, predicted=1.0), 1.1)
@@ -337,3 +337,13 @@ def test_the_whole_pipeline_runs_on_the_cpu_with_tiny_repeats(
     assert "not a validation" in text and "no target applies" in text
     assert text == markdown(report)
     assert "== DP schedule" in (out / "profile.txt").read_text()
+
+
+def test_a_failing_commands_log_keeps_its_error_under_a_flood_of_one_warning() -> None:
+    """H100, 2026-11-26: a bench's stderr was a hundred copies of one CUDA warning, and the log kept only those."""
+    flood = "".join(f"[W1126 23:42:24.8207{i:05d} CUDAEvent.h:57] Warning: CUDA warning: launch failure\n"
+                    for i in range(300))
+    kept = deduplicated("Traceback (most recent call last):\nRuntimeError: the error\n" + flood)
+    assert kept.splitlines() == ["Traceback (most recent call last):", "RuntimeError: the error",
+                                 "[CUDAEvent.h:57] Warning: CUDA warning: launch failure",
+                                 "(299 repeated lines left out)"]

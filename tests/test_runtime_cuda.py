@@ -159,6 +159,9 @@ def test_fused_kernels_launch_no_layout_transposes_on_cuda() -> None:
     model = ZOO["inception_v3"].build().cuda().eval()
     imported = import_module(model, torch.randn(1, 3, 299, 299, device="cuda"))
     x = torch.randn(1, 3, 299, 299, device="cuda")
+    with profile(activities=[ProfilerActivity.CUDA]):  # the profiler's first session reports its kernels late
+        model(x)
+        torch.cuda.synchronize()
     transposes = {}
     for kernels in ("eager", "fused"):
         program = Program.from_imported(imported, "cuda", kernels)
@@ -169,4 +172,4 @@ def test_fused_kernels_launch_no_layout_transposes_on_cuda() -> None:
             runner(x)
             torch.cuda.synchronize()
         transposes[kernels] = sum(e.count for e in prof.key_averages() if is_layout_transpose(e.key))
-    assert transposes["fused"] == 0, transposes
+    assert transposes["fused"] == 0 < transposes["eager"], transposes  # H100, torch 2.11: 0 and 113

@@ -244,7 +244,7 @@ def test_an_uncaptured_row_says_so_and_keeps_the_devices_fingerprint(small_graph
 
 
 def test_fingerprints_name_their_timing_protocol() -> None:
-    assert GPU_TIMING == (f"graph-batch{GRAPH_STAGES}-x2-1" if profiler_timing.BATCHED_GRAPHS else
+    assert GPU_TIMING == (f"graph-batch{GRAPH_STAGES}-x2-2" if profiler_timing.BATCHED_GRAPHS else
                           f"graph-x{STAGE_COPIES}-2")
     assert cpu_info()["timing"] == CPU_TIMING != GPU_TIMING
 

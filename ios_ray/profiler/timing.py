@@ -43,7 +43,7 @@ BATCHED_GRAPHS = "external" in inspect.signature(torch.cuda.Event.__new__).param
 
 def gpu_protocol() -> str:
     """The name of the GPU timing protocol this process uses (part of a GPU's fingerprint)."""
-    return f"graph-batch{GRAPH_STAGES}-x{BATCH_COPIES}-1" if BATCHED_GRAPHS else f"graph-x{STAGE_COPIES}-2"
+    return f"graph-batch{GRAPH_STAGES}-x{BATCH_COPIES}-2" if BATCHED_GRAPHS else f"graph-x{STAGE_COPIES}-2"
 
 
 def resolve_protocol(kind: str, warmup: int | None, repeat: int | None) -> tuple[int, int]:
