@@ -12,8 +12,10 @@ Two parts (``--part``):
   SqueezeNet at batch 1, in fresh processes. Target: the IOS row (named for its kernels) within 10% of
   ``torch.compile``'s median, or faster.
 
-Run: python bench/kernels.py [--models inception_v3,squeezenet] [--batches 1,8] [--rounds 30]
-(about 15 minutes on 2 cores with the defaults; exit code 1 when a target is missed)
+Run: python bench/kernels.py [--models inception_v3,squeezenet] [--batches 1,8] [--rounds 30] [--folder DIR]
+(on 2 cores with the defaults: about 40 minutes of searches on fresh stores, each Inception V3 search 7-9 minutes,
+then the rounds; a run again on the same --folder measures only what its stores lack; exit code 1 when a target is
+missed)
 """
 
 from __future__ import annotations
@@ -136,8 +138,11 @@ def main() -> int:
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--part", choices=("side-by-side", "ios-ray-bench"))
+    parser.add_argument("--folder", type=Path, help="the stores' folder, kept: a run again on it measures only what "
+                        "its stores lack (default: a new temporary one)")
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="ios-ray-kernels-"))
+    folder = args.folder or Path(tempfile.mkdtemp(prefix="ios-ray-kernels-"))
+    folder.mkdir(parents=True, exist_ok=True)
     models, batches = args.models.split(","), [int(b) for b in args.batches.split(",")]
     return run_parts({
         "side-by-side": lambda console: side_by_side(models, batches, args.rounds, folder, console),

@@ -28,8 +28,19 @@ class Terminated(KeyboardInterrupt):
     """A SIGTERM, raised where Python raises ``KeyboardInterrupt`` for a Ctrl-C (see the module docstring)."""
 
 
+#: Set once a SIGTERM has raised :class:`Terminated`: the stop it caused may surface as another ``KeyboardInterrupt``
+#: (Ray's processes, sent the same SIGTERM by a ``kill`` of the process group, end the driver's calls their own way).
+_terminated = threading.Event()
+
+
 def _terminate(signum: int, frame: Any) -> None:
+    _terminated.set()
     raise Terminated
+
+
+def was_terminated(stop: KeyboardInterrupt) -> bool:
+    """Whether a stop came from a SIGTERM: it is :class:`Terminated`, or one was raised before it."""
+    return isinstance(stop, Terminated) or _terminated.is_set()
 
 
 def stop_on_sigterm() -> None:

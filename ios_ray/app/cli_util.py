@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from ios_ray.errors import UserError
-from ios_ray.interrupts import Terminated, stop_on_sigterm
+from ios_ray.interrupts import stop_on_sigterm, was_terminated
 from ios_ray.vocabulary import checked_batches
 
 if TYPE_CHECKING:
@@ -71,9 +71,10 @@ def user_errors(command: F) -> F:
             print(f"error: {exc}", file=sys.stderr)
             raise typer.Exit(1) from None
         except KeyboardInterrupt as stop:
-            stopped = "terminated" if isinstance(stop, Terminated) else "interrupted"
+            terminated = was_terminated(stop)
+            stopped = "terminated" if terminated else "interrupted"
             print(f"{stopped}: everything measured so far is stored; rerun to resume.", file=sys.stderr)
-            raise typer.Exit(TERMINATED if isinstance(stop, Terminated) else INTERRUPTED) from None
+            raise typer.Exit(TERMINATED if terminated else INTERRUPTED) from None
 
     return wrapper  # type: ignore[return-value]
 
