@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 import ios_ray
+from bench.synthetic import SyntheticCost
 from ios_ray.app.budgets import schedule_memory
 from ios_ray.app.backend import CompileError, IosRayBackend
 from ios_ray.app.compiled_graph import FALLBACK, CompiledGraph
@@ -30,7 +31,7 @@ from ios_ray.app.graph_schedules import Found, local_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
-from ios_ray.scheduler import LazySpace, SearchParams, SyntheticCost
+from ios_ray.scheduler import LazySpace, SearchParams
 from ios_ray.store import LatencyStore
 from tests.helpers import HANG_S, ios_ray_here
 from tests.store_writer import fake_rows
