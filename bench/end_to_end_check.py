@@ -44,6 +44,8 @@ from rich.console import Console
 from rich.table import Table
 from torch import nn
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.verdict import clears, inverted  # noqa: E402
 import ios_ray
 from ios_ray.app.bench import baseline_schedule
 from ios_ray.app.job import SearchRequest, run_search
@@ -172,7 +174,7 @@ def slower_checks(console: Console) -> tuple[Table, bool]:
         start = time.perf_counter()
         timing = paired_timing(first, second, "cpu", plan, max_seconds=DEFAULT_CHECK_SECONDS)
         seconds = time.perf_counter() - start
-        ratio = timing.ratio if first_slow else timing.ratio.inverted()
+        ratio = timing.ratio if first_slow else inverted(timing.ratio)
         decided = ratio.verdict == SLOWER
         found += decided
         table.add_row(str(run + 1), "first" if first_slow else "second", f"{ratio.median:.3f}", ratio.span,
@@ -240,7 +242,7 @@ def cost(work: Path, pairs: int, console: Console) -> tuple[Table, bool]:
             console.print(f"  (c) {model} pair {pair + 1}: old {old_s[-1]:.2f} s, new {new_s[-1]:.2f} s "
                           f"({timing.rounds} rounds, {timing.ratio.verdict}, load {load()})")
         ratio = median_interval(ratios_of(new_s, old_s), REPORT_CONFIDENCE)
-        ok = ratio.clears(most=COST_TARGET)
+        ok = clears(ratio, most=COST_TARGET)
         passed &= ok
         verdicts = ", ".join(f"{v} {sum(t.ratio.verdict == v for t in new_runs)}"
                              for v in dict.fromkeys(t.ratio.verdict for t in new_runs))

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
+from bench.verdict import clears
 from ios_ray.paired import REPORT_CONFIDENCE, RatioInterval, median_interval, ratios_of
 from ios_ray.vocabulary import EAGER_KERNELS, kernel_named
 
@@ -80,7 +81,7 @@ class Target:
         if self.figure is None:
             return "no figure"
         if self.interval is not None:
-            return "PASS" if self.interval.clears(self.low, self.high) else "MISS"
+            return "PASS" if clears(self.interval, self.low, self.high) else "MISS"
         inside = (self.low is None or self.figure >= self.low) and (self.high is None or self.figure <= self.high)
         return "PASS" if inside else "MISS"
 

@@ -38,7 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.verdict import run_parts  # noqa: E402
+from bench.verdict import clears, run_parts  # noqa: E402
 from ios_ray.app.bench import baseline_schedule, schedule_variants, side_by_side
 from ios_ray.app.evaluation import predicted_ms
 from ios_ray.app.job import SearchRequest, run_search
@@ -233,7 +233,7 @@ def within_noise(samples: dict[str, list[float]]) -> tuple[RatioInterval, bool]:
     that interval lies wholly at or below 1 + :data:`CPU_NOISE`."""
     slower = max(("all", "again"), key=lambda name: statistics.median(samples[name]))
     ratio = median_interval(ratios_of(samples["lazy"], samples[slower]), REPORT_CONFIDENCE)
-    return ratio, ratio.clears(most=1 + CPU_NOISE)
+    return ratio, clears(ratio, most=1 + CPU_NOISE)
 
 
 def bound_misses(model: str, store: Path, fingerprint: str) -> tuple[int, int]:

@@ -40,6 +40,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import allocator_counter  # noqa: E402
+from bench.synthetic import SyntheticCost  # noqa: E402
 from ios_ray.app.budgets import TRADE_OFF, budgeted, parse_memory_budget, sequential_peak  # noqa: E402
 from ios_ray.frontend import import_model  # noqa: E402
 from ios_ray.ir import GRAPH_INPUT, Graph  # noqa: E402
@@ -48,7 +49,7 @@ from ios_ray.profiler.sim_model import stage_latency_ms  # noqa: E402
 from ios_ray.runtime import Program, ScheduleRunner  # noqa: E402
 from ios_ray.runtime.stages import ParallelStage  # noqa: E402
 from ios_ray.schedule import Schedule  # noqa: E402
-from ios_ray.scheduler import (SearchParams, SyntheticCost, optimize_graph, sequential,  # noqa: E402
+from ios_ray.scheduler import (SearchParams, optimize_graph, sequential,  # noqa: E402
                                sequential_stages)
 from ios_ray.scheduler.budget import smallest_peak  # noqa: E402
 from ios_ray.scheduler.memory import GraphMemory, to_bytes  # noqa: E402

@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.verdict import run_parts  # noqa: E402
+from bench.verdict import clears, run_parts  # noqa: E402
 from ios_ray.paired import REPORT_CONFIDENCE, median_interval, percent, ratios_of
 from ios_ray.app.job import SearchRequest, run_search
 from ios_ray.app.progress import SilentProgress
@@ -175,7 +175,7 @@ def repeat_table(args: argparse.Namespace, first: CliRun, reruns: list[CliRun]) 
     speedup = median_interval(ratios_of([first.wall_s] * len(reruns), [r.wall_s for r in reruns]), REPORT_CONFIDENCE)
     nothing = all(r.measured == 0 for r in reruns)
     unchanged = all(r.rows_after == r.rows_before for r in reruns)
-    speed_ok = speedup.clears(least=REPEAT_TARGET)
+    speed_ok = clears(speedup, least=REPEAT_TARGET)
     table = Table(title=f"(a) the same search on one store, first then {len(reruns)} reruns: {args.model} on "
                         f"{args.devices}, batches {args.batches}")
     for column in ("", "first search", "reruns", "target", "result"):
@@ -208,7 +208,7 @@ def scaling_table(args: argparse.Namespace, runs: list[ScalingRun]) -> tuple[Tab
         seconds = [run.seconds for run in found]
         speedup = median_interval(ratios_of([run.seconds for run in base], seconds), REPORT_CONFIDENCE)
         target = SCALING_TARGET if actors == max(SCALING_ACTORS) else None
-        ok = (target is None or speedup.clears(least=target)) and all(run.stages == base[0].stages for run in found)
+        ok = (target is None or clears(speedup, least=target)) and all(run.stages == base[0].stages for run in found)
         passed &= ok
         table.add_row(str(actors), f"{found[0].stages:,}", f"{statistics.median(seconds):.2f}",
                       f"{statistics.median(run.rate for run in found):.1f}", f"{speedup.median:.2f}x", speedup.span,

@@ -27,7 +27,7 @@ import json
 from collections import abc
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 from ios_ray.vocabulary import DEFAULT_MEMORY_FORMAT
 
@@ -182,10 +182,6 @@ class Graph:
         if len(shapes) == 1:
             return shapes[0]
         return (sum(s[0] for s in shapes), *shapes[0][1:])
-
-    def topological_ids(self) -> Iterator[str]:
-        """Unit ids in execution order."""
-        return (u.id for u in self.units)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON form (see :meth:`from_json`)."""

@@ -74,18 +74,6 @@ class RatioInterval:
             return "no interval"
         return f"{self.low:.2f}-{self.high:.2f}"
 
-    def clears(self, least: float | None = None, most: float | None = None) -> bool:
-        """Whether the whole interval lies at or above ``least`` and at or below ``most`` (a target met beyond
-        noise)."""
-        above = least is None or (self.low is not None and self.low >= least)
-        below = most is None or (self.high is not None and self.high <= most)
-        return above and below
-
-    def inverted(self) -> "RatioInterval":
-        """The interval of the reciprocal ratios (b / a for a / b): a speedup from a time ratio."""
-        return RatioInterval(1 / self.median, None if self.high is None else 1 / self.high,
-                             None if self.low is None else 1 / self.low, self.confidence, self.rounds)
-
 
 @dataclass(frozen=True)
 class PairedTiming:

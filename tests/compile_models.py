@@ -1,4 +1,5 @@
-"""Small models for the torch.compile backend's tests: graph breaks, a data-dependent branch, two inputs."""
+"""Small models for the torch.compile backend's tests: graph breaks, a data-dependent branch, two inputs, wide
+bottlenecks."""
 
 from __future__ import annotations
 
@@ -71,6 +72,21 @@ class TwoInputs(nn.Module):
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.a(x) + self.a(y)
+
+
+class Bottlenecks(nn.Module):
+    """Four branches that widen to 64 channels and narrow again, then a concat: run side by side, their wide middles
+    are alive at once, so a concurrent schedule peaks far above the sequential one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 1)
+        self.branches = nn.ModuleList(nn.Sequential(nn.Conv2d(8, 64, 1), nn.Conv2d(64, 4, 3, padding=1))
+                                      for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.stem(x))
+        return torch.cat([branch(x) for branch in self.branches], dim=1)
 
 
 def broken() -> Broken:

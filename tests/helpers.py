@@ -1,4 +1,5 @@
-"""Helpers shared by the tests: randomised models, error measures, zoo graphs and plans, the CLI in this process."""
+"""Helpers shared by the tests: randomised models, error measures, zoo graphs and plans, the CLI in this process, what
+a captured forward holds."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ios_ray.app.bench import relative_error
 from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
 from ios_ray.profiler.jobs import ModelSource
+from ios_ray.runtime.cuda_graph import CapturedForward, GraphKey
 from ios_ray.scheduler import SearchParams, plan_graph
 from ios_ray.scheduler.plan import Plan
 
@@ -96,3 +98,8 @@ def spec_source(spec: str) -> ModelSource:
     from ios_ray.models import resolve_model
 
     return ModelSource(spec, resolve_model(spec).input_shape, spec=spec)
+
+
+def captured_shapes(captured: CapturedForward) -> tuple[GraphKey, ...]:
+    """The (shape, dtype) of every input shape that currently has a captured graph in ``captured``."""
+    return tuple(captured._graphs)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench.synthetic import SyntheticCost
 from ios_ray.app.show import schedule_text
 from ios_ray.app.budgets import (MemoryBudget, budgeted, default_budget, device_memory, parse_memory_budget,
                                  refuse_what_cannot_fit, search_budget, sequential_peak, trade_off)
@@ -19,7 +20,7 @@ from ios_ray.errors import UserError
 from ios_ray.profiler import DeviceIdentity
 from ios_ray.ir import Graph
 from ios_ray.schedule import PeakMemory, Schedule, read_schedule, save_schedule, schedule_from_json
-from ios_ray.scheduler import SearchParams, SyntheticCost, optimize_graph
+from ios_ray.scheduler import SearchParams, optimize_graph
 from ios_ray.scheduler.budget import smallest_peak
 from ios_ray.scheduler.memory import GraphMemory, to_bytes
 from ios_ray.stage import StageKeys

@@ -16,19 +16,26 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 import torch
 from torch import nn
 
 import ios_ray
+from bench.synthetic import SyntheticCost
+from ios_ray.app.budgets import schedule_memory
 from ios_ray.app.backend import CompileError, IosRayBackend
 from ios_ray.app.compiled_graph import FALLBACK, CompiledGraph
 from ios_ray.app.compiled_search import record_graphs
+from ios_ray.app.graph_schedules import Found, local_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_module
+from ios_ray.ir import Graph
+from ios_ray.scheduler import LazySpace, SearchParams
 from ios_ray.store import LatencyStore
 from tests.helpers import HANG_S, ios_ray_here
-from tests.compile_models import INPUT_SHAPE, Branching, Caching, TwoInputs, broken
+from tests.store_writer import fake_rows
+from tests.compile_models import INPUT_SHAPE, Bottlenecks, Branching, Caching, TwoInputs, broken
 from tests.test_runtime_schedules import BUILDERS, make_schedule
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -222,6 +229,47 @@ def test_calls_from_several_threads_equal_eager_and_leave_the_streams_alone() ->
         for thread in threads:
             thread.join()
     assert (sys.stdout, sys.stderr) == streams and not failures
+
+
+def store_every_stage(graph: Graph, store: Path, batch: int) -> None:
+    """Store made-up latencies (:class:`SyntheticCost`) of every stage a lazy search of ``graph`` may ask for, on
+    this machine's CPU with eager kernels, at ``batch``."""
+    space, cost = LazySpace.build(graph, SearchParams()), SyntheticCost(graph)
+    stages = {**{p.key: p.stage for p in space.planned}, **{key: p.stage for key, p in space.plan.stages.items()}}
+    fingerprint = local_device("cpu").running("eager").fingerprint
+    LatencyStore(store).put(pa.concat_tables([fake_rows([key], cost.latency(stage), fingerprint, batch)
+                                              for key, stage in stages.items()]))
+
+
+def deployed(backend: IosRayBackend, model: nn.Module, x: torch.Tensor) -> list[Found | None]:
+    """What the backend's schedules gave each graph of ``model`` compiled and called on ``x`` (whose output must
+    equal the model's)."""
+    found: list[Found | None] = []
+    find = backend.schedules.find
+    backend.schedules.find = lambda *args: found.append(find(*args)) or found[-1]  # type: ignore[method-assign]
+    out, _ = compiled(model, backend, x)
+    torch.testing.assert_close(out, model(x))
+    return found
+
+
+def test_a_memory_budget_keeps_the_schedule_the_store_gives_within_it(tmp_path: Path) -> None:
+    """Like ``ios-ray search --memory-budget``: the DP over the store's latencies peaks above the budget, so the
+    schedule deployed is the budgeted DP's."""
+    model, x, store = Bottlenecks().eval(), torch.randn(2, *INPUT_SHAPE), tmp_path / "s.duckdb"
+    probe = ios_ray.backend(schedules=None, store=None)
+    compiled(model, probe, x)
+    [graph] = [g.graph for g in graphs(probe)]
+    store_every_stage(graph, store, batch=2)
+    torch._dynamo.reset()
+    [free] = deployed(ios_ray.backend(schedules=None, store=store), model, x)
+    torch._dynamo.reset()
+    [kept] = deployed(ios_ray.backend(schedules=None, store=store, memory_budget="1.0x"), model, x)
+    assert free is not None and kept is not None and kept.origin == free.origin == f"the DP over {store}"
+    unbudgeted, budgeted = schedule_memory(free.schedule, graph), schedule_memory(kept.schedule, graph)
+    assert unbudgeted.peak_bytes > unbudgeted.sequential_peak_bytes  # the DP's own schedule breaks the budget
+    assert budgeted.peak_bytes <= budgeted.sequential_peak_bytes
+    assert kept.schedule.memory is not None and kept.schedule.memory.budget_bytes == budgeted.sequential_peak_bytes
+    assert kept.schedule.memory.peak_bytes == budgeted.peak_bytes
 
 
 @pytest.mark.parametrize("options, named", [

@@ -13,12 +13,13 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import ios_ray
+from bench.synthetic import SyntheticCost
 from ios_ray.app.job import SearchOutcome
 from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
 from ios_ray.paired import least_rounds
 from ios_ray.schedule import CANDIDATES
-from ios_ray.scheduler import SearchParams, SyntheticCost, TableLatency, greedy_stages, optimize_block
+from ios_ray.scheduler import SearchParams, TableLatency, greedy_stages, optimize_block
 from ios_ray.scheduler.correction import IDENTITY, Correction, ScheduleRun, corrected_table, fit_correction
 from ios_ray.stage import Stage, StageKeys
 from ios_ray.store import LatencyStore

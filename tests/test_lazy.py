@@ -15,13 +15,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.synthetic import SyntheticCost
 from ios_ray.app.budgets import MemoryBudget
 from ios_ray.app.measuring import Exhaustive, Lazy, Measuring, Setting
 from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
 from ios_ray.profiler import DeviceIdentity
 from ios_ray.schedule import Schedule, check_schedule
-from ios_ray.scheduler import SearchParams, SyntheticCost, TableLatency, optimize_block, optimize_graph, plan_graph
+from ios_ray.scheduler import SearchParams, TableLatency, optimize_block, optimize_graph, plan_graph
 from ios_ray.scheduler.arrays import BlockArrays
 from ios_ray.scheduler.budget import smallest_peak
 from ios_ray.scheduler.estimate import _compose, estimate

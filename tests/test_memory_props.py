@@ -16,8 +16,9 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from bench.synthetic import SyntheticCost
 from ios_ray.ir import Block, Graph
-from ios_ray.scheduler import SearchParams, SyntheticCost, optimize_block, optimize_graph
+from ios_ray.scheduler import SearchParams, optimize_block, optimize_graph
 from ios_ray.scheduler.budget import (NO_PINS, OverBudget, _Block, _Flat, _FreeWalk, _highest, _PinnedWalk,
                                       _within, optimize_within, smallest_peak)
 from ios_ray.scheduler.memory import BlockMemory, GraphMemory

@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from bench.verdict import clears, inverted
 from ios_ray.paired import (FASTER, SLOWER, WITHIN_NOISE, LookPlan, RatioInterval, least_rounds, median_interval,
                             percent, rank, ratios_of)
 
@@ -71,13 +72,13 @@ def test_a_verdict_needs_the_whole_interval_on_one_side_of_one() -> None:
 
 
 def test_a_target_is_cleared_only_by_the_whole_interval_and_speedups_invert_times() -> None:
-    speedup = RatioInterval(0.8, 0.75, 0.9, 0.95, 10).inverted()
+    speedup = inverted(RatioInterval(0.8, 0.75, 0.9, 0.95, 10))
     assert speedup.median == pytest.approx(1.25) and speedup.low == pytest.approx(1 / 0.9)
     assert speedup.high == pytest.approx(1 / 0.75)
-    assert speedup.clears(least=1.1) and not speedup.clears(least=1.2)  # the median alone clears 1.2
-    assert RatioInterval(1.0, 0.97, 1.04, 0.95, 10).clears(most=1.05)
-    assert not RatioInterval(1.0, 0.97, 1.06, 0.95, 10).clears(most=1.05)
-    assert not RatioInterval(1.0, None, None, 0.95, 2).clears(most=100)
+    assert clears(speedup, least=1.1) and not clears(speedup, least=1.2)  # the median alone clears 1.2
+    assert clears(RatioInterval(1.0, 0.97, 1.04, 0.95, 10), most=1.05)
+    assert not clears(RatioInterval(1.0, 0.97, 1.06, 0.95, 10), most=1.05)
+    assert not clears(RatioInterval(1.0, None, None, 0.95, 2), most=100)
 
 
 def test_ratios_pair_by_round_and_a_plan_looks_only_where_planned() -> None:

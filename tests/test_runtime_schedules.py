@@ -13,10 +13,11 @@ import pytest
 import torch
 from torch import nn
 
+from bench.synthetic import SyntheticCost
 from ios_ray.frontend import import_module
 from ios_ray.ir import Block, Graph
 from ios_ray.schedule import BlockSchedule, Schedule, check_schedule
-from ios_ray.scheduler import SearchParams, SyntheticCost, greedy_stages, optimize_graph, sequential_stages
+from ios_ray.scheduler import SearchParams, greedy_stages, optimize_graph, sequential_stages
 from ios_ray.stage import Stage, can_merge
 from tests.helpers import randomise_batchnorm
 from ios_ray.zoo import ZOO

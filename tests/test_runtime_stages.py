@@ -25,8 +25,8 @@ def program() -> Program:
 
 def sequential_env(program: Program, x: torch.Tensor) -> dict[str, torch.Tensor]:
     env = {GRAPH_INPUT: x}
-    for unit_id in program.graph.topological_ids():
-        env[unit_id] = program.run_unit(unit_id, env)
+    for unit in program.graph.units:  # in execution order
+        env[unit.id] = program.run_unit(unit.id, env)
     return env
 
 

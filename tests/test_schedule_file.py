@@ -13,13 +13,14 @@ from urllib.parse import unquote
 
 import pytest
 
+from bench.synthetic import SyntheticCost
 from ios_ray.errors import UserError
 from ios_ray.paired import RatioInterval
 from ios_ray.frontend import import_model
 from ios_ray.runtime import read_schedules
 from ios_ray.schedule import (BlockSchedule, EndToEnd, Schedule, check_schedule, folder_name, load_schedule,
                               read_schedule, save_schedule, schedule_path)
-from ios_ray.scheduler import SearchParams, SyntheticCost, optimize_graph, sequential
+from ios_ray.scheduler import SearchParams, optimize_graph, sequential
 from ios_ray.app.check import kept_schedule
 from ios_ray.stage import Stage
 from tests.helpers import HANG_S, ios_ray_here

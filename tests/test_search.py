@@ -6,13 +6,13 @@ from dataclasses import replace
 
 import pytest
 
+from bench.synthetic import SyntheticCost
 from ios_ray.errors import UserError
 from ios_ray.ir import GRAPH_INPUT, Block, Graph, Unit, Value
 from ios_ray.scheduler import (
     BlockDag,
     MissingLatencyError,
     SearchParams,
-    SyntheticCost,
     TableLatency,
     BlockSpace,
     count_block,

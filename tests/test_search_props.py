@@ -17,12 +17,12 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from bench.synthetic import SyntheticCost
 from ios_ray.ir import Graph
 from ios_ray.schedule import Schedule, check_schedule
 from ios_ray.scheduler import (
     BlockDag,
     SearchParams,
-    SyntheticCost,
     endings,
     greedy,
     optimize_block,

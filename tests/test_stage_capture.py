@@ -28,6 +28,7 @@ from ios_ray.runtime.timing import BACKLOG_CYCLES, LEAST_REPLAYS, graph_batch_sa
 from ios_ray.runtime.streams import StreamPool
 from ios_ray.stage import Stage, StageKeys
 from tests.fake_cuda import REPLAY_START_MS, UNJOINED, FakeCuda, FakeStream
+from tests.helpers import captured_shapes
 from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
 
 NOT_CAPTURABLE = "CUDA error: operation not permitted when stream is capturing"
@@ -259,7 +260,7 @@ def test_a_forward_that_cannot_be_captured_runs_uncaptured_with_one_warning(cuda
     with pytest.warns(UserWarning, match="cannot be captured into a CUDA graph"):
         assert torch.equal(captured(torch.zeros(2)), torch.ones(2))
     assert torch.equal(captured(torch.ones(2)), torch.full((2,), 2.0))  # no second capture, no second warning
-    assert len(cuda.graphs) == 1 and captured.captured_shapes == () and cuda.current is cuda.default
+    assert len(cuda.graphs) == 1 and captured_shapes(captured) == () and cuda.current is cuda.default
 
 
 def test_a_captured_forward_replays_from_its_static_input(cuda: FakeCuda) -> None:
@@ -274,7 +275,7 @@ def test_a_captured_forward_replays_from_its_static_input(cuda: FakeCuda) -> Non
     first = captured(torch.ones(3))
     captured(torch.ones(3))
     assert forward_calls == [False, False, True] and cuda.replays == 2
-    assert captured.captured_shapes == (((3,), torch.float32),) and torch.equal(first, torch.full((3,), 2.0))
+    assert captured_shapes(captured) == (((3,), torch.float32),) and torch.equal(first, torch.full((3,), 2.0))
 
 
 def test_a_batch_of_stages_is_timed_in_one_graph_each_between_events_recorded_inside_it(cuda: FakeCuda) -> None:

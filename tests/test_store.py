@@ -439,3 +439,10 @@ def test_a_hard_linked_store_is_refused_in_one_true_sentence_and_left_untouched(
     assert sha256(real) == before
     other.unlink()
     assert stored_keys(open_store(real)) == ["k"]
+
+
+def test_the_package_lists_every_name_it_loads_lazily_and_loads_each() -> None:
+    import ios_ray.store as store
+
+    assert set(store.__all__) == {"DEFAULT_STORE_PATH", *store._HOMES}
+    assert all(getattr(store, name) is not None for name in store.__all__)

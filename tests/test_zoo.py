@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import fx, nn
 
-from ios_ray.zoo import ZOO, ZooModel, zoo_names
+from ios_ray.zoo import ZOO, ZooModel
 from ios_ray.zoo.inception_v3 import InceptionA, InceptionB, InceptionC, InceptionD, InceptionE
 from ios_ray.zoo.nasnet_a import NormalCell, ReductionCell, nasnet_a
 from ios_ray.zoo.randwire import RandWireStage, randwire, watts_strogatz_dag
@@ -60,7 +60,7 @@ def dag_width(n: int, edges: list[tuple[int, int]]) -> int:
 
 
 def test_registry() -> None:
-    assert zoo_names() == ["inception_v3", "squeezenet", "nasnet_a", "randwire"]
+    assert list(ZOO) == ["inception_v3", "squeezenet", "nasnet_a", "randwire"]
     assert all(isinstance(m, ZooModel) and m.name == name and m.description for name, m in ZOO.items())
 
 

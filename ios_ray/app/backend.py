@@ -130,7 +130,7 @@ class IosRayBackend:
     def __init__(self, options: BackendOptions) -> None:
         self.options = options
         params = SearchParams(**{k: options.search[k] for k in ("r", "s") if k in options.search})
-        self.schedules = GraphSchedules(options.schedules, options.store, params)
+        self.schedules = GraphSchedules(options.schedules, options.store, params, options.search.get("memory_budget"))
         self.graphs: list[CompiledGraph | FallbackGraph] = []
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any], **dynamo: Any) -> Callable[..., Any]:
@@ -185,7 +185,8 @@ def backend(**options: Any) -> IosRayBackend:
         follow_weights: compare each call's weights with those imported (False: a server whose weights never change).
         cuda_graph: replay each schedule as one CUDA graph on a GPU (default: on a GPU).
         **search_options: ``ios_ray.search``'s options for ``on_miss="search"`` (``r``, ``s``, ``check_rounds``...);
-            ``progress=False`` also silences the line each graph prints.
+            ``progress=False`` also silences the line each graph prints, and ``memory_budget`` also keeps the
+            store's DP schedule within it (as a search keeps its own).
 
     Returns:
         The backend; its ``graphs`` list what each graph runs and its ``runs`` counter.

@@ -190,7 +190,7 @@ class CompiledGraph:
 
     def _find(self, binding: Binding, x: torch.Tensor) -> Found | None:
         """The schedule for ``x``'s setting: found, else searched (``on_miss="search"``) or None (with a warning)."""
-        found = self.schedules.find(binding.graph, binding.name, x.device, x.shape[0], x.dtype)
+        found = self.schedules.find(binding.graph, binding.name, x.device, x.shape[0], x.dtype, binding.call)
         if found is not None:
             return found
         if self.on_miss == "search":

@@ -8,10 +8,11 @@ fingerprint). The schedule is, in this order:
    for the graph's fingerprint, the batch size and the dtype, on a label that fits the device (the rules of
    :func:`~ios_ray.runtime.device_rank`: ``cpu`` on a CPU; a GPU label or ``cuda`` on a GPU);
 3. else the DP's schedule over the latencies the store holds for the graph's stages on this machine's device (its
-   fingerprint, :func:`~ios_ray.profiler.fingerprint.device_fingerprint`, running each kernels), where the store
-   holds every stage the lazy search would ask for (:func:`~ios_ray.scheduler.next_round` asks for nothing more):
-   stage keys are name-free, so a search of the whole model, or of another model with the same stages, serves a
-   graph of it; where the store serves both kernels, the one whose schedule it predicts faster;
+   fingerprint, :func:`~ios_ray.profiler.fingerprint.device_fingerprint`, running each kernels), kept within the
+   memory budget a search would keep to there, where the store holds every stage the lazy search would ask for: the
+   search's own lazy measuring (:class:`~ios_ray.app.measuring.Lazy`) asks for nothing more and solves it, budget
+   and peak included. Stage keys are name-free, so a search of the whole model, or of another model with the same
+   stages, serves a graph of it; where the store serves both kernels, the one whose schedule it predicts faster;
 4. else none (a miss, which the backend handles as ``on_miss`` says).
 
 Looking up measures nothing, starts no Ray and creates no store.
@@ -26,14 +27,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 import torch
+from torch import nn
 
 from ios_ray.dtypes import dtype_name
 from ios_ray.ir import Graph
 from ios_ray.runtime import device_rank, read_schedules
 from ios_ray.schedule import BlockSchedule, Schedule
-from ios_ray.app.measuring import LAZY_MARGIN
+from ios_ray.app.budgets import search_budget
+from ios_ray.app.measuring import Lazy, Setting
 from ios_ray.profiler.jobs import DeviceIdentity, local_identity
-from ios_ray.scheduler import LazyParams, LazySpace, SearchParams, next_round, sequential_stages
+from ios_ray.scheduler import SearchParams, sequential_stages
+from ios_ray.stage import StageKeys
 from ios_ray.vocabulary import KERNEL_NAMES
 
 if TYPE_CHECKING:
@@ -49,20 +53,23 @@ class Found:
 
 
 class GraphSchedules:
-    """The schedules the backend can run: given ones (a folder or a list) and what the store's latencies give."""
+    """The schedules the backend can run: given ones (a folder or a list) and what the store's latencies give,
+    within ``memory_budget`` (as ``ios_ray.search`` takes it; None: a GPU's default, as a search's)."""
 
     def __init__(self, schedules: str | Path | Sequence[Schedule] | None, store: str | Path | None,
-                 params: SearchParams) -> None:
+                 params: SearchParams, memory_budget: str | int | None = None) -> None:
         self.folder = Path(schedules) if isinstance(schedules, (str, Path)) else None
         self.store = Path(store) if store is not None else None
         self.params = params
+        self.memory_budget = memory_budget
         self._given: dict[str, Schedule] | None = None if self.folder is not None else {
             f"given schedule {i}": s for i, s in enumerate(schedules or ())}
-        self._spaces: dict[str, LazySpace] = {}
+        self._measuring: dict[tuple[str, str], Lazy] = {}
 
-    def find(self, graph: Graph, name: str, device: torch.device, batch: int, dtype: torch.dtype) -> Found | None:
-        """The schedule of ``graph`` for a batch of ``dtype`` on ``device`` (a given one first, else the store's
-        DP), or None."""
+    def find(self, graph: Graph, name: str, device: torch.device, batch: int, dtype: torch.dtype, module: nn.Module
+             ) -> Found | None:
+        """The schedule of ``graph`` (imported from ``module``) for a batch of ``dtype`` on ``device`` (a given one
+        first, else the store's DP), or None."""
         wanted = dtype_name(dtype)
         if all(len(block.units) == 1 for block in graph.blocks):
             return Found(_sequential(graph, name, device_label(device), batch, wanted), "its one schedule")
@@ -73,7 +80,7 @@ class GraphSchedules:
         if fitting:
             _, where, schedule = min(fitting, key=lambda found: found[0])
             return Found(schedule, where)
-        stored = self._from_store(graph, name, device_label(device), batch, wanted)
+        stored = self._from_store(graph, name, device_label(device), batch, wanted, module)
         return Found(stored, f"the DP over {self.store}") if stored is not None else None
 
     def describe(self) -> str:
@@ -92,39 +99,43 @@ class GraphSchedules:
             self._given = read_schedules(folder) if folder is not None and folder.exists() else {}
         return self._given
 
-    def _from_store(self, graph: Graph, name: str, label: str, batch: int, dtype: str) -> Schedule | None:
-        """The DP's schedule over the store's latencies for this machine's device, where the store holds every stage
-        the lazy search would ask for; else None."""
+    def _from_store(self, graph: Graph, name: str, label: str, batch: int, dtype: str, module: nn.Module
+                    ) -> Schedule | None:
+        """The DP's schedule over the store's latencies for this machine's device, within the memory budget a search
+        of ``module`` would keep to there, where the store holds every stage the lazy search would ask for; else
+        None."""
         if self.store is None or not self.store.is_file():
             return None
         from ios_ray.store import LatencyStore
 
-        space = self._spaces.get(graph.fingerprint)
-        if space is None:
-            space = self._spaces[graph.fingerprint] = LazySpace.build(graph, self.params)
+        measuring = self._measuring.get((graph.fingerprint, dtype))
+        if measuring is None:
+            measuring = self._measuring[graph.fingerprint, dtype] = Lazy(StageKeys(graph), self.params, None, dtype)
+        device = local_device(label)
+        budget = search_budget(self.memory_budget, label, module, device.info.get("memory_bytes"))
         store = LatencyStore(self.store, create=False)
         found = [schedule for kernels in KERNEL_NAMES
-                 if (schedule := self._stored(store, space, name, label, batch, dtype, kernels)) is not None]
+                 if (schedule := self._stored(store, measuring, name, Setting(device.running(kernels), batch, budget),
+                                              dtype)) is not None]
         return min(found, key=lambda schedule: schedule.predicted_latency or math.inf, default=None)
 
-    def _stored(self, store: LatencyStore, space: LazySpace, name: str, label: str, batch: int, dtype: str,
-                kernels: str) -> Schedule | None:
-        """The DP's schedule over the store's latencies of the graph's stages run with ``kernels`` on this machine's
-        device, where the store holds every stage the lazy search would ask for; else None."""
-        identity = local_device(label).running(kernels)
-        table = store.lookup(space.keys, identity.fingerprint, batch, dtype)
-        if not table:
+    def _stored(self, store: LatencyStore, measuring: Lazy, name: str, setting: Setting, dtype: str
+                ) -> Schedule | None:
+        """The schedule the search's lazy measuring solves for ``setting`` over the store's latencies, where it
+        would ask for no more stages; else None."""
+        setting.table = store.lookup(measuring.keys, setting.identity.fingerprint, setting.batch, dtype)
+        if not setting.table or measuring.wanted(setting, round_size=1):  # how many it asks for: any is a miss
             return None
-        found = next_round(space, table, LazyParams(margin=LAZY_MARGIN))
-        if not found.done or not math.isfinite(found.upper):
+        if setting.round is None or not math.isfinite(setting.round.upper):
             return None
-        graph = space.graph
-        measure = {"mode": "store", "stages": len(table), "planned": len(space.plan.stages),
-                   "certified": found.certified, "lower_ms": found.lower, "upper_ms": found.upper}
-        return Schedule(model=name, graph_fingerprint=graph.fingerprint, device=label, batch=batch,
-                        blocks=space.optimize(table).schedules, dtype=dtype, device_fingerprint=identity.fingerprint,
-                        device_info=dict(identity.info), params={**self.params.to_json(), "measure": measure},
-                        input_shape=graph.input_shape, memory_format=graph.memory_format, kernels=kernels)
+        blocks, record, memory = measuring.solve(setting, dtype)
+        graph, identity = measuring.space.graph, setting.identity
+        return Schedule(model=name, graph_fingerprint=graph.fingerprint, device=identity.label, batch=setting.batch,
+                        blocks=blocks, dtype=dtype, device_fingerprint=identity.fingerprint,
+                        device_info=dict(identity.info), params={**self.params.to_json(),
+                                                                 "measure": {**record, "mode": "store"}},
+                        input_shape=graph.input_shape, memory_format=graph.memory_format, memory=memory,
+                        kernels=identity.kernels)
 
 
 def _sequential(graph: Graph, name: str, label: str, batch: int, dtype: str) -> Schedule:

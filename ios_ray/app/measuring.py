@@ -113,7 +113,7 @@ class Measuring:
     def ask(self, setting: Setting, round_size: int) -> list[str]:
         """The stage keys to measure next for a setting (from its ``table``), outliers measured again included; on a
         measured device also the greedy schedule's stages, which its end-to-end check runs."""
-        asked = self._next(setting, round_size)
+        asked = self.wanted(setting, round_size)
         if not setting.simulated:
             asked += self._outliers(setting)
             asked += [key for key in self.greedy_keys if key not in setting.table and key not in asked]
@@ -156,7 +156,9 @@ class Measuring:
         setting.remeasured.update(again)
         return again
 
-    def _next(self, setting: Setting, round_size: int) -> list[str]:
+    def wanted(self, setting: Setting, round_size: int) -> list[str]:
+        """The stage keys that can still change the setting's schedule within its memory budget, about
+        ``round_size`` of them (none: its ``table`` settles the schedule, which :meth:`solve` then finds)."""
         raise NotImplementedError
 
     def _record(self, setting: Setting) -> dict[str, object]:
@@ -176,7 +178,8 @@ class Exhaustive(Measuring):
         """The planned stages' keys."""
         return list(self.space.plan.stages)
 
-    def _next(self, setting: Setting, round_size: int) -> list[str]:
+    def wanted(self, setting: Setting, round_size: int) -> list[str]:
+        """Every planned stage the setting's ``table`` lacks."""
         return [key for key in self.keys if key not in setting.table]
 
     def _record(self, setting: Setting) -> dict[str, object]:
@@ -204,7 +207,9 @@ class Lazy(Measuring):
         self.budget = budget
         self.dtype = dtype
 
-    def _next(self, setting: Setting, round_size: int) -> list[str]:
+    def wanted(self, setting: Setting, round_size: int) -> list[str]:
+        """The next round's stages (:func:`~ios_ray.scheduler.next_round`), then those of the budgeted DP's
+        schedule under the lower bounds; the round is kept as the setting's ``round``."""
         margin = 0.0 if setting.simulated else LAZY_MARGIN
         found = next_round(self.space, self.costs(setting), LazyParams(margin, round_size, self.budget))
         if found.certified and setting.memory_budget is not None:

@@ -44,7 +44,7 @@ from torch import nn
 
 from ios_ray.dtypes import converted, dtype_name, example_input, module_memory_format
 from ios_ray.errors import UserError, first_line
-from ios_ray.frontend.capture import (CaptureError, attributes_kept, capture, output_example, record_shapes,
+from ios_ray.frontend.capture import (ExportError, attributes_kept, capture, output_example, record_shapes,
                                      unbatched_output)
 from ios_ray.frontend.report import OPAQUE_WARNING_SHARE, OpaqueReport, opaque_report
 from ios_ray.frontend.rewrites import (batch_norms_as_modules, drop_eval_identities, functional_convs_as_modules,
@@ -127,9 +127,9 @@ def capture_forward(module: nn.Module, example_input: torch.Tensor, name: str, m
     batch = example_input.shape[0]
     try:
         if method == "fx":
-            raise CaptureError("torch.fx was asked for")
+            raise ExportError("torch.fx was asked for")
         gm = capture(module, example_input)
-    except CaptureError as failure:
+    except ExportError as failure:
         if method == "export":
             raise UserError(f"torch.export cannot capture the forward of {type(module).__name__}: {failure}.") \
                 from failure
@@ -151,7 +151,7 @@ def _not_batch_first(name: str, shape: str) -> UserError:
                      "the batch-first tensors it computes and do the rest after.")
 
 
-def _traced_forward(module: nn.Module, example_input: torch.Tensor, name: str, failure: CaptureError
+def _traced_forward(module: nn.Module, example_input: torch.Tensor, name: str, failure: ExportError
                     ) -> tuple[fx.GraphModule, OutputStructure]:
     """What :func:`capture_forward` gives through a torch.fx trace, which runs the model twice for its shapes."""
     try:

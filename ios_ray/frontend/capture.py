@@ -22,7 +22,7 @@ Every node then gets what :func:`~ios_ray.frontend.trace.propagate` and
 shapes instead (:func:`record_shapes`): ``tensor_meta`` at the example's batch size, size values, and for tensors
 computed from the input which dimensions grow with the batch.
 
-:class:`CaptureError` says why a capture failed, in words that name the line of the model's code where it stopped.
+:class:`ExportError` says why torch.export failed, in words that name the line of the model's code where it stopped.
 """
 
 from __future__ import annotations
@@ -64,13 +64,13 @@ _MAX_POOLS = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AdaptiveMaxPool1d, nn
 _FUNCTIONAL_BATCH_NORM = "_native_batch_norm_legit_no_training"
 
 
-class CaptureError(Exception):
+class ExportError(Exception):
     """torch.export could not capture a module's forward (the message says where and why, for one sentence)."""
 
 
 def capture(module: nn.Module, example_input: torch.Tensor) -> fx.GraphModule:
     """The torch-level graph of ``module`` (in eval mode), each node holding export's symbolic value (``val``) and
-    the graph module the batch size's symbol (``meta['batch_symbol']``); CaptureError where torch.export fails,
+    the graph module the batch size's symbol (``meta['batch_symbol']``); ExportError where torch.export fails,
     fixes the batch size or branches on it.
 
     A forward that caches the shape of what it saw (Ultralytics' detection head keeps ``self.shape`` and recomputes
@@ -92,18 +92,18 @@ def capture(module: nn.Module, example_input: torch.Tensor) -> fx.GraphModule:
     return gm
 
 
-class _BatchBranch(CaptureError):
+class _BatchBranch(ExportError):
     """The model's code branches on the batch size."""
 
 
 def _captured(module: nn.Module, example_input: torch.Tensor, forget_shapes: bool
               ) -> tuple[torch.export.ExportedProgram, torch.SymInt]:
-    """The exported program and its batch size's symbol (see :func:`export`); CaptureError where the batch size is
+    """The exported program and its batch size's symbol (see :func:`export`); ExportError where the batch size is
     fixed, _BatchBranch where the code branches on it."""
     program = export(module, example_input, forget_shapes)
     batch = _batch_size(program)
     if not isinstance(batch, torch.SymInt) or not isinstance(batch.node.expr, sympy.Symbol):
-        raise CaptureError("it fixes the batch size, which torch.export then cannot keep symbolic")
+        raise ExportError("it fixes the batch size, which torch.export then cannot keep symbolic")
     branch = _batch_branch(program, batch)
     if branch is not None:
         raise _BatchBranch(f"its code branches on the batch size {branch}, so one graph cannot serve every batch "
@@ -157,7 +157,7 @@ def export(module: nn.Module, example_input: torch.Tensor, forget_shapes: bool =
                         object.__setattr__(m, name, None)
             return torch.export.export(module, (x,), strict=False, dynamic_shapes=({0: torch.export.Dim.AUTO},))
     except Exception as exc:  # noqa: BLE001 - export raises many kinds; each becomes one sentence
-        raise CaptureError(f"{where(exc)} {_reason(exc)}") from exc
+        raise ExportError(f"{where(exc)} {_reason(exc)}") from exc
 
 
 @contextlib.contextmanager
@@ -416,7 +416,7 @@ class _Rewrite:
             if not own:
                 self.installed[self.tensors[node][0]] = value
         else:  # a token of an effectful op
-            raise CaptureError(f"it has an effect torch.export records as a {kind.lower()} input")
+            raise ExportError(f"it has an effect torch.export records as a {kind.lower()} input")
 
     def _value(self, node: fx.Node) -> Any:
         """What a node of the exported graph stands for in the new graph (a tensor read where first used)."""
@@ -646,7 +646,7 @@ class _Sizes:
         expr = size.node.expr
         if expr not in self.cache:
             if expr.free_symbols - {self.symbol}:
-                raise CaptureError(f"a tensor's size ({expr}) depends on the data, not only on the batch size")
+                raise ExportError(f"a tensor's size ({expr}) depends on the data, not only on the batch size")
             per_sample = expr.subs(self.symbol, 1)
             proportional = sympy.expand(expr - self.symbol * per_sample) == 0
             self.cache[expr] = (int(expr.subs(self.symbol, self.batch)), self.symbol in expr.free_symbols,
@@ -659,7 +659,7 @@ def record_shapes(gm: fx.GraphModule, batch: int) -> None:
     tuples of tensors, ``value`` of sizes and other values, and on tensors computed from the input ``batch_dims`` and
     ``sample_shape`` (as :func:`~ios_ray.frontend.trace.record_batch_layout` does). A node added since the capture
     (:func:`~ios_ray.frontend.outputs.one_output`'s) is evaluated on export's fake values first. The fake values are
-    dropped afterwards (they hold torch.export's whole shape environment). CaptureError where a size depends on the
+    dropped afterwards (they hold torch.export's whole shape environment). ExportError where a size depends on the
     data."""
     sizes = _Sizes(gm.meta["batch_symbol"], batch)
     constants = constant_nodes(gm.graph)

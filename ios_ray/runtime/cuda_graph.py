@@ -142,11 +142,6 @@ class CapturedForward:
             captured.graph.replay()
             return captured.output.clone()
 
-    @property
-    def captured_shapes(self) -> tuple[GraphKey, ...]:
-        """The (shape, dtype) of every input shape that currently has a captured graph."""
-        return tuple(self._graphs)
-
     def _capture(self, x: torch.Tensor, key: GraphKey) -> _Captured | None:
         with torch.inference_mode(False):
             static = torch.empty_like(x).copy_(x)  # dense, in x's memory format (NHWC stays NHWC)

@@ -7,8 +7,7 @@ Pure functions over the graph IR: dataclasses in, dataclasses out; no device, Ra
 * :mod:`~ios_ray.scheduler.dp`: :func:`optimize_block`, :func:`optimize_graph`.
 * :mod:`~ios_ray.scheduler.baselines`: :func:`sequential`, :func:`greedy`.
 * :mod:`~ios_ray.scheduler.plan`: :func:`plan_graph`, :func:`count_block`.
-* :mod:`~ios_ray.scheduler.latency`: the :class:`LatencyModel` protocol and :class:`TableLatency`;
-  :mod:`~ios_ray.scheduler.synthetic`: :class:`SyntheticCost`.
+* :mod:`~ios_ray.scheduler.latency`: the :class:`LatencyModel` protocol and :class:`TableLatency`.
 * The lazy search, which measures only what can change the answer: :mod:`~ios_ray.scheduler.lazy`
   (:class:`LazySpace`, :func:`next_round`), on :mod:`~ios_ray.scheduler.arrays` (the DP as array passes),
   :mod:`~ios_ray.scheduler.relations` (stages and the smaller stages they are made of) and
@@ -25,12 +24,11 @@ from ios_ray.scheduler.lazy import LazyParams, LazyRound, LazySpace, SearchSpace
 from ios_ray.scheduler.outliers import inflated, unit_parts
 from ios_ray.scheduler.plan import BlockCounts, BlockPlan, Plan, PlannedStage, count_block, plan_graph
 from ios_ray.scheduler.space import BlockSpace, SearchParams
-from ios_ray.scheduler.synthetic import SyntheticCost
 
 __all__ = [
     "BlockCounts", "BlockDag", "BlockPlan", "BlockResult", "BlockSpace", "GraphResult", "LatencyModel",
     "LazyParams", "LazyRound", "LazySpace", "SearchSpace", "MissingLatencyError", "Plan", "PlannedStage", "SearchParams",
-    "SearchStats", "SyntheticCost", "TableLatency",
+    "SearchStats", "TableLatency",
     "count_block", "endings", "greedy", "greedy_stages", "inflated", "lower_bounds", "next_round",
     "optimize_block", "optimize_graph", "plan_graph", "sequential", "sequential_stages", "unit_parts",
 ]

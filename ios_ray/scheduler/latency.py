@@ -2,7 +2,7 @@
 
 A :class:`LatencyModel` is anything with ``latency(stage) -> float`` (milliseconds). The search asks it once per
 distinct candidate stage of a block. :class:`TableLatency` reads a table of measured latencies by stage key;
-:class:`ios_ray.scheduler.synthetic.SyntheticCost` makes latencies up, for tests and benchmarks.
+tests and benchmarks make latencies up with ``SyntheticCost`` (``bench/synthetic.py``, outside the package).
 """
 
 from __future__ import annotations

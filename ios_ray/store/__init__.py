@@ -32,4 +32,6 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
 
 
-__all__ = ["DEFAULT_STORE_PATH", *_HOMES]
+#: Written out (not derived from ``_HOMES``) so that linters and type checkers see the re-exports.
+__all__ = ["DEFAULT_STORE_PATH", "LatencyStore", "open_store", "FORMAT_VERSION", "KEY_COLUMNS", "STORE_SCHEMA",
+           "rows_to_table"]

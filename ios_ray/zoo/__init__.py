@@ -34,7 +34,3 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in (
              "RandWire-WS(32, 4, 0.75) small regime, C=78, seed 0 (Xie et al. 2019)"),
 )}
 
-
-def zoo_names() -> list[str]:
-    """Names of the zoo models, in registry order."""
-    return list(ZOO)

@@ -1,4 +1,5 @@
-"""A deterministic, non-additive synthetic latency model, for testing and benchmarking the search.
+"""A deterministic, non-additive synthetic latency model, for testing and benchmarking the search (outside the
+package: only tests and benchmarks use it, and the tests import it from here, as they import the rest of bench/).
 
 Its numbers mean nothing about any device (the ``sim:`` devices of the profiler model those); they only have the
 shape that makes scheduling non-trivial:
