@@ -20,7 +20,8 @@ from ios_ray.ir import Graph
 from ios_ray.paired import least_rounds
 from ios_ray.schedule import CANDIDATES
 from ios_ray.scheduler import SearchParams, TableLatency, greedy_stages, optimize_block
-from ios_ray.scheduler.correction import IDENTITY, Correction, ScheduleRun, corrected_table, fit_correction
+from ios_ray.scheduler.correction import (IDENTITY, PLAUSIBLE_RATIO, Correction, ScheduleRun, corrected_table,
+                                          fit_correction)
 from ios_ray.stage import Stage, StageKeys
 from ios_ray.store import LatencyStore
 from tests.test_runtime_schedules import Tiny, tiny
@@ -51,6 +52,17 @@ def test_no_coefficient_is_negative_and_few_runs_fit_the_scale_first() -> None:
     one = fit_correction([ScheduleRun(10.0, 40, 5, 12.0)])
     assert (one.alpha, one.beta_ms, one.gamma_ms, one.runs) == (pytest.approx(1.2), 0.0, 0.0, 1)
     assert fit_correction([]) == IDENTITY and IDENTITY.predict(7.0, 3, 2) == 7.0
+
+
+def test_a_run_no_correction_could_explain_is_left_out_of_the_fit() -> None:
+    """A 0.4 ms schedule measured at 63 ms under a burst of load (seen on a 2-core CPU) would make every stage cost
+    tens of milliseconds more; runs beyond PLAUSIBLE_RATIO of their stage sum, either way, are left out."""
+    sane = [ScheduleRun(10.0, 40, 5, 12.0), ScheduleRun(8.0, 20, 20, 9.0)]
+    loaded = [ScheduleRun(0.4, 6, 2, 63.0), ScheduleRun(5.0, 10, 0, 5.0 / (PLAUSIBLE_RATIO * 1.01))]
+    assert fit_correction(sane + loaded) == fit_correction(sane)
+    assert fit_correction(loaded) == IDENTITY
+    edge = ScheduleRun(1.0, 1, 0, PLAUSIBLE_RATIO)
+    assert fit_correction([edge]).runs == 1  # at the bound it still counts
 
 
 def test_the_fit_minimises_relative_errors() -> None:

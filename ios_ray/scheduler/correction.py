@@ -69,12 +69,20 @@ class Correction:
 
 IDENTITY = Correction()
 
+#: A run that measured more than this many times its stage sum, or less than its inverse, is left out of a fit: no
+#: correction of stage costs explains it (a burst of load during the check, or during its stages' timing: seen on
+#: a loaded 2-core CPU, a 0.4 ms schedule measured 63 ms whole); the gaps a correction is for were 0.86-1.4x
+#: (H100 and CPUs, 2026-11-26).
+PLAUSIBLE_RATIO = 3.0
+
 
 def fit_correction(runs: Sequence[ScheduleRun]) -> Correction:
     """The correction, every coefficient non-negative and the scale positive, that minimises the squared relative
     error of the corrected costs against what the schedules measured; the identity without runs. With fewer runs than
-    terms only the terms the runs can tell apart are fitted (the scale first)."""
-    usable = [run for run in runs if run.measured_ms > 0 and run.predicted_ms > 0]
+    terms only the terms the runs can tell apart are fitted (the scale first). Runs measured beyond
+    :data:`PLAUSIBLE_RATIO` of their stage sum, either way, are left out."""
+    usable = [run for run in runs if run.measured_ms > 0 and run.predicted_ms > 0
+              and 1 / PLAUSIBLE_RATIO <= run.measured_ms / run.predicted_ms <= PLAUSIBLE_RATIO]
     if not usable:
         return IDENTITY
     features = np.array([[run.predicted_ms, run.stages, run.extra_groups] for run in usable], dtype=float)
