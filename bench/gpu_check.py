@@ -49,6 +49,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import xml.etree.ElementTree as ElementTree
@@ -151,6 +152,7 @@ class Completed:
     stderr: str
     wall_s: float
     timed_out: bool
+    stamped: str = ""  # stdout with each line's seconds since the start: where a search's time went
 
 
 @dataclass(frozen=True)
@@ -241,16 +243,16 @@ class Check:
         """Run ``python ARGS`` from the repository root; StepFailed (with the end of its errors) unless it
         succeeds, or where ``quiet_timeout``, returns a run stopped at its time limit too."""
         done = run_command([sys.executable, *args], timeout_s, ROOT)
-        stdout, stderr = (deduplicated(text) for text in (done.stdout, done.stderr))
+        stamped, stderr = (deduplicated(text) for text in (done.stamped or done.stdout, done.stderr))
         self.log(f"$ python {' '.join(args)}\nexit {done.returncode} after {done.wall_s:.1f} s"
-                 f"{' (stopped at its time limit)' if done.timed_out else ''}\n--- stdout\n{stdout[-4000:]}\n"
+                 f"{' (stopped at its time limit)' if done.timed_out else ''}\n--- stdout\n{stamped[-4000:]}\n"
                  f"--- stderr\n{stderr[-4000:]}\n")
         if done.timed_out and quiet_timeout:
             return done
         if done.timed_out:
             raise StepFailed(f"stopped at its time limit of {timeout_s:.0f} s")
         if done.returncode != 0:
-            lines = (stderr.strip() or stdout.strip()).splitlines()
+            lines = (stderr.strip() or done.stdout.strip()).splitlines()
             print("\n".join(f"    {line}" for line in lines[-12:]), flush=True)
             raise StepFailed(f"exit {done.returncode}: {lines[-1] if lines else 'no output'}")
         return done
@@ -305,18 +307,35 @@ def run_command(args: list[str], timeout_s: float, cwd: Path) -> Completed:
     started = time.monotonic()
     proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=max(timeout_s, 1.0))
-        timed_out = False
-    except subprocess.TimeoutExpired:
+    lines: dict[str, list[tuple[float, str]]] = {"stdout": [], "stderr": []}
+
+    def read(name: str) -> None:
+        for line in getattr(proc, name):
+            lines[name].append((time.monotonic() - started, line))
+
+    readers = [threading.Thread(target=read, args=(name,), daemon=True) for name in lines]
+    for reader in readers:
+        reader.start()
+    timed_out = not _ended(proc, timeout_s)
+    if timed_out:
         proc.send_signal(signal.SIGINT)
-        try:
-            stdout, stderr = proc.communicate(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
+        if not _ended(proc, STOP_GRACE_S):
             os.killpg(proc.pid, signal.SIGKILL)
-            stdout, stderr = proc.communicate()
-        timed_out = True
-    return Completed(proc.returncode, stdout, stderr, time.monotonic() - started, timed_out)
+            proc.wait()
+    for reader in readers:
+        reader.join(timeout=STOP_GRACE_S)  # a process the command left behind may hold its output open
+    stdout, stderr = ("".join(line for _, line in lines[name]) for name in ("stdout", "stderr"))
+    stamped = "".join(f"[{at:6.1f} s] {line}" for at, line in lines["stdout"])
+    return Completed(proc.returncode, stdout, stderr, time.monotonic() - started, timed_out, stamped)
+
+
+def _ended(proc: subprocess.Popen[str], timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` (at least a second) for ``proc``; whether it ended."""
+    try:
+        proc.wait(timeout=max(timeout_s, 1.0))
+        return True
+    except subprocess.TimeoutExpired:
+        return False
 
 
 def environment_step(check: Check, timeout: float) -> str:

@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import subprocess
+import re
 import sys
 import time
 from pathlib import Path
@@ -66,6 +67,8 @@ def test_a_command_past_its_time_limit_is_interrupted_and_keeps_its_output() -> 
     done = run_command([sys.executable, "-c", child], 1.0, ROOT)
     assert done.timed_out and done.returncode == 3 and done.wall_s >= 1.0  # stopped by the limit: code 3
     assert done.stdout.splitlines() == [str(ROOT), "stored"]  # this tree first; Ctrl-C lets the child finish
+    stamps = [float(re.match(r"\[\s*([\d.]+) s\] ", line).group(1)) for line in done.stamped.splitlines()]
+    assert stamps[0] < 1.0 <= stamps[1]  # each line with when it came: 'stored' after the Ctrl-C at the limit
 
 
 #: How a machine's speed moved over the rounds of a fake bench: every variant alike in a round.
