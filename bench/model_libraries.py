@@ -329,6 +329,7 @@ def main() -> int:
                         "float32 and bfloat16)")
     parser.add_argument("--memory-format", choices=tuple(MEMORY_FORMATS), default="contiguous",
                         help="channels_last: the model held NHWC, as a search of such a model runs it")
+    parser.add_argument("--start-at", metavar="SPEC", help="skip the models before this one (to resume a sweep)")
     args = parser.parse_args()
     dtype = torch.float64 if args.dtype == "float64" else torch_dtype(args.dtype)
     if not (args.torchvision or args.segmentation or args.backbones or args.timm or args.timm_families or args.smp
@@ -338,7 +339,12 @@ def main() -> int:
     if not args.no_torchvision_shim:
         _define_torchvision_schemas()
     console, rows = Console(width=170), []
-    for spec in specs(args):
+    chosen = list(specs(args))
+    if args.start_at is not None:
+        if args.start_at not in chosen:
+            parser.error(f"--start-at {args.start_at} is none of the models named")
+        chosen = chosen[chosen.index(args.start_at):]
+    for spec in chosen:
         rows.append(check_model(spec, args.timeout, dtype, args.memory_format, args.kernels))
         console.print(json.dumps(rows[-1]))
         if args.out:
