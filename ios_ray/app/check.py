@@ -64,7 +64,8 @@ def end_to_end(timing: ContestTiming, candidates: dict[str, Schedule], correctio
     """The check's record of a contest: the DP's and sequential's medians, predictions and ratio, every candidate
     that ran, and the one kept (:attr:`~ios_ray.paired.ContestTiming.kept`)."""
     ran = [CandidateRun(name, statistics.median(times), len(times), candidates[name].predicted_latency,
-                        _corrected(candidates[name], correction), timing.ratios.get(name))
+                        corrected_prediction(candidates[name], correction) if correction.runs else None,
+                        timing.ratios.get(name))
            for name, times in timing.times_ms.items() if times]
     medians = {run.name: run.ms for run in ran}
     dp, plain = candidates["dp"], candidates[BASELINE]
@@ -94,8 +95,9 @@ def runs(timing: ContestTiming, candidates: dict[str, Schedule], graph: Graph) -
     return found
 
 
-def _corrected(schedule: Schedule, correction: Correction) -> float | None:
-    """A schedule's prediction as the correction prices it (None without a correction or a prediction)."""
-    if not correction.runs or schedule.predicted_latency is None:
+def corrected_prediction(schedule: Schedule, correction: Correction) -> float | None:
+    """A schedule's stage sum as the correction prices it (the stage sum itself under the identity); None where it
+    has no stage sum."""
+    if schedule.predicted_latency is None:
         return None
     return correction.predict(schedule.predicted_latency, *schedule.shape)

@@ -34,7 +34,7 @@ from typing import Iterator, Sequence
 
 from ios_ray.app.budgets import refuse_unreachable_budgets, refuse_what_cannot_fit, search_budget
 from ios_ray.app.candidates import candidates
-from ios_ray.app.check import checked_end_to_end
+from ios_ray.app.check import checked_end_to_end, corrected_prediction
 from ios_ray.app.kernel_choice import given_kernels, measured_kernels, stored_kernels
 from ios_ray.app.measuring import Exhaustive, Lazy, Measuring, Setting
 from ios_ray.app.outcome import SearchOutcome
@@ -49,8 +49,8 @@ from ios_ray.frontend import Model, import_model, load_model
 from ios_ray.ir import Graph
 from ios_ray.profiler import DeviceIdentity, DevicePool, MeasureJob, ModelSource
 from ios_ray.profiler.cluster import check_offered
-from ios_ray.schedule import Schedule, save_schedule, schedule_path
-from ios_ray.scheduler.correction import Correction, ScheduleRun, fit_correction
+from ios_ray.schedule import save_schedule, schedule_path
+from ios_ray.scheduler.correction import ScheduleRun, fit_correction
 from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore, rows_to_table
 from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, KERNEL_NAMES
@@ -219,18 +219,13 @@ def _schedule_all(search: _Search, started: float, checker: tuple[DevicePool, Mo
             path = schedule_path(request.out, search.model.name, setting.device, setting.batch, kept.dtype,
                                  kept.memory_format)
             save_schedule(kept, path)
-        ios, plain = (_predicted(found[name], setting.correction) for name in ("dp", "sequential"))
+        ios, plain = (corrected_prediction(found[name], setting.correction) or 0.0 for name in ("dp", "sequential"))
         outcomes.append(SearchOutcome(
             setting.device, setting.batch, kept, ios, plain, setting.measured, len(setting.table) - setting.measured,
             time.perf_counter() - started, path, setting.identity.source, len(search.measuring.space.plan.stages),
             setting.correction))
         progress.kept(outcomes[-1])
     return outcomes
-
-
-def _predicted(schedule: Schedule, correction: Correction) -> float:
-    """A schedule's prediction: its stage sum, as the correction prices it where one was fitted."""
-    return correction.predict(schedule.predicted_latency or 0.0, *schedule.shape)
 
 
 def _read_corrections(search: _Search) -> None:

@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+
 @dataclass(frozen=True)
 class ScheduleRun:
     """A schedule timed whole on a device: the sum of its stages' latencies (``predicted_ms``), its stages and its
