@@ -2,7 +2,9 @@
 
 NASNet-A is checked with one cell per stack (``cell_repeats=1``): the large one is too slow on a CPU, and its
 cells repeat the same structure. BatchNorm statistics are randomised so that folding is exercised; inputs are
-random. The DP's schedules (under the search's synthetic latencies) are used where the DP is quick.
+random. The DP's schedules (under the search's synthetic latencies) are used where the DP is quick. Each strategy's
+schedule is made for its own batch size and deployed beside the others in one ScheduledModule, as a folder of a
+search's schedules deploys.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from tests.test_runtime_schedules import BUILDERS, make_schedule
 from ios_ray.zoo import ZOO
 from ios_ray.zoo.nasnet_a import nasnet_a
 
-BATCHES = (1, 4)
+#: The batch size each strategy's schedule is made for: one ScheduledModule holds them all (it picks a schedule by
+#: batch size), so that each model is imported once per kernels rather than once per strategy.
+BATCH_OF = {"sequential": 1, "greedy": 2, "ios_like": 3, "dp": 4}
 MODELS: dict[str, Callable[[], nn.Module]] = {
     "inception_v3": ZOO["inception_v3"].build,
     "squeezenet": ZOO["squeezenet"].build,
@@ -38,10 +42,24 @@ class Case:
         self.model = randomise_batchnorm(MODELS[name]())
         generator = torch.Generator().manual_seed(1)
         shape = ZOO[name].input_shape
-        self.inputs = {b: torch.randn(b, *shape, generator=generator) for b in BATCHES}
+        self.inputs = {b: torch.randn(b, *shape, generator=generator) for b in sorted(BATCH_OF.values())}
         with torch.no_grad():
             self.expected = {b: self.model(x) for b, x in self.inputs.items()}
         self.graph = import_module(self.model, self.inputs[1]).graph
+
+    def errors(self, strategies: list[str], kernels: str) -> dict[str, float]:
+        """Each strategy's relative error against eager, its schedule (for its own batch size, run with ``kernels``)
+        deployed beside the others' in one ScheduledModule."""
+        schedules = [make_schedule(self.graph, BUILDERS[s], BATCH_OF[s], model=self.name, kernels=kernels)
+                     for s in strategies]
+        scheduled = ScheduledModule(self.model, schedules)
+        errors = {}
+        for strategy in strategies:
+            x = self.inputs[BATCH_OF[strategy]]
+            assert scheduled.schedule_for(x).batch == BATCH_OF[strategy]
+            with torch.no_grad():
+                errors[strategy] = relative_error(scheduled(x), self.expected[BATCH_OF[strategy]])
+        return errors
 
 
 #: The models whose import and schedules take seconds each: run by `.ci/run` after the default suite, which keeps
@@ -55,20 +73,11 @@ def case(request: pytest.FixtureRequest) -> Case:
     return Case(request.param)
 
 
-@pytest.mark.parametrize("strategy", list(BUILDERS))
-def test_scheduled_equals_eager(case: Case, strategy: str) -> None:
-    schedules = [make_schedule(case.graph, BUILDERS[strategy], b, model=case.name) for b in BATCHES]
-    scheduled = ScheduledModule(case.model, schedules)
-    for batch, x in case.inputs.items():
-        assert scheduled.schedule_for(x).batch == batch
-        with torch.no_grad():
-            assert relative_error(scheduled(x), case.expected[batch]) <= 1e-5
+def test_scheduled_equals_eager(case: Case) -> None:
+    errors = case.errors(list(BUILDERS), "eager")
+    assert all(error <= 1e-5 for error in errors.values()), errors
 
 
-@pytest.mark.parametrize("strategy", ["ios_like", "dp"])
-def test_scheduled_with_fused_kernels_equals_eager(case: Case, strategy: str) -> None:
-    schedules = [make_schedule(case.graph, BUILDERS[strategy], b, model=case.name, kernels="fused") for b in BATCHES]
-    scheduled = ScheduledModule(case.model, schedules)
-    for batch, x in case.inputs.items():
-        with torch.no_grad():
-            assert relative_error(scheduled(x), case.expected[batch]) <= 1e-5
+def test_scheduled_with_fused_kernels_equals_eager(case: Case) -> None:
+    errors = case.errors(["ios_like", "dp"], "fused")
+    assert all(error <= 1e-5 for error in errors.values()), errors
