@@ -18,7 +18,7 @@ A model object is searched in the format of its 4-D parameters unless told other
 from __future__ import annotations
 
 import copy
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, TypeVar
 
 import torch
 from torch import nn
@@ -119,7 +119,10 @@ def converted(module: nn.Module, dtype: str, memory_format: str = DEFAULT_MEMORY
     return to_memory_format(copied(module).to(wanted), memory_format)
 
 
-def copied(module: nn.Module) -> nn.Module:
+_M = TypeVar("_M", bound=nn.Module)
+
+
+def copied(module: _M) -> _M:
     """A deep copy of a module. A tensor attribute computed with autograd history (the ``weight`` that a layer pruned
     with ``torch.nn.utils.prune`` computes from its parameters before each forward), which ``copy.deepcopy`` refuses,
     is copied detached."""

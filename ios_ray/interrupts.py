@@ -79,9 +79,9 @@ def ctrl_c_held() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    for signum in dict.fromkeys(held):
-        handler = previous[signum]
+    for number in dict.fromkeys(held):
+        handler = previous[signal.Signals(number)]
         if callable(handler):
-            handler(signum, None)
+            handler(number, None)
         elif handler != signal.SIG_IGN:
             raise KeyboardInterrupt

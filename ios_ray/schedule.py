@@ -164,7 +164,7 @@ class EndToEnd:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON form (``candidates`` only where the check ran them)."""
-        found = {"rounds": self.rounds, "dp_ms": self.dp_ms, "sequential_ms": self.sequential_ms,
+        found: dict[str, Any] = {"rounds": self.rounds, "dp_ms": self.dp_ms, "sequential_ms": self.sequential_ms,
                  "dp_predicted_ms": self.dp_predicted_ms, "sequential_predicted_ms": self.sequential_predicted_ms}
         if self.ratio is not None:
             found |= {"ratio": self.ratio.median, "ratio_low": self.ratio.low, "ratio_high": self.ratio.high,
@@ -398,7 +398,8 @@ def schedule_defects(data: Any) -> list[str]:
             defects.append(f"blocks[{b}] is {_shown(block)}, not an object")
             continue
         defects += _field_defects(block, _BLOCK_FIELDS, f"blocks[{b}].")
-        for i, stage in enumerate(block.get("stages") if isinstance(block.get("stages"), list) else ()):
+        stages = block.get("stages")
+        for i, stage in enumerate(stages if isinstance(stages, list) else ()):
             where = f"blocks[{b}].stages[{i}]"
             defects += _field_defects(stage, _STAGE_FIELDS, f"{where}.") if isinstance(stage, dict) else \
                 [f"{where} is {_shown(stage)}, not an object"]
@@ -496,14 +497,15 @@ def _end_to_end(data: Mapping[str, Any] | None) -> EndToEnd | None:
     """The end-to-end check of a schedule file, where it has one (its ratio where the check was paired)."""
     if data is None:
         return None
-    predicted = [None if data.get(k) is None else float(data[k]) for k in ("dp_predicted_ms", "sequential_predicted_ms")]
+    dp_predicted, sequential_predicted = (None if data.get(k) is None else float(data[k])
+                                          for k in ("dp_predicted_ms", "sequential_predicted_ms"))
     rounds = int(data["rounds"])
     ratio = _ratio(data, float(data["confidence"]), rounds) if data.get("ratio") is not None else None
     candidates = tuple(CandidateRun(c["name"], float(c["ms"]), int(c["rounds"]), c.get("predicted_ms"),
                                     c.get("corrected_ms"), _ratio(c, float(data["confidence"]), int(c["rounds"]))
                                     if c.get("ratio") is not None else None) for c in data.get("candidates", ()))
-    return EndToEnd(rounds, float(data["dp_ms"]), float(data["sequential_ms"]), *predicted, ratio, candidates,
-                    data.get("kept") if candidates else None)
+    return EndToEnd(rounds, float(data["dp_ms"]), float(data["sequential_ms"]), dp_predicted, sequential_predicted,
+                    ratio, candidates, data.get("kept") if candidates else None)
 
 
 def _ratio(data: Mapping[str, Any], confidence: float, rounds: int) -> RatioInterval:
@@ -587,9 +589,9 @@ def check_schedule(schedule: Schedule, graph: Graph, where: str = "the schedule"
     expected = [u.id for u in graph.units]
     if sorted(scheduled) != sorted(expected):
         raise UserError(f"{where} does not cover the units of {graph.name!r} exactly once.")
-    for stage in schedule.stages:
-        if stage.strategy == "merge" and any(len(group) != 1 for group in stage.groups):
-            raise UserError(f"{where} has a merge stage {[list(g) for g in stage.groups]} with more than one unit in "
+    for merged in schedule.stages:
+        if merged.strategy == "merge" and any(len(group) != 1 for group in merged.groups):
+            raise UserError(f"{where} has a merge stage {[list(g) for g in merged.groups]} with more than one unit in "
                             "a group; a merge stage runs one conv per group.")
     place = _unit_places(schedule)
     for unit in graph.units:

@@ -112,7 +112,8 @@ class StageKeys:
 
     def describe(self, stage: Stage) -> dict[str, Any]:
         """:meth:`describe_json` parsed: strategy and, per group, each unit's kind, attrs, shape and inputs."""
-        return json.loads(self.describe_json(stage))
+        described: dict[str, Any] = json.loads(self.describe_json(stage))
+        return described
 
     def key(self, stage: Stage) -> str:
         """The stage key: a content hash of :meth:`describe_json`."""

@@ -74,7 +74,7 @@ def checked_batches(batches: Iterable[object]) -> tuple[int, ...]:
     """The batch sizes, in order and without repeats; UserError unless there is at least one and each is an integer
     from 1 to :data:`MAX_BATCH_SIZE`."""
     found = tuple(batches)
-    if not found or any(type(b) is not int or not 0 < b <= MAX_BATCH_SIZE for b in found):  # type: ignore[operator]
+    if not found or any(type(b) is not int or not 0 < b <= MAX_BATCH_SIZE for b in found):
         raise UserError(f"batch sizes must be integers from 1 to {MAX_BATCH_SIZE:,}, not {list(found)}.")
     return tuple(dict.fromkeys(found))  # type: ignore[arg-type]
 

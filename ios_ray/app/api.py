@@ -152,7 +152,7 @@ def optimize(
                         "dtype (model.half(), x.float()...).")
     result = search(model, [label], [int(example_input.shape[0])], input_shape=tuple(example_input.shape[1:]),
                     dtype=dtype, **options)  # type: ignore[arg-type]
-    return result.deploy(model)
+    return result.deploy(model)  # type: ignore[union-attr]  # a search without torch_compile: a SearchResult
 
 
 def _as_tuple(value: Sequence | str | int) -> tuple:

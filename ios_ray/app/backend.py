@@ -160,7 +160,7 @@ class IosRayBackend:
         if self.options.fallback == "inductor":
             from torch._inductor import compile_fx
 
-            return compile_fx.compile_fx(gm, list(example_inputs))
+            return compile_fx.compile_fx(gm, list(example_inputs))  # type: ignore[return-value]  # given a module
         return gm.forward
 
 

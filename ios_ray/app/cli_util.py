@@ -47,7 +47,7 @@ class CommandLine(typer.Typer):
             if done.code in (INTERRUPTED, TERMINATED):
                 sys.stdout.flush()
                 sys.stderr.flush()
-                os._exit(done.code)  # type: ignore[arg-type]
+                os._exit(done.code)
             raise
 
 

@@ -207,7 +207,7 @@ class CompiledGraph:
         result = search(binding.call, [label], [int(x.shape[0])], name=binding.name, input_shape=tuple(x.shape[1:]),
                         dtype=dtype_name(x.dtype), memory_format=binding.graph.memory_format, **options)
         self.searches += 1
-        [outcome] = result.outcomes
+        [outcome] = result.outcomes  # type: ignore[union-attr]  # a search without torch_compile: a SearchResult
         where = str(outcome.path) if outcome.path is not None else f"a search on {label}"
         self.schedules.add(outcome.schedule, where)
         return Found(outcome.schedule, where)

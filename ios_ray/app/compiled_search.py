@@ -139,5 +139,5 @@ def _module(model: nn.Module | str, input_shape: Sequence[int] | None, name: str
         return spec.build().eval(), tuple(spec.input_shape), name or spec.name
     if not isinstance(model, nn.Module):
         raise UserError(f"torch_compile=True searches an nn.Module or a model spec, not a {type(model).__name__}.")
-    shape = input_shape or getattr(model, "input_shape", DEFAULT_INPUT_SHAPE)
+    shape: Sequence[int] = input_shape if input_shape else getattr(model, "input_shape", DEFAULT_INPUT_SHAPE)
     return model, tuple(shape), name or type(model).__name__

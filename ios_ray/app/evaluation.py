@@ -84,9 +84,9 @@ def winners_hold(cells: Sequence[Cell]) -> dict[Setting, bool]:
     """Per setting: whether the schedule made for it is at least as fast there as every other schedule."""
     result: dict[Setting, bool] = {}
     for setting in {c.run_on for c in cells}:
-        column = [c for c in cells if c.run_on == setting and c.latency_ms is not None]
-        own = [c.latency_ms for c in column if c.own]
-        result[setting] = bool(own) and all(own[0] <= c.latency_ms * (1 + 1e-9) for c in column)
+        column = [(c.latency_ms, c.own) for c in cells if c.run_on == setting and c.latency_ms is not None]
+        own = [ms for ms, is_own in column if is_own]
+        result[setting] = bool(own) and all(own[0] <= ms * (1 + 1e-9) for ms, _ in column)
     return result
 
 

@@ -62,7 +62,7 @@ class GraphSchedules:
         self.store = Path(store) if store is not None else None
         self.params = params
         self.memory_budget = memory_budget
-        self._given: dict[str, Schedule] | None = None if self.folder is not None else {
+        self._given: dict[str, Schedule] | None = None if isinstance(schedules, (str, Path)) else {
             f"given schedule {i}": s for i, s in enumerate(schedules or ())}
         self._measuring: dict[tuple[str, str], Lazy] = {}
 

@@ -20,7 +20,7 @@ def inspect_graph(graph: Graph, r: int | None = DEFAULT_R, s: int | None = DEFAU
     """
     params = SearchParams(r=r, s=s)
     plan = plan_graph(graph, params)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for block, block_plan in zip(graph.blocks, plan.blocks):
         full = count_block(graph, block, params.unpruned)
         pruned = block_plan.counts

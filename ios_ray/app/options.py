@@ -139,7 +139,7 @@ class SearchOptions:
         from ios_ray.dtypes import dtype_name, memory_format_name  # torch: loaded when a search is made, not by the CLI
 
         for f in dataclasses.fields(SearchOptions):
-            _check_kind(f.name, getattr(self, f.name), f.type)
+            _check_kind(f.name, getattr(self, f.name), str(f.type))
 
         tidy = {"store": Path(self.store), "out": None if self.out is None else Path(self.out),
                 "input_shape": None if self.input_shape is None else tuple(self.input_shape),
@@ -218,7 +218,7 @@ def cli_parameters() -> list[inspect.Parameter]:
             continue
         flags = cli.flags or ("--" + f.name.replace("_", "-"),)
         default = f.default if cli.default is _OWN else cli.default
-        kind = cli.kind or _cli_type(f.type)
+        kind = cli.kind or _cli_type(str(f.type))
         found.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
                                        default=typer.Option(default, *flags, help=f.metadata["help"])))
     return found

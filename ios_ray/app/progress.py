@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+                           TaskID, TimeRemainingColumn)
 
 from ios_ray.frontend import opaque_report
 from ios_ray.ir import Graph
@@ -64,7 +64,7 @@ class RichSearchProgress:
             TextColumn("{task.fields[cached]} cached"), TextColumn("[cyan]{task.fields[rate]}"),
             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
         )
-        self.tasks: dict[str, int] = {}
+        self.tasks: dict[str, TaskID] = {}
         self.before: dict[str, int] = {}  # per device, the stages measured in the rounds before this one
         self.status = console.status("importing the model and planning its candidate stages (states, transitions "
                                      "and stage relations per block)")

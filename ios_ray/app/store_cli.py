@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import JustifyMethod
 from rich.table import Table
 
 from ios_ray.app.cli_util import make_console, user_errors
@@ -121,7 +122,7 @@ def _open(store: Path, create: bool) -> LatencyStore:
 def _rich_rows(rows: pa.Table, title: str) -> Table:
     table = Table(title=title)
     for column in _TABLE_COLUMNS:
-        justify = "right" if column in _NUMERIC_COLUMNS else "left"
+        justify: JustifyMethod = "right" if column in _NUMERIC_COLUMNS else "left"
         table.add_column(column, justify=justify, overflow="fold")
     for row in rows.select(list(_TABLE_COLUMNS)).to_pylist():
         row["stage_key"] = row["stage_key"][:_SHORT_KEY]

@@ -83,7 +83,8 @@ def _scheduled(schedule: Schedule, graph: Graph, units_alone: Mapping[str, float
         else:
             own = [ms if len(stage.groups) == 1 else _group_ms(group, units_alone, group_alone)
                    for group in stage.groups]
-            longest = max(range(len(own)), key=lambda g: ms if own[g] is None else own[g])
+            known = [ms if group_ms is None else group_ms for group_ms in own]
+            longest = max(range(len(own)), key=known.__getitem__)
             for lane, (group, group_ms) in enumerate(zip(stage.groups, own)):
                 span = ms if group_ms is None else min(group_ms, ms)
                 bars += _split(graph, group, units_alone, lane, start, span, index, merged=False,

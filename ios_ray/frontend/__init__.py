@@ -218,7 +218,7 @@ def load_model(model: str | nn.Module, input_shape: Sequence[int] | None = None,
         torch.manual_seed(0)
         return Model(name or spec.name, spec.build(), tuple(input_shape or spec.input_shape), model)
     if isinstance(model, nn.Module):
-        shape = input_shape or getattr(model, "input_shape", DEFAULT_INPUT_SHAPE)
+        shape: Sequence[int] = input_shape if input_shape else getattr(model, "input_shape", DEFAULT_INPUT_SHAPE)
         return Model(name or type(model).__name__, model, tuple(shape))
     raise UserError(f"model must be an nn.Module or a model spec string, not a {type(model).__name__}.")
 

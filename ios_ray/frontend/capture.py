@@ -34,7 +34,7 @@ import operator
 import os
 import traceback
 import warnings
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence, TypeGuard, cast
 
 import sympy
 import torch
@@ -150,7 +150,7 @@ def export(module: nn.Module, example_input: torch.Tensor, forget_shapes: bool =
         x = torch.cat([x, example_input])
     try:
         with torch.no_grad(), _quiet(), attributes_kept(module), _no_stack_traces(), _no_tensor_meta(), \
-                _use_lazy_graph_module(True), fx_config.patch(backed_size_oblivious=True):
+                _use_lazy_graph_module(True), fx_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
             if forget_shapes:
                 for m in module.modules():
                     for name in [k for k, v in vars(m).items() if isinstance(v, torch.Size)]:
@@ -182,7 +182,7 @@ def _no_tensor_meta() -> Iterator[None]:
     if recorder is None:
         yield
         return
-    proxy_tensor._extract_tensor_metadata = _no_metadata
+    proxy_tensor._extract_tensor_metadata = _no_metadata  # type: ignore[assignment]  # records nothing, returns None
     try:
         yield
     finally:
@@ -452,10 +452,10 @@ class _Rewrite:
         if rewritten is aten.IDENTITY or (rewritten is None and _is_copy(node.target) and not _written(node)):
             self.env[node] = args[0]  # the input itself, or a copy nothing writes into
             return
-        if rewritten is None:
-            new = self.graph.create_node("call_function", node.target, args, kwargs, name=_name(node.target))
-        else:
+        if isinstance(rewritten, aten.Call):
             new = self.graph.create_node(rewritten.op, rewritten.target, rewritten.args, rewritten.kwargs)
+        else:
+            new = self.graph.create_node("call_function", node.target, args, kwargs, name=_name(node.target))
         new.meta.update(_kept_meta(node))
         self.env[node] = new
 
@@ -471,12 +471,13 @@ class _Rewrite:
         return aten.Call("call_function", F.batch_norm, (x, mean, var, weight, bias, False, momentum, eps), {})
 
     def _output(self, node: fx.Node) -> None:
-        values = fx.node.map_arg(node.args[0], self._value)
+        returned = cast(Sequence[fx.Node], node.args[0])  # the output node's one argument: the tuple returned
+        values = fx.node.map_arg(returned, self._value)
         users = [i for i, spec in enumerate(self.program.graph_signature.output_specs)
                  if spec.kind.name == "USER_OUTPUT"]
         spec = self.program.call_spec.out_spec
         self.graph.output(pytree.tree_unflatten([values[i] for i in users], spec))
-        self.output = pytree.tree_unflatten([_meta_value(node.args[0][i]) for i in users], spec)
+        self.output = pytree.tree_unflatten([_meta_value(returned[i]) for i in users], spec)
 
     def _graph_module(self) -> fx.GraphModule:
         """A graph module over the user's module (its layers and tensors shared, the module itself unchanged), with
@@ -614,7 +615,7 @@ def _merge_slices(gm: fx.GraphModule) -> None:
         source = node.args[0] if _slices(node) else None
         if not (_slices(source) and len(source.users) == 1):
             continue
-        first, second = source.args[1], node.args[1]
+        first, second = (cast(tuple[slice, ...], n.args[1]) for n in (source, node))  # as _slices checked
         width = max(len(first), len(second))
         padded = [tuple(index) + (slice(None),) * (width - len(index)) for index in (first, second)]
         if any(a != slice(None) and b != slice(None) for a, b in zip(*padded)):
@@ -624,7 +625,7 @@ def _merge_slices(gm: fx.GraphModule) -> None:
     gm.recompile()
 
 
-def _slices(node: Any) -> bool:
+def _slices(node: Any) -> TypeGuard[fx.Node]:
     """A getitem of a tensor by a tuple of slices only."""
     return isinstance(node, fx.Node) and node.op == "call_function" and node.target is operator.getitem and \
         isinstance(node.args[1], tuple) and all(isinstance(i, slice) for i in node.args[1])
@@ -696,14 +697,14 @@ def _tensor_meta(value: torch.Tensor, sizes: _Sizes) -> TensorMetadata:
 def _layout(value: torch.Tensor, sizes: _Sizes) -> tuple[tuple[bool, ...], tuple[int, ...] | None]:
     found = [sizes.of(s) for s in value.shape]
     per_sample = [sample if grows else size for size, grows, sample in found]
-    return tuple(grows for _, grows, _ in found), \
-        None if any(s is None for s in per_sample) else tuple(per_sample)  # type: ignore[misc]
+    known = [s for s in per_sample if s is not None]
+    return tuple(grows for _, grows, _ in found), tuple(known) if len(known) == len(per_sample) else None
 
 
 def _fake_value(node: fx.Node) -> Any:
     """A node's value computed on the fake values of what it reads (in their fake mode, so sizes stay symbolic)."""
     inputs = [n.meta["val"] for n in node.all_input_nodes]
-    mode = next(v.fake_mode for v in inputs if isinstance(v, torch.Tensor))
+    mode = next(v.fake_mode for v in inputs if isinstance(v, torch.Tensor))  # type: ignore[attr-defined]  # fake
     args = fx.node.map_arg(node.args, lambda n: n.meta["val"])
     kwargs = fx.node.map_arg(node.kwargs, lambda n: n.meta["val"])
     with mode:

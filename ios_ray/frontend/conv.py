@@ -18,7 +18,7 @@ from torch import nn
 
 from ios_ray.frontend.activations import activation_of
 from ios_ray.frontend.match import Match, Scope
-from ios_ray.frontend.nodes import eval_batch_norm, module_of, only_user
+from ios_ray.frontend.nodes import arg_node, eval_batch_norm, module_of, only_user
 
 
 def match_conv(scope: Scope, node: fx.Node) -> Match | None:
@@ -31,8 +31,8 @@ def match_conv(scope: Scope, node: fx.Node) -> Match | None:
     kind, nodes, refs = _conv_body(gm, node, conv)
     act_node = only_user(nodes[-1])
     act = activation_of(gm, act_node) if scope.free(act_node) else None
-    if act is not None:
-        nodes.append(act_node)  # type: ignore[arg-type]
+    if act is not None and act_node is not None:
+        nodes.append(act_node)
     prologue, pre_act, pre_bn = _prologue(scope, node)
     out_conv = gm.get_submodule(refs["pointwise"]) if kind == "sepconv" else conv
     attrs: dict[str, Any] = {
@@ -45,7 +45,7 @@ def match_conv(scope: Scope, node: fx.Node) -> Match | None:
         attrs["pre_norm"] = True
         refs["pre_bn"] = pre_bn
     head = prologue[0] if prologue else node
-    return Match(kind, refs["id"], [head.args[0]], nodes[-1], nodes[-1], prologue + nodes, attrs, refs)
+    return Match(kind, refs["id"], [arg_node(head)], nodes[-1], nodes[-1], prologue + nodes, attrs, refs)
 
 
 def _conv_body(gm: fx.GraphModule, node: fx.Node, conv: nn.Conv2d) -> tuple[str, list[fx.Node], dict[str, Any]]:
@@ -54,27 +54,27 @@ def _conv_body(gm: fx.GraphModule, node: fx.Node, conv: nn.Conv2d) -> tuple[str,
     pointwise_node = only_user(node)
     pointwise = module_of(gm, pointwise_node, nn.Conv2d)
     depthwise = conv.groups == conv.in_channels == conv.out_channels and conv.groups > 1
-    if depthwise and pointwise is not None and pointwise.kernel_size == (1, 1) and pointwise.groups == 1 \
-            and pointwise.stride == (1, 1) and pointwise.padding == (0, 0) and pointwise.padding_mode == "zeros":
+    if depthwise and pointwise_node is not None and pointwise is not None and pointwise.kernel_size == (1, 1) \
+            and pointwise.groups == 1 and pointwise.stride == (1, 1) and pointwise.padding == (0, 0) \
+            and pointwise.padding_mode == "zeros":
         kind = "sepconv"
-        nodes.append(pointwise_node)  # type: ignore[arg-type]
+        nodes.append(pointwise_node)
         refs = {"id": str(node.target), "depthwise": str(node.target), "pointwise": str(pointwise_node.target)}
     bn_node = only_user(nodes[-1])
-    if eval_batch_norm(gm, bn_node) is not None:
-        nodes.append(bn_node)  # type: ignore[arg-type]
-        refs["bn"] = str(bn_node.target)  # type: ignore[union-attr]
+    if bn_node is not None and eval_batch_norm(gm, bn_node) is not None:
+        nodes.append(bn_node)
+        refs["bn"] = str(bn_node.target)
     return kind, nodes, refs
 
 
 def _prologue(scope: Scope, conv_node: fx.Node) -> tuple[list[fx.Node], str | None, str | None]:
     """The batch-norm and activation before a conv that only it reads: (nodes, pre_act, batch-norm path)."""
-    gm, nodes = scope.gm, []
-    pre_act = None
-    x = conv_node.args[0]
+    gm, nodes, pre_act = scope.gm, list[fx.Node](), None
+    x = arg_node(conv_node)
     if _only_for(x, scope) and (text := activation_of(gm, x)) is not None and _reads_a_tensor(x):
         pre_act = text
         nodes.insert(0, x)
-        x = x.args[0]
+        x = arg_node(x)
     if _only_for(x, scope) and eval_batch_norm(gm, x) is not None and _reads_a_tensor(x):
         nodes.insert(0, x)
         return nodes, pre_act, str(x.target)

@@ -336,7 +336,8 @@ def graph_name() -> str:
     try:
         from torch._dynamo.symbolic_convert import InstructionTranslator
 
-        name = InstructionTranslator.current_tx().f_code.co_qualname
+        code = InstructionTranslator.current_tx().f_code
+        name = getattr(code, "co_qualname", code.co_name)  # co_qualname: Python 3.11 on
     except Exception:  # noqa: BLE001 - no frame being translated (a graph compiled by hand)
         return "graph"
     return re.sub(r"[^A-Za-z0-9_.@]", "_", re.sub(r"torch_dynamo_resume_in_(\w+)_at_(\d+)", r"\1@\2", name))

@@ -56,7 +56,7 @@ def elementwise_step(gm: fx.GraphModule, node: Any, source: fx.Node, constants: 
         return layer if node.args == (source,) and not node.kwargs else None
     name = _op_name(node)
     arguments = call_arguments(node) if name in _NORM_FUNCTIONS.values() else None
-    if arguments is not None:  # written with keywords or not: in the order of the signature
+    if name is not None and arguments is not None:  # written with keywords or not: in the order of the signature
         return _describe(name, tuple(arguments.values()), {}, source)
     return None if name is None else _describe(name, node.args, node.kwargs, source)
 
@@ -71,9 +71,9 @@ def _layer_step(gm: fx.GraphModule, node: fx.Node) -> str | None:
     if (norm := module_of(gm, node, nn.GroupNorm)) is not None:
         weights = f"const{tuple(norm.weight.shape)}, const{tuple(norm.bias.shape)}" if norm.affine else "None, None"
         return f"group_norm(x, {norm.num_groups}, {weights}, {norm.eps!r})"
-    if (norm := module_of(gm, node, nn.modules.instancenorm._InstanceNorm)) is not None:
-        uses_input = norm.training or not norm.track_running_stats
-        return f"instance_norm({norm.eps})" if uses_input else "batch_norm"
+    if (instance := module_of(gm, node, nn.modules.instancenorm._InstanceNorm)) is not None:
+        uses_input = instance.training or not instance.track_running_stats
+        return f"instance_norm({instance.eps})" if uses_input else "batch_norm"
     return None
 
 

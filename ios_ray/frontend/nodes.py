@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from typing import Any
+from typing import Any, TypeGuard, TypeVar, cast
 
 import torch
 import torch.fx as fx
@@ -53,7 +53,8 @@ def pair(value: Any) -> Any:
 def batch_first(dims: tuple[bool, ...] | None, sizes: tuple[int, ...] | None) -> bool:
     """Whether a recorded layout holds the batch exactly in dimension 0: only that dimension grows, one sample
     per batch entry."""
-    return bool(dims) and sizes is not None and dims == _dimension_0(len(dims)) and sizes[0] == 1
+    return dims is not None and len(dims) > 0 and sizes is not None and dims == _dimension_0(len(dims)) \
+        and sizes[0] == 1
 
 
 def _dimension_0(rank: int) -> tuple[bool, ...]:
@@ -80,7 +81,7 @@ def is_batch_folded(node: fx.Node) -> bool:
     return "batch_dims" in node.meta and not batch_first(node.meta["batch_dims"], node.meta.get("sample_shape"))
 
 
-def is_tensor(node: Any) -> bool:
+def is_tensor(node: Any) -> TypeGuard[fx.Node]:
     """Whether a node computes one tensor."""
     return full_shape(node) is not None
 
@@ -96,7 +97,20 @@ def numel(sizes: tuple[int, ...]) -> int:
     return math.prod(sizes)
 
 
-def module_of(gm: fx.GraphModule, node: Any, kind: type | tuple[type, ...]) -> nn.Module | None:
+_M = TypeVar("_M", bound=nn.Module)
+
+
+def arg_node(node: fx.Node, index: int = 0) -> fx.Node:
+    """Argument ``index`` of a node that a pattern matched as reading a node there (fx types arguments as any value)."""
+    return cast(fx.Node, node.args[index])
+
+
+def arg_nodes(args: Any) -> tuple[fx.Node, ...]:
+    """Arguments that a pattern checked are all nodes (an add's two, a concat's list), typed as such."""
+    return tuple(args)
+
+
+def module_of(gm: fx.GraphModule, node: Any, kind: type[_M] | tuple[type[_M], ...]) -> _M | None:
     """The module a ``call_module`` node calls, if it is of ``kind`` and computes what torch's own class does (a
     subclass with its own ``forward``, such as timm's ``Conv2dSame``, is called as it is but matched as nothing)."""
     if isinstance(node, fx.Node) and node.op == "call_module":
@@ -130,7 +144,7 @@ def only_user(node: fx.Node) -> fx.Node | None:
     return found[0] if len(found) == 1 else None
 
 
-def calls(node: Any, functions: tuple = (), methods: tuple[str, ...] = ()) -> bool:
+def calls(node: Any, functions: tuple[Any, ...] = (), methods: tuple[str, ...] = ()) -> TypeGuard[fx.Node]:
     """Whether a node calls one of these functions or tensor methods."""
     if not isinstance(node, fx.Node):
         return False

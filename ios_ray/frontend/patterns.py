@@ -27,21 +27,22 @@ from torch import nn
 from ios_ray.frontend.conv import match_conv
 from ios_ray.frontend.elementwise import elementwise_chain
 from ios_ray.frontend.match import Match, Scope
-from ios_ray.frontend.nodes import (calls, full_shape, is_tensor, is_tuple_of_tensors, module_of, normalized_kwargs,
-                                    numel, only_user, pair, shape)
+from ios_ray.frontend.nodes import (arg_node, calls, full_shape, is_tensor, is_tuple_of_tensors, module_of,
+                                    normalized_kwargs, numel, only_user, pair, shape)
 from ios_ray.frontend.spatial import match_pad, match_upsample
 
 Rule = Callable[[Scope, fx.Node], Match | None]
 
 _POOL_MODULES = {nn.MaxPool2d: "max", nn.AvgPool2d: "avg", nn.AdaptiveAvgPool2d: "adaptive_avg",
                  nn.AdaptiveMaxPool2d: "adaptive_max"}
-_POOL_FUNCTIONS = {F.max_pool2d: "max", F.avg_pool2d: "avg", F.adaptive_avg_pool2d: "adaptive_avg",
-                   F.adaptive_max_pool2d: "adaptive_max"}
+_POOL_FUNCTIONS: dict[Any, str] = {F.max_pool2d: "max", F.avg_pool2d: "avg", F.adaptive_avg_pool2d: "adaptive_avg",
+                                   F.adaptive_max_pool2d: "adaptive_max"}
 _POOL_PARAMS = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "dilation", "output_size")
 _PAIRS = ("kernel_size", "stride", "padding", "dilation", "output_size")
-_RESHAPES = {"functions": (torch.reshape,), "methods": ("reshape", "view")}
-_SPLITS = {"functions": (torch.chunk, torch.split, torch.tensor_split), "methods": ("chunk", "split", "tensor_split")}
-_MULS = {"functions": (operator.mul, torch.mul), "methods": ("mul",)}
+_RESHAPES: dict[str, tuple[Any, ...]] = {"functions": (torch.reshape,), "methods": ("reshape", "view")}
+_SPLITS: dict[str, tuple[Any, ...]] = {"functions": (torch.chunk, torch.split, torch.tensor_split),
+                                        "methods": ("chunk", "split", "tensor_split")}
+_MULS: dict[str, tuple[Any, ...]] = {"functions": (operator.mul, torch.mul), "methods": ("mul",)}
 
 
 def match_pool(scope: Scope, node: fx.Node) -> Match | None:
@@ -65,7 +66,7 @@ def match_pool(scope: Scope, node: fx.Node) -> Match | None:
     attrs = {"mode": mode, **{k: pair(v) if k in _PAIRS else v for k, v in params.items() if k != "return_indices"}}
     if attrs.get("stride") in (None, ()):
         attrs["stride"] = attrs.get("kernel_size")
-    return Match.single("pool", node, [node.args[0]], attrs)
+    return Match.single("pool", node, [arg_node(node)], attrs)
 
 
 def _match_spatial_mean(node: fx.Node) -> Match | None:
@@ -80,7 +81,7 @@ def _match_spatial_mean(node: fx.Node) -> Match | None:
     attrs: dict[str, Any] = {"mode": "adaptive_avg", "output_size": (1, 1)}
     if not keepdim:
         attrs["keepdim"] = False
-    return Match.single("pool", node, [node.args[0]], attrs)
+    return Match.single("pool", node, [arg_node(node)], attrs)
 
 
 def match_linear(scope: Scope, node: fx.Node) -> Match | None:
@@ -90,7 +91,7 @@ def match_linear(scope: Scope, node: fx.Node) -> Match | None:
     if linear is None:
         return None
     attrs = {"in_features": linear.in_features, "out_features": linear.out_features, "bias": linear.bias is not None}
-    return Match("linear", str(node.target), [node.args[0]], node, node, [node], attrs,
+    return Match("linear", str(node.target), [arg_node(node)], node, node, [node], attrs,
                  {"id": str(node.target), "linear": str(node.target)})
 
 
@@ -101,7 +102,7 @@ def match_conv_transpose(scope: Scope, node: fx.Node) -> Match | None:
     if conv is None or conv.padding_mode != "zeros" or len(node.args) != 1 or node.kwargs:
         return None
     attrs = {**_conv_attrs(conv), "output_padding": tuple(conv.output_padding)}
-    return Match("conv_transpose", str(node.target), [node.args[0]], node, node, [node], attrs,
+    return Match("conv_transpose", str(node.target), [arg_node(node)], node, node, [node], attrs,
                  {"id": str(node.target), "module": str(node.target)})
 
 
@@ -110,7 +111,7 @@ def match_conv3d(scope: Scope, node: fx.Node) -> Match | None:
     conv = module_of(scope.gm, node, nn.Conv3d)
     if conv is None or conv.padding_mode != "zeros" or isinstance(conv.padding, str) or len(node.args) != 1:
         return None
-    return Match("conv3d", str(node.target), [node.args[0]], node, node, [node], _conv_attrs(conv),
+    return Match("conv3d", str(node.target), [arg_node(node)], node, node, [node], _conv_attrs(conv),
                  {"id": str(node.target), "module": str(node.target)})
 
 
@@ -127,7 +128,7 @@ def match_pool3d(scope: Scope, node: fx.Node) -> Match | None:
         attrs["dilation"] = _triple(pool.dilation)
     else:
         attrs["count_include_pad"] = pool.count_include_pad
-    return Match.single("pool", node, [node.args[0]], attrs)
+    return Match.single("pool", node, [arg_node(node)], attrs)
 
 
 def _triple(value: Any) -> tuple[Any, ...]:
@@ -171,8 +172,8 @@ def match_shuffle(scope: Scope, node: fx.Node) -> Match | None:
             if isinstance(groups, int) and is_tensor(source) else None
     split, swap = node, only_user(node)
     merge = only_user(swap) if swap is not None else None
-    if not calls(split, **_RESHAPES) or not is_tensor(source) or merge is None or not calls(merge, **_RESHAPES) \
-            or not _swaps_dims_1_2(swap):
+    if not calls(split, **_RESHAPES) or not is_tensor(source) or swap is None or merge is None \
+            or not calls(merge, **_RESHAPES) or not _swaps_dims_1_2(swap):
         return None
     channels, rest = shape(source)[0], shape(source)[1:]
     groups = shape(split)[0] if len(shape(split)) == len(rest) + 2 else 0
@@ -184,7 +185,7 @@ def match_shuffle(scope: Scope, node: fx.Node) -> Match | None:
 def _swaps_dims_1_2(node: Any) -> bool:
     """``transpose(1, 2)`` or ``permute(0, 2, 1, ...)``."""
     if calls(node, (torch.transpose, torch.swapaxes, torch.swapdims), ("transpose", "swapaxes", "swapdims")):
-        return sorted(node.args[1:3]) == [1, 2]
+        return tuple(node.args[1:3]) in ((1, 2), (2, 1))
     if calls(node, (torch.permute,), ("permute",)):
         dims = node.args[1] if len(node.args) == 2 and isinstance(node.args[1], (tuple, list)) else node.args[1:]
         return list(dims[:3]) == [0, 2, 1] and list(dims[3:]) == list(range(3, len(dims)))
@@ -238,7 +239,8 @@ def match_scale(scope: Scope, node: fx.Node) -> Match | None:
     if not calls(node, **_MULS) or len(node.args) != 2 or node.kwargs or \
             not all(is_tensor(a) and a not in scope.constants for a in node.args):
         return None
-    for x, gate in (node.args, node.args[::-1]):
+    first, second = arg_node(node, 0), arg_node(node, 1)
+    for x, gate in ((first, second), (second, first)):
         if len(shape(x)) == 3 and shape(gate) == (shape(x)[0], 1, 1) and shape(node) == shape(x) \
                 and numel(shape(x)[1:]) > 1:
             return Match("scale", node.name, [x, gate], node, node, [node], {}, {})
@@ -271,5 +273,5 @@ def find_matches(scope: Scope) -> dict[fx.Node, Match]:
     return {m.tail: m for m in found}
 
 
-def _one_of(target: Any, table: dict) -> bool:
+def _one_of(target: Any, table: dict[Any, Any]) -> bool:
     return any(target is key for key in table)

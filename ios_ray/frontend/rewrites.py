@@ -82,7 +82,7 @@ def _make_out_of_place(gm: fx.GraphModule, node: fx.Node) -> bool:
         node.target = str(node.target)[:-1]
         return True
     if node.op == "call_module":
-        module = gm.get_submodule(str(node.target))
+        module: Any = gm.get_submodule(str(node.target))  # a layer of any class, with an ``inplace`` flag or not
         if getattr(module, "inplace", False) is True:
             out_of_place = copy.copy(module)
             out_of_place.inplace = False
@@ -132,7 +132,7 @@ def _is_eval_identity(gm: fx.GraphModule, node: fx.Node) -> bool:
         return False
     if dropout:
         return arguments.get("training", arguments.get("train")) is False or arguments.get("p") == 0
-    return arguments.get("training") is False or arguments.get(probability) == 0
+    return arguments.get("training") is False or (probability is not None and arguments.get(probability) == 0)
 
 
 def views_as_reshapes(gm: fx.GraphModule) -> fx.GraphModule:
@@ -150,7 +150,7 @@ def batch_norms_as_modules(gm: fx.GraphModule) -> fx.GraphModule:
         module = _batch_norm_module(gm, node)
         if module is None:
             continue
-        owner = str(node.args[1].target).rpartition(".")[0] or "batch_norm"  # type: ignore[union-attr]
+        owner = str(node.args[1].target).rpartition(".")[0] or "batch_norm"
         with gm.graph.inserting_before(node):
             call = gm.graph.call_module(_add_module(gm, owner, module), (node.args[0],))
         call.meta = dict(node.meta)
@@ -176,10 +176,11 @@ def _batch_norm_module(gm: fx.GraphModule, node: fx.Node) -> nn.BatchNorm2d | No
             not all(t is None or (isinstance(t, fx.Node) and t.op == "get_attr") for t in tensors[2:]) or \
             (tensors[2] is None) != (tensors[3] is None):
         return None
-    mean, var, weight, bias = (None if t is None else _attr(gm, str(t.target)) for t in tensors)
+    mean, var = (_attr(gm, str(t.target)) for t in tensors[:2])
+    weight, bias = (None if t is None else _attr(gm, str(t.target)) for t in tensors[2:])
     module = nn.BatchNorm2d(shape[1], eps=float(arguments["eps"]), affine=weight is not None).eval()
     module.running_mean, module.running_var = mean, var
-    if weight is not None:
+    if weight is not None and bias is not None:
         module.weight = _parameter(weight)
         module.bias = _parameter(bias)
     return module.to(mean.device)
@@ -194,7 +195,7 @@ def functional_convs_as_modules(gm: fx.GraphModule) -> fx.GraphModule:
     """``F.conv2d(x, weight, bias, ...)`` on a computed input, with a weight and bias computed from parameters alone,
     becomes a call of a new ``nn.Conv2d`` holding their values (evaluated once, here); the nodes that computed
     them go away where nothing else reads them."""
-    constants, values = constant_nodes(gm.graph), {}
+    constants, values = constant_nodes(gm.graph), dict[str, Any]()
     for node in list(gm.graph.nodes):
         arguments = _conv2d_arguments(node)
         if arguments is None or arguments["input"] in constants or \
@@ -205,7 +206,7 @@ def functional_convs_as_modules(gm: fx.GraphModule) -> fx.GraphModule:
                             for t in (arguments["weight"], arguments["bias"]))
         if not isinstance(weight, torch.Tensor) or weight.dim() != 4:
             continue
-        conv = nn.Conv2d(weight.shape[1] * arguments["groups"], weight.shape[0], tuple(weight.shape[2:]),
+        conv = nn.Conv2d(weight.shape[1] * arguments["groups"], weight.shape[0], (weight.shape[2], weight.shape[3]),
                          arguments["stride"], arguments["padding"], arguments["dilation"], arguments["groups"],
                          bias is not None, device=weight.device, dtype=weight.dtype).eval()
         conv.weight = _parameter(weight.detach().clone())
@@ -221,7 +222,7 @@ def functional_linears_as_modules(gm: fx.GraphModule) -> fx.GraphModule:
     (a ``nn.Linear`` subclass whose ``forward`` calls ``F.linear``, Hugging Face's layers; a linear in a graph that
     torch.compile hands over), becomes a call of a new ``nn.Linear`` holding their values (evaluated once, here), so
     that it is a linear unit as a ``nn.Linear`` call is."""
-    constants, values = constant_nodes(gm.graph), {}
+    constants, values = constant_nodes(gm.graph), dict[str, Any]()
     for node in list(gm.graph.nodes):
         arguments = _arguments(node, F.linear, _LINEAR_PARAMETERS, {"bias": None})
         if arguments is None or not isinstance(arguments.get("input"), fx.Node) or arguments["input"] in constants \
@@ -311,7 +312,8 @@ def _owner(weight: fx.Node, default: str = "conv") -> str:
 
 
 #: timm's layers that pad as TensorFlow's "SAME" does, by class name: the torch layer each one is, and its pad value.
-_SAME_PADDING: dict[str, tuple[type[nn.Module], float]] = {
+_PaddingLayer = nn.Conv2d | nn.MaxPool2d | nn.AvgPool2d
+_SAME_PADDING: dict[str, tuple[type[_PaddingLayer], float]] = {
     "Conv2dSame": (nn.Conv2d, 0.0), "MaxPool2dSame": (nn.MaxPool2d, -math.inf), "AvgPool2dSame": (nn.AvgPool2d, 0.0),
 }
 
@@ -328,7 +330,7 @@ def same_padding_as_torch_layers(gm: fx.GraphModule) -> fx.GraphModule:
         if found is None:
             continue
         plain, value = found
-        source: fx.Node = node.args[0]  # type: ignore[assignment]
+        source: fx.Node = node.args[0]
         valid = getattr(gm.get_submodule(str(node.target)), "padding", None) == "valid"
         pads = (0, 0, 0, 0) if valid else _same_pads(full_shape(source)[2:], plain)  # type: ignore[index]
         if _pads_itself(plain, pads):
@@ -347,7 +349,7 @@ def same_padding_as_torch_layers(gm: fx.GraphModule) -> fx.GraphModule:
     return gm
 
 
-def _same_padding_layer(gm: fx.GraphModule, node: fx.Node) -> tuple[nn.Module, float] | None:
+def _same_padding_layer(gm: fx.GraphModule, node: fx.Node) -> tuple[_PaddingLayer, float] | None:
     """For a call of a "SAME" layer on one 4-d tensor: the layer as its plain torch class, and its pad value."""
     if node.op != "call_module" or len(node.args) != 1 or node.kwargs:
         return None

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from ios_ray.frontend.nodes import batch_dims, constant_nodes, full_shape
+from ios_ray.frontend.nodes import arg_node, batch_dims, constant_nodes, full_shape
 
 #: Tensor methods and attributes that read only a tensor's sizes (or dtype, device), never its values.
 _SIZE_METHODS = ("size", "dim", "ndimension", "numel", "nelement")
@@ -63,7 +63,7 @@ def _reads_size(node: fx.Node) -> bool:
 def _batch_taint(node: fx.Node, taint: dict[fx.Node, Taint], constants: set[fx.Node]) -> Taint:
     """Whether a size value depends on the batch size; for a tuple (``x.size()``), per element."""
     if _reads_size(node):
-        source = node.args[0]
+        source = arg_node(node)
         what = node.target if node.op == "call_method" else node.args[1]
         if source in constants or what not in ("size", "shape", "numel", "nelement"):
             return False

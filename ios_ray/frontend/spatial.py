@@ -13,7 +13,7 @@ Both run the original code (the unit's ``refs['nodes']``); their attributes say 
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, cast
 
 import torch.fx as fx
 import torch.nn.functional as F
@@ -60,7 +60,7 @@ def match_pad(scope: Scope, node: fx.Node) -> Match | None:
     source, pads, value = found
     crop = only_user(node)
     then = _crop(crop) if scope.free(crop) and not _crop(node) else None
-    if then is None:
+    if then is None or crop is None:
         return Match.single("pad", node, [source], {"pads": pads, "value": value})
     pads = tuple(a + b for a, b in zip(pads, then[1]))
     return Match("pad", node.name, [source], node, crop, [node, crop], {"pads": pads, "value": value},
@@ -77,10 +77,10 @@ def _pad(gm: fx.GraphModule, node: fx.Node) -> tuple[fx.Node, tuple[int, ...], f
         pads, value = tuple(module.padding), float(module.value)
     elif calls(node, (F.pad,)):
         settings = normalized_kwargs(gm, node) or {}
-        pads, value = settings.get("pad"), settings.get("value") or 0.0
-        if settings.get("mode", "constant") != "constant" or not isinstance(pads, (list, tuple)):
+        given, value = settings.get("pad"), settings.get("value") or 0.0
+        if settings.get("mode", "constant") != "constant" or not isinstance(given, (list, tuple)):
             return None
-        pads = tuple(pads)
+        pads = tuple(given)
     else:
         return None
     if len(pads) != 4 or not all(isinstance(p, int) for p in pads) or not isinstance(value, (int, float)):
@@ -95,11 +95,11 @@ def _crop(node: Any) -> tuple[fx.Node, tuple[int, ...], float] | None:
         return None
     source, index = node.args
     shape = full_shape(source)
-    if not is_tensor(source) or len(shape or ()) != 4 or not isinstance(index, tuple) or len(index) != 4 or \
+    if not is_tensor(source) or shape is None or len(shape) != 4 or not isinstance(index, tuple) or len(index) != 4 or \
             index[:2] != (slice(None), slice(None)) or not all(isinstance(i, slice) for i in index):
         return None
-    pads: list[int] = []
-    for part, size in zip(index[2:], shape[2:]):  # type: ignore[index]
+    pads: list[tuple[int, int]] = []
+    for part, size in zip(cast(tuple[slice, slice], index[2:]), shape[2:]):
         start, stop, step = part.indices(size)
         if step != 1 or not all(isinstance(v, (int, type(None))) for v in (part.start, part.stop)) or stop <= start:
             return None

@@ -42,7 +42,8 @@ class _LeafFallbackTracer(fx.Tracer):
         return module_qualified_name in self.leaves or (super().is_leaf_module(m, module_qualified_name)
                                                         and not hooked(m))
 
-    def call_module(self, m: nn.Module, forward: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    def call_module(self, m: nn.Module, forward: Callable[..., Any], args: tuple[Any, ...],
+                    kwargs: dict[str, Any]) -> Any:
         path = self.path_of_module(m)
         before, stack, calls = len(self.graph.nodes), self.module_stack.copy(), dict(self.num_calls)
         try:
@@ -211,7 +212,7 @@ def _keeps_rows(gm: fx.GraphModule, node: fx.Node) -> bool:
     name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
     source = node.args[0] if node.args else None
     source = source[0] if isinstance(source, (list, tuple)) and source else source
-    meta = source.meta.get("tensor_meta") if isinstance(source, fx.Node) else None
+    meta: Any = source.meta.get("tensor_meta") if isinstance(source, fx.Node) else None
     if name == "getattr":
         return node.args[1] in _SIZE_ATTRIBUTES
     if name == "getitem":  # an item of a tuple (of sizes, or of chunks), not of a tensor

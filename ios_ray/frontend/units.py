@@ -28,7 +28,7 @@ from ios_ray.blocks import find_blocks
 from ios_ray.errors import UserError
 from ios_ray.frontend.elementwise import elementwise_chain, elementwise_step
 from ios_ray.frontend.match import Match, Scope
-from ios_ray.frontend.nodes import (F32, constant_nodes, evaluate_constant, full_shape, is_batch_folded,
+from ios_ray.frontend.nodes import (F32, arg_nodes, constant_nodes, evaluate_constant, full_shape, is_batch_folded,
                                     is_batch_size, is_tensor, is_tuple_of_tensors, numel, only_user, op_name, readers,
                                     sample_layout, shape)
 from ios_ray.frontend.patterns import find_matches
@@ -84,9 +84,9 @@ class _Walk:
         elif is_batch_size(node) or _items_taken_one_by_one(node):
             return
         elif _target_in(node, _ADDS) and self._foldable_add(node):
-            self._fold(node, (tuple(s for a in node.args for s in self.values[a].parts[0]),))
+            self._fold(node, (tuple(s for a in arg_nodes(node.args) for s in self.values[a].parts[0]),))
         elif _target_in(node, _CATS) and self._foldable_cat(node):
-            self._fold(node, tuple(p for a in node.args[0] for p in self.values[a].parts))
+            self._fold(node, tuple(p for a in arg_nodes(node.args[0]) for p in self.values[a].parts))
         elif not self._add_elementwise(node):
             self._add_opaque(node)
 
@@ -95,7 +95,7 @@ class _Walk:
         return (
             len(args) == 2 and not node.kwargs and all(isinstance(a, fx.Node) and a in self.values for a in args)
             and shape(args[0]) == shape(args[1]) == shape(node)
-            and all(len(self._plain_parts(a)) == 1 for a in args)
+            and all(len(self._plain_parts(a)) == 1 for a in arg_nodes(args))
         )
 
     def _foldable_cat(self, node: fx.Node) -> bool:
@@ -183,7 +183,7 @@ class _Walk:
             inputs = [next(n for n in self.gm.graph.nodes if n.op == "placeholder")]
         self.scope.taken.add(node)
         chain = self._single_input_chain(node)
-        attrs = {"op": op_name(node, self.gm), "args": self._describe_args(node, inputs)}
+        attrs: dict[str, Any] = {"op": op_name(node, self.gm), "args": self._describe_args(node, inputs)}
         folded = [n for n in inner if is_tensor(n) and is_batch_folded(n)]
         if folded:  # what the unit computes before its op enters its stage keys
             attrs["after"] = tuple(f"{op_name(n, self.gm)}{self._describe_args(n, inputs)}" for n in folded)
@@ -297,5 +297,5 @@ def _flops(match: Match) -> int:
     return numel(shape(match.inputs[0])) if match.inputs else out
 
 
-def _target_in(node: fx.Node, targets: tuple) -> bool:
+def _target_in(node: fx.Node, targets: tuple[Any, ...]) -> bool:
     return node.op in ("call_function", "call_method") and node.target in targets

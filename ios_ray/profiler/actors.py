@@ -62,8 +62,8 @@ class ProfilerActor:
 RemoteProfilerActor = ray.remote(ProfilerActor)
 
 
-def start_actor(placement: Placement, warmup: int | None, repeat: int | None, max_restarts: int) -> ActorHandle:
+def start_actor(placement: Placement, warmup: int | None, repeat: int | None, max_restarts: int) -> ActorHandle[Any]:
     """Start one actor for a placement; Ray restarts it (same node) up to ``max_restarts`` times if it dies."""
-    return RemoteProfilerActor.options(  # type: ignore[attr-defined]
+    return RemoteProfilerActor.options(
         **placement.options(), max_restarts=max_restarts, max_task_retries=0
-    ).remote(placement.label, warmup, repeat)
+    ).remote(placement.label, warmup, repeat)  # type: ignore[return-value]  # Ray 2.60 types it a handle or a class

@@ -151,9 +151,9 @@ def plan(spec: DeviceSpec, nodes: Sequence[Node], sim_actors: int = DEFAULT_SIM_
         return _cuda_placements(spec, nodes)
     if spec.kind == "gpu":
         return [
-            Placement(spec.label, n.node_id, num_cpus=1, num_gpus=1, resources=_gpu_request(n, spec.gpu))
+            Placement(spec.label, n.node_id, num_cpus=1, num_gpus=1, resources=_gpu_request(n, spec.gpu or ""))
             for n in nodes
-            for _ in range(_gpu_units(n, spec.gpu))
+            for _ in range(_gpu_units(n, spec.gpu or ""))
         ]
     return _sim_placements(spec, nodes, sim_actors)
 

@@ -25,7 +25,7 @@ from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 from ios_ray.errors import UserError, first_line
 from ios_ray.profiler.jobs import MeasureJob
 
-RowsCallback = Callable[[list[dict[str, Any]]], None]
+RowsCallback = Callable[[list[dict[str, Any]]], object]  # what it returns is not read
 ProgressCallback = Callable[[str, int, int], None]
 
 #: Batches one actor may hold at once (one running, one queued behind it).
@@ -61,7 +61,7 @@ class _Slot:
     """One actor and its bookkeeping in the loop."""
 
     label: str
-    actor: ActorHandle
+    actor: ActorHandle[Any]
     in_flight: int = 0
     alive: bool = True
     failing_since: float | None = None
@@ -73,7 +73,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        actors: Mapping[str, Sequence[ActorHandle]],
+        actors: Mapping[str, Sequence[ActorHandle[Any]]],
         on_rows: RowsCallback,
         on_progress: ProgressCallback | None = None,
         max_restarts: int = 3,
@@ -83,8 +83,8 @@ class Dispatcher:
         self.on_progress = on_progress or (lambda device, done, total: None)
         self.max_restarts = max_restarts
         self.queues: dict[str, deque[list[MeasureJob]]] = {label: deque() for label in actors}
-        self.seen: dict[str, set[tuple[str, int, str]]] = {label: set() for label in actors}
-        self.in_flight: dict[ray.ObjectRef, tuple[_Slot, list[MeasureJob]]] = {}
+        self.seen: dict[str, set[tuple[str, int, str, str]]] = {label: set() for label in actors}
+        self.in_flight: dict[ray.ObjectRef[Any], tuple[_Slot, list[MeasureJob]]] = {}
         self.report = MeasureReport()
         self.dead: list[str] = []
 
@@ -147,7 +147,7 @@ class Dispatcher:
                 self.in_flight[slot.actor.measure.remote(batch)] = (slot, batch)
                 slot.in_flight += 1
 
-    def _collect(self, ref: ray.ObjectRef) -> None:
+    def _collect(self, ref: ray.ObjectRef[Any]) -> None:
         """Hand a finished batch's new rows to ``on_rows``; requeue it if its actor died."""
         slot, batch = self.in_flight.pop(ref)
         slot.in_flight -= 1

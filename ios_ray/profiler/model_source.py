@@ -28,7 +28,8 @@ def import_source(source: ModelSource, dtype: str, memory_format: str) -> Import
 def _fetch(source: ModelSource) -> nn.Module:
     """The driver's module object from Ray's object store."""
     try:
-        return ray.get(source.module_ref)
+        module: nn.Module = ray.get(source.module_ref)
+        return module
     except Exception as error:  # noqa: BLE001 - unpickling can fail in many ways; all mean "code not here"
         host = ray.util.get_node_ip_address()
         raise UserError(

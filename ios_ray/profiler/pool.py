@@ -39,7 +39,7 @@ START_TIMEOUT_S = 60.0
 class DevicePool:
     """The started, fingerprinted actors of each device label (use :meth:`start`)."""
 
-    def __init__(self, actors: Mapping[str, list[tuple[ActorHandle, DeviceIdentity]]], max_restarts: int) -> None:
+    def __init__(self, actors: Mapping[str, list[tuple[ActorHandle[Any], DeviceIdentity]]], max_restarts: int) -> None:
         self._actors = {label: [actor for actor, _ in pairs] for label, pairs in actors.items()}
         self._identities = {label: pairs[0][1] for label, pairs in actors.items()}
         self._max_restarts = max_restarts
@@ -75,7 +75,7 @@ class DevicePool:
         """Fingerprint, device info, host and source of every label."""
         return dict(self._identities)
 
-    def actors(self, label: str) -> list[ActorHandle]:
+    def actors(self, label: str) -> list[ActorHandle[Any]]:
         """The actors measuring one label."""
         return list(self._actors[label])
 
@@ -114,7 +114,8 @@ class DevicePool:
             deadline = time.monotonic() + RESTART_TIMEOUT_S
             while time.monotonic() < deadline:
                 try:
-                    return ray.get(actor.time_schedules.remote(job))
+                    timing: ContestTiming = ray.get(actor.time_schedules.remote(job))
+                    return timing
                 except RayTaskError as error:
                     raise task_error(error, f"timing the schedules of {job.model.name} end to end on {label} at "
                                             f"batch {job.batch}") from None
@@ -139,13 +140,13 @@ class DevicePool:
 
 
 def _greet(
-    actors: list[tuple[str, ActorHandle]], specs: Sequence[DeviceSpec], timeout: float
-) -> dict[str, list[tuple[ActorHandle, DeviceIdentity]]]:
+    actors: list[tuple[str, ActorHandle[Any]]], specs: Sequence[DeviceSpec], timeout: float
+) -> dict[str, list[tuple[ActorHandle[Any], DeviceIdentity]]]:
     """Wait for every actor's hello; fail on a reported problem or a label with no actor up in time."""
     refs = {actor.hello.remote(): (label, actor) for label, actor in actors}
     ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
     _kill([refs[ref][1] for ref in pending])
-    greeted: dict[str, list[tuple[ActorHandle, DeviceIdentity]]] = {spec.label: [] for spec in specs}
+    greeted: dict[str, list[tuple[ActorHandle[Any], DeviceIdentity]]] = {spec.label: [] for spec in specs}
     for ref in ready:
         label, actor = refs[ref]
         hello = _hello(ref, label)
@@ -162,18 +163,19 @@ def _greet(
     return greeted
 
 
-def _hello(ref: ray.ObjectRef, label: str) -> Hello:
+def _hello(ref: ray.ObjectRef[Any], label: str) -> Hello:
     """An actor's hello, or a Hello carrying the problem if the actor died while starting."""
     try:
-        return ray.get(ref)
+        hello: Hello = ray.get(ref)
+        return hello
     except RayActorError:
         return Hello(label, None, f"an actor for device {label!r} died while starting (killed or crashed, out of "
                                   "memory perhaps); run the search again.")
 
 
 def _same_fingerprint(
-    label: str, pairs: list[tuple[ActorHandle, DeviceIdentity]]
-) -> list[tuple[ActorHandle, DeviceIdentity]]:
+    label: str, pairs: list[tuple[ActorHandle[Any], DeviceIdentity]]
+) -> list[tuple[ActorHandle[Any], DeviceIdentity]]:
     """Keep the actors of the most common fingerprint; kill the rest, with a warning."""
     counts = Counter(identity.fingerprint for _, identity in pairs)
     keep = min(counts, key=lambda fp: (-counts[fp], fp))
@@ -189,7 +191,7 @@ def _same_fingerprint(
     return [(actor, identity) for actor, identity in pairs if identity.fingerprint == keep]
 
 
-def _kill(actors: Sequence[ActorHandle]) -> None:
+def _kill(actors: Sequence[ActorHandle[Any]]) -> None:
     """Kill actors for good (no restart)."""
     for actor in actors:
         ray.kill(actor, no_restart=True)

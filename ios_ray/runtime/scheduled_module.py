@@ -82,6 +82,7 @@ class ScheduledModule(nn.Module):
         self._warned: set[str] = set()
         self._chosen: dict[tuple[torch.device, int, torch.dtype], Schedule | None] = {}
         shapes = [tuple(input_shape)] if input_shape is not None else _recorded_shapes(self._given.values())
+        self._binding: _Binding | None
         self.input_shape, self._binding = self._first_binding(shapes)
         self.training = False  # the wrapper runs schedules; the module's own mode is left as the caller set it
 
@@ -173,8 +174,10 @@ class ScheduledModule(nn.Module):
         """Load weights as ``nn.Module.load_state_dict`` does, from this module's state dict (the wrapped module's
         entries under ``module.``) or the wrapped module's own (``model.state_dict()``), then drop the runners built
         from the old ones."""
-        own = self.module if _wrapped_module_keys(state_dict, self.module) else super()
-        result = own.load_state_dict(state_dict, strict=strict, assign=assign)
+        if _wrapped_module_keys(state_dict, self.module):
+            result = self.module.load_state_dict(state_dict, strict=strict, assign=assign)
+        else:
+            result = super().load_state_dict(state_dict, strict=strict, assign=assign)
         self.reset()
         return result
 

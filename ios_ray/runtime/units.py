@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, cast
 
 import torch
 import torch.fx as fx
@@ -138,12 +138,12 @@ def _bind_body(unit: Unit, module: fx.GraphModule, nodes: Mapping[str, fx.Node],
     """The callable of a unit without its epilogue."""
     attrs, refs = unit.attrs, unit.refs
     if unit.kind == "conv":
-        folded = fold(module.get_submodule(refs["conv"]), _bn(module, refs, "bn"), attrs, _bn(module, refs, "pre_bn"))
+        folded = fold(_conv(module, refs["conv"]), _bn(module, refs, "bn"), attrs, _bn(module, refs, "pre_bn"))
         return conv(folded, input_shape)
     if unit.kind == "sepconv":
-        depthwise = fold(module.get_submodule(refs["depthwise"]), None, {"pre_act": attrs["pre_act"]},
+        depthwise = fold(_conv(module, refs["depthwise"]), None, {"pre_act": attrs["pre_act"]},
                          _bn(module, refs, "pre_bn"))
-        pointwise = fold(module.get_submodule(refs["pointwise"]), _bn(module, refs, "bn"), {"act": attrs["act"]})
+        pointwise = fold(_conv(module, refs["pointwise"]), _bn(module, refs, "bn"), {"act": attrs["act"]})
         between = (depthwise.weight.shape[0], *unit.shape[1:])
         return FoldedSepConv(conv(depthwise, input_shape), conv(pointwise, between))
     if unit.kind == "linear":
@@ -185,12 +185,18 @@ def _run(node: fx.Node, module: fx.GraphModule, lookup: Callable[[fx.Node], Any]
     return node.target(*args, **kwargs)  # type: ignore[operator]
 
 
+def _conv(module: fx.GraphModule, target: str) -> nn.Conv2d:
+    """The conv module a conv unit refers to (the frontend matched it as an ``nn.Conv2d``)."""
+    return cast(nn.Conv2d, module.get_submodule(target))
+
+
 def _bn(module: fx.GraphModule, refs: Mapping[str, Any], key: str) -> nn.BatchNorm2d | None:
-    return module.get_submodule(refs[key]) if key in refs else None
+    return cast(nn.BatchNorm2d, module.get_submodule(refs[key])) if key in refs else None
 
 
 def _affine(bn: nn.BatchNorm2d, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """An eval-mode batch-norm as ``x * scale + shift`` per channel, computed in ``dtype``."""
+    assert bn.running_mean is not None and bn.running_var is not None, "the frontend folds only tracked batch-norms"
     mean, var = bn.running_mean.detach().to(dtype), bn.running_var.detach().to(dtype)
     gamma = bn.weight.detach().to(dtype) if bn.weight is not None else torch.ones_like(var)
     beta = bn.bias.detach().to(dtype) if bn.bias is not None else torch.zeros_like(var)
@@ -216,6 +222,12 @@ def fold(conv: nn.Conv2d, bn: nn.BatchNorm2d | None, attrs: Mapping[str, Any],
     pre_scale = pre_shift = None
     if pre_bn is not None:
         pre_scale, pre_shift = (t.reshape(1, -1, 1, 1).to(dtype) for t in _affine(pre_bn, wide))
-    return FoldedConv(weight.to(dtype), bias.to(dtype) if bias is not None else None, tuple(conv.stride),
-                      tuple(conv.padding), tuple(conv.dilation), conv.groups, attrs.get("act"), attrs.get("pre_act"),
+    return FoldedConv(weight.to(dtype), bias.to(dtype) if bias is not None else None, _pair(conv.stride),
+                      _pair(conv.padding), _pair(conv.dilation), conv.groups, attrs.get("act"), attrs.get("pre_act"),
                       pre_scale, pre_shift)
+
+
+def _pair(value: tuple[int, ...] | str) -> tuple[int, int]:
+    """A conv's stride, padding or dilation as its pair (the frontend refuses a padding given as a string)."""
+    assert not isinstance(value, str), f"conv padding {value!r} reached the runtime"
+    return value[0], value[1]

@@ -86,7 +86,8 @@ def _within(budget: int) -> Step:
 
 def _highest(values: np.ndarray, ms: np.ndarray, peaks: np.ndarray) -> np.ndarray:
     """The step of :func:`smallest_peak`: a path's value is the highest peak on it (latencies aside)."""
-    return np.maximum(values, peaks)
+    highest: np.ndarray = np.maximum(values, peaks)
+    return highest
 
 
 class _Flat:
@@ -133,7 +134,7 @@ class _Block:
 
     def stage(self, ending: int, column: int) -> Stage:
         """The candidate stage of ``ending`` (an index) in ``column``."""
-        return self.stages[self.arrays.candidates[ending, column]]
+        return self.stages[int(self.arrays.candidates[ending, column])]
 
     def result(self, stages: list[Stage], latencies: list[float], states: int) -> BlockResult:
         """The block's result for its stages in order (with their latencies), having reached ``states`` entries."""

@@ -58,7 +58,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -121,7 +121,7 @@ class LatencyStore:
                 self._write(lambda con: _sql(con, _INSERT), incoming=table)
             except duckdb.ConstraintException:
                 self._write(lambda con: _sql(con, _UPSERT), incoming=table)
-        return table.num_rows
+        return int(table.num_rows)
 
     def put_runs(self, rows: Sequence[Mapping[str, object]]) -> int:
         """Add schedules timed whole (:data:`~ios_ray.store.schema.RUN_SCHEMA`'s columns, ``measured_at`` now where
@@ -134,7 +134,7 @@ class LatencyStore:
         if table.num_rows:
             insert = f"INSERT INTO {_CATALOG}.runs SELECT * FROM incoming"
             self._write(lambda con: (_sql(con, runs_statement(_CATALOG)), _sql(con, insert)), incoming=table)
-        return table.num_rows
+        return int(table.num_rows)
 
     def runs(self, device_fingerprint: str, batch: int, dtype: str = DEFAULT_DTYPE) -> pa.Table:
         """The schedules timed whole on exactly this fingerprint, batch and dtype (none in a store made before
@@ -188,7 +188,7 @@ class LatencyStore:
         )
 
         def run(con: duckdb.DuckDBPyConnection) -> int:
-            rows = _sql(con, f"SELECT count(*) FROM {_CATALOG}.latency")[0][0]
+            rows: int = _sql(con, f"SELECT count(*) FROM {_CATALOG}.latency")[0][0]
             if rows:
                 try:
                     _sql(con, copy)
@@ -205,9 +205,10 @@ class LatencyStore:
         count = f"SELECT count(*) FROM {_CATALOG}.latency"
 
         def run(con: duckdb.DuckDBPyConnection) -> int:
-            before = _sql(con, count)[0][0]
+            before: int = _sql(con, count)[0][0]
             _sql(con, _UPSERT_NEWER)
-            return _sql(con, count)[0][0] - before
+            after: int = _sql(con, count)[0][0]
+            return after - before
 
         return self._write(run, incoming=table)
 
@@ -417,7 +418,7 @@ def _read_export(directory: Path) -> pa.Table:
         raise UserError(f"{directory} holds unreadable Parquet ({err}); {_EXPORT_FIX}.") from None
 
 
-def _sql(con: duckdb.DuckDBPyConnection, statement: str, params: Sequence[object] = ()) -> list[tuple]:
+def _sql(con: duckdb.DuckDBPyConnection, statement: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
     return con.execute(statement, list(params)).fetchall()
 
 
