@@ -22,7 +22,7 @@ the first; extra steps run only on time the others left over:
    (``profile.txt``: kernels and cuDNN's layout transposes per forward);
 5. the same at batch 1 in float16 and channels_last (what GPU serving mostly runs in), on a store of its own: the
    search twice, its bench with reduce-overhead, and its profile;
-6. at batch 32: the search, on the main store, and the bench with reduce-overhead;
+6. at batch 32: the search, on the main store, the bench, then the bench with reduce-overhead (its own step);
 7. extra, on time left over: a second model (``--second-model``, RandWire by default) searched and benched at batch
    1; then calibration and ``ios-ray search --devices cpu`` at batch 1 on this host's CPU, on a store of its own.
 
@@ -555,7 +555,8 @@ def steps(setup: Setup) -> list[Step]:
     with_compile = f" {COMPILED}" if compiles else ""
     second = setup.second_model
     # (name, time limit, least time worth starting with, what it does); the batch-1 figures (most targets) first,
-    # torch.compile of the small batch in a step of its own after the bench without it (compiling can take minutes);
+    # torch.compile in a step of its own after the bench without it (compiling can take minutes, and a fault in it,
+    # as at batch 32 on the H100 on 2026-11-26, must not cost the other variants' figures);
     # searches are sized to measure for about 45 and 60 s, with room in their limits where calibration was
     # optimistic; a short --budget-s leaves out the last steps (planned), extra ones run on time left over
     return [
@@ -573,7 +574,8 @@ def steps(setup: Setup) -> list[Step]:
         Step(f"profile {device} bs{small} {half}", 40, 15, partial(profile_step, dtype=HALF_NHWC[0],
                                                                     memory_format=HALF_NHWC[1])),
         Step(f"search {device} bs{large}", 160, 50, search(large, 50)),
-        Step(f"bench {device} bs{large}{with_compile}", 130, 40, bench(large, compiled=True)),
+        Step(f"bench {device} bs{large}", 60, 25, bench(large)),
+        *([Step(f"bench {device} bs{large} {COMPILED}", 130, 50, bench(large, compiled=True))] if compiles else []),
         *([Step(f"search {second} {device} bs{small}", 120, 40, search(small, 45, model=second), extra=True),
            Step(f"bench {second} {device} bs{small}{with_compile}", 130, 40,
                 bench(small, compiled=True, model=second), extra=True)] if second else []),
