@@ -8,7 +8,7 @@ import subprocess
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import torch
 from torch import nn
@@ -20,7 +20,9 @@ from ios_ray.ir import Graph
 from ios_ray.profiler.jobs import ModelSource
 from ios_ray.runtime.cuda_graph import CapturedForward, GraphKey
 from ios_ray.scheduler import SearchParams, plan_graph
+from ios_ray.scheduler.correction import ScheduleRun, plausible
 from ios_ray.scheduler.plan import Plan
+from ios_ray.schedule import CandidateRun
 
 __all__ = ["HANG_S", "ios_ray_here", "randomise_batchnorm", "relative_error", "tf32"]
 
@@ -103,3 +105,9 @@ def spec_source(spec: str) -> ModelSource:
 def captured_shapes(captured: CapturedForward) -> tuple[GraphKey, ...]:
     """The (shape, dtype) of every input shape that currently has a captured graph in ``captured``."""
     return tuple(captured._graphs)
+
+
+def plausible_runs(candidates: Iterable[CandidateRun]) -> int:
+    """How many of a check's candidates, stored as runs, a fit of the correction uses (those measured within
+    :data:`~ios_ray.scheduler.correction.PLAUSIBLE_RATIO` of their stage sum)."""
+    return sum(plausible(ScheduleRun(c.predicted_ms or 0.0, 0, 0, c.ms)) for c in candidates)

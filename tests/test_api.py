@@ -29,7 +29,7 @@ from ios_ray.store import LatencyStore
 from ios_ray.paired import LookPlan, least_rounds, percent
 from ios_ray.vocabulary import DEFAULT_CHECK_CONFIDENCE
 from tests.api_model import INPUT_SHAPE, DtypeCast, TwoBranch
-from tests.helpers import HANG_S, ios_ray_here
+from tests.helpers import HANG_S, ios_ray_here, plausible_runs
 from tests.test_search_cli import search_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -194,7 +194,8 @@ def test_a_half_model_object_is_measured_stored_and_deployed_in_its_own_dtype(ra
         assert again.measured == 0
     # the DP's prediction, from the same stored latencies, priced by the correction fitted from the schedules the
     # first search's check ran whole (the float32 search's runs are of another dtype)
-    assert again.correction.runs == len(outcome.end_to_end.candidates) and again.correction != outcome.correction
+    fitted = plausible_runs(outcome.end_to_end.candidates)  # a burst of load can put a run beyond belief
+    assert again.correction.runs == fitted and (fitted == 0 or again.correction != outcome.correction)
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ from ios_ray.scheduler.correction import (IDENTITY, PLAUSIBLE_RATIO, Correction,
                                           fit_correction)
 from ios_ray.stage import Stage, StageKeys
 from ios_ray.store import LatencyStore
+from tests.helpers import plausible_runs
 from tests.test_runtime_schedules import Tiny, tiny
 from tests.test_search_props import PROPS, all_schedules, count_schedules, dags, params_strategy, schedule_space
 
@@ -136,11 +137,15 @@ def test_a_search_keeps_what_its_check_ran_and_the_next_search_prices_stages_by_
         assert row["measured_ms"] == pytest.approx(ran[row["schedule"]].ms)
         assert row["predicted_ms"] == pytest.approx(ran[row["schedule"]].predicted_ms)
     second = search()
-    assert second.correction.runs == len(ran) and second.schedule.params["correction"]["source"] == "fitted"
+    fitted = plausible_runs(check.candidates)  # a burst of load can put a run beyond belief: the fit leaves it out
+    assert second.correction.runs == fitted
     again = second.end_to_end
-    assert again is not None and all(c.corrected_ms is not None for c in again.candidates)
-    kept = next(c for c in again.candidates if c.name == again.kept)
-    assert again.kept_over_predicted == pytest.approx(kept.ms / kept.corrected_ms)
+    assert again is not None
+    if fitted:
+        assert second.schedule.params["correction"]["source"] == "fitted"
+        assert all(c.corrected_ms is not None for c in again.candidates)
+        kept = next(c for c in again.candidates if c.name == again.kept)
+        assert again.kept_over_predicted == pytest.approx(kept.ms / kept.corrected_ms)
     assert LatencyStore(store, create=False).runs(first.schedule.device_fingerprint, 2).num_rows == len(ran) + len(
         again.candidates)  # the store keeps learning
 
