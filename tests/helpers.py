@@ -15,6 +15,8 @@ from torch import nn
 from typer.testing import CliRunner
 
 from ios_ray.app.bench import relative_error
+from ios_ray.app.budgets import BudgetRule, MemoryBudget
+from ios_ray.devices import parse_device
 from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
 from ios_ray.profiler.jobs import ModelSource
@@ -103,3 +105,10 @@ def spec_source(spec: str) -> ModelSource:
 def captured_shapes(captured: CapturedForward) -> tuple[GraphKey, ...]:
     """The (shape, dtype) of every input shape that currently has a captured graph in ``captured``."""
     return tuple(captured._graphs)
+
+
+def search_budget(given: str | int | None, device: str, module: nn.Module, memory_bytes: int | None = None
+                  ) -> MemoryBudget | None:
+    """The budget a search keeps to on ``device`` for the budget as given, through the library's steps: parsed
+    once (:meth:`BudgetRule.parse`), on the device, resolved with the memory its actor reported."""
+    return BudgetRule.parse(given).on(parse_device(device)).resolve(module, memory_bytes)
