@@ -39,6 +39,7 @@ from ios_ray.app.candidates import candidates  # noqa: E402
 from ios_ray.app.graph_schedules import local_device  # noqa: E402
 from ios_ray.app.job import SearchOutcome  # noqa: E402
 from ios_ray.app.measuring import Lazy, Setting  # noqa: E402
+from ios_ray.app.solver import Solver  # noqa: E402
 from ios_ray.frontend import import_model  # noqa: E402
 from ios_ray.paired import LookPlan, contest_confidence  # noqa: E402
 from ios_ray.runtime import Programs, ScheduleRunner  # noqa: E402
@@ -134,7 +135,7 @@ def _candidates(model: str, batch: int, store_path: Path) -> dict:
         runs[column].to_pylist() for column in ("predicted_ms", "stages", "extra_groups", "measured_ms")))])
     setting.table = store.lookup(measuring.keys, setting.identity.fingerprint, batch)
     measuring.ask(setting, 32)  # the lazy search's last round, which its record reads
-    return candidates(measuring, setting, graph, model, SearchParams().to_json(), "float32")
+    return candidates(Solver(measuring, model, "float32"), setting)
 
 
 def _timed(runs: dict) -> float:

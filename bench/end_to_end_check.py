@@ -47,7 +47,6 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.verdict import clears, inverted  # noqa: E402
 import ios_ray
-from ios_ray.app.bench import baseline_schedule
 from ios_ray.app.job import SearchRequest, run_search
 from ios_ray.app.progress import SilentProgress
 from ios_ray.frontend import import_model
@@ -58,6 +57,7 @@ from ios_ray.vocabulary import DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, D
 from ios_ray.profiler import CheckJob, ModelSource
 from ios_ray.profiler.real import RealBackend
 from ios_ray.devices import parse_device
+from ios_ray.scheduler import baseline_schedule
 from ios_ray.runtime import Program, ScheduleRunner
 from ios_ray.runtime.compare import paired_timing
 from ios_ray.runtime.timing import sample_ms
@@ -94,7 +94,7 @@ def load() -> str:
 def sequential_of(model: str, batch: int = 1) -> Schedule:
     """The sequential schedule of a zoo model for the CPU."""
     graph = import_model(model).graph
-    return baseline_schedule(graph, Schedule(model, graph.fingerprint, "cpu", batch, ()), "sequential")
+    return baseline_schedule(graph, model=model, device="cpu", batch=batch)
 
 
 def check_job(model: str, first: Schedule, second: Schedule) -> CheckJob:

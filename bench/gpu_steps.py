@@ -38,7 +38,6 @@ from typing import Any
 
 import torch
 
-from ios_ray.app.bench import baseline_schedule
 from ios_ray.app.cli_util import store_lookup
 from ios_ray.app.evaluation import predicted_ms
 from ios_ray.devices import parse_device
@@ -54,7 +53,8 @@ from ios_ray.runtime.cuda_graph import CaptureError
 from ios_ray.runtime.timing import graph_samples_ms
 from ios_ray.runtime.timing import samples_ms
 from ios_ray.schedule import Schedule, read_schedule, schedule_path
-from ios_ray.scheduler import LazySpace, PlannedStage, SearchParams, TableLatency, optimize_graph, plan_graph
+from ios_ray.scheduler import (LazySpace, PlannedStage, SearchParams, TableLatency, baseline_schedule, optimize_graph,
+                               plan_graph)
 from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore
 
@@ -183,7 +183,7 @@ def profile(
     kept = read_schedule(schedule_path(schedules, model, device, batch, dtype, memory_format))
     program = Programs(imported)(target, kept.kernels)
     named = {"DP schedule": dp_schedule(imported.graph, kept, store),
-             "sequential schedule": baseline_schedule(imported.graph, kept, "sequential")}
+             "sequential schedule": baseline_schedule(imported.graph, "sequential", kept)}
     x = in_memory_format(torch.randn(batch, *spec.input_shape, device=target, dtype=torch_dtype(dtype)),
                          memory_format)
     keys, lookup = StageKeys(imported.graph), store_lookup(store)

@@ -39,7 +39,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.verdict import clears, run_parts  # noqa: E402
-from ios_ray.app.bench import baseline_schedule, schedule_variants, side_by_side
+from ios_ray.app.bench import schedule_variants, side_by_side
 from ios_ray.app.evaluation import predicted_ms
 from ios_ray.app.job import SearchRequest, run_search
 from ios_ray.app.measuring import LAZY_MARGIN
@@ -53,7 +53,7 @@ from ios_ray.paired import REPORT_CONFIDENCE, RatioInterval, median_interval, ra
 from ios_ray.profiler.sim_model import stage_latency_ms
 from ios_ray.runtime import Program
 from ios_ray.schedule import Schedule
-from ios_ray.scheduler import SearchParams, TableLatency, optimize_graph, plan_graph
+from ios_ray.scheduler import SearchParams, TableLatency, baseline_schedule, optimize_graph, plan_graph
 from ios_ray.scheduler.estimate import estimate
 from ios_ray.scheduler.lazy import LazyParams, LazySpace, next_round
 from ios_ray.stage import Stage, StageKeys
@@ -275,7 +275,7 @@ def cpu_table(models: list[str], rounds: int, console: Console) -> tuple[Table, 
         graph = import_model(model).graph
         searches, priced = cpu_searches(model, graph, console)
         every, lazy_run = searches["all"], searches["lazy"]
-        sequential = baseline_schedule(graph, every.schedule, "sequential")
+        sequential = baseline_schedule(graph, "sequential", every.schedule)
         samples = time_side_by_side(model, {**{name: s.schedule for name, s in searches.items()},
                                             "sequential": sequential}, rounds)
         timed = {name: statistics.median(ms) for name, ms in samples.items()}

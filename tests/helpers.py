@@ -15,6 +15,8 @@ from torch import nn
 from typer.testing import CliRunner
 
 from ios_ray.app.bench import relative_error
+from ios_ray.app.budgets import BudgetRule, MemoryBudget
+from ios_ray.devices import parse_device
 from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
 from ios_ray.profiler.jobs import ModelSource
@@ -111,3 +113,10 @@ def plausible_runs(candidates: Iterable[CandidateRun]) -> int:
     """How many of a check's candidates, stored as runs, a fit of the correction uses (those measured within
     :data:`~ios_ray.scheduler.correction.PLAUSIBLE_RATIO` of their stage sum)."""
     return sum(plausible(ScheduleRun(c.predicted_ms or 0.0, 0, 0, c.ms)) for c in candidates)
+
+
+def search_budget(given: str | int | None, device: str, module: nn.Module, memory_bytes: int | None = None
+                  ) -> MemoryBudget | None:
+    """The budget a search keeps to on ``device`` for the budget as given, through the library's steps: parsed
+    once (:meth:`BudgetRule.parse`), on the device, resolved with the memory its actor reported."""
+    return BudgetRule.parse(given).on(parse_device(device)).resolve(module, memory_bytes)

@@ -12,8 +12,8 @@ import torch
 from bench.synthetic import SyntheticCost
 from ios_ray.app.show import schedule_text
 from ios_ray.app.budgets import (MemoryBudget, budgeted, default_budget, device_memory, parse_memory_budget,
-                                 refuse_what_cannot_fit, search_budget, sequential_peak, trade_off)
-from ios_ray.app.job import SearchRequest, _search, load_request_model, run_search
+                                 refuse_what_cannot_fit, sequential_peak, trade_off)
+from ios_ray.app.job import SearchRequest, _search, checked_request, load_request_model, run_search
 from ios_ray.app.progress import SilentProgress
 from ios_ray.app.measuring import Exhaustive
 from ios_ray.errors import UserError
@@ -25,6 +25,7 @@ from ios_ray.scheduler.budget import smallest_peak
 from ios_ray.scheduler.memory import GraphMemory, to_bytes
 from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore
+from tests.helpers import search_budget
 from tests.test_schedule_file import squeezenet_schedule  # noqa: F401 - a fixture
 
 
@@ -116,8 +117,8 @@ def test_peaks_round_trip_and_files_without_them_still_load(
 
 def test_a_search_on_a_gpu_that_reports_its_memory_keeps_each_setting_within_it(tmp_path: Path) -> None:
     """The search's settings take their default budget from what each device's actor reported."""
-    request = SearchRequest(model="tests.user_models:wide", devices=("cuda:0", "cpu"), batches=(1, 8),
-                            store=tmp_path / "store.duckdb")
+    request = checked_request(SearchRequest(model="tests.user_models:wide", devices=("cuda:0", "cpu"), batches=(1, 8),
+                                            store=tmp_path / "store.duckdb"))
     model = load_request_model(request)
     identities = {"cuda:0": DeviceIdentity("cuda:0", "f", {"kind": "gpu", "memory_bytes": 10**9}, "host", "measured"),
                   "cpu": DeviceIdentity("cpu", "g", {"kind": "cpu"}, "host", "measured")}
@@ -144,8 +145,8 @@ def test_none_means_no_budget_even_on_a_gpu(tmp_path: Path) -> None:
     model = torch.nn.Linear(10, 10)
     assert search_budget("none", "sim:v100", model) is None and search_budget(" None ", "cuda:0", model, 10**9) is None
     assert search_budget(None, "sim:v100", model) == MemoryBudget(bytes=int(16e9 * 0.9) - 440)
-    request = SearchRequest(model="tests.user_models:wide", devices=("sim:v100",), batches=(1,),
-                            store=tmp_path / "store.duckdb", memory_budget="none")
+    request = checked_request(SearchRequest(model="tests.user_models:wide", devices=("sim:v100",), batches=(1,),
+                                            store=tmp_path / "store.duckdb", memory_budget="none"))
     loaded = load_request_model(request)
     identities = {"sim:v100": DeviceIdentity("sim:v100", "f", {"kind": "gpu"}, "host", "simulated")}
     search = _search(request, loaded, Exhaustive(StageKeys(loaded.graph), SearchParams()),

@@ -278,6 +278,27 @@ def test_show_draws_the_timeline_beside_the_sequential_schedule(filled_store: Fi
     assert "sequential: 37 units" in pictures[1].read_text()  # the store held every unit alone
 
 
+def test_the_trade_off_is_the_searchs_solver_over_the_store(filled_store: FilledStore) -> None:
+    """``ios-ray evaluate``'s trade-off solves the stored latencies as the search does: without a budget it is the
+    schedule the search kept (simulated: the DP's), and each budget keeps its peak."""
+    from ios_ray.app.cli_util import store_lookup
+    from ios_ray.app.solver import stored_trade_off
+    from ios_ray.frontend import import_model
+    from ios_ray.stage import StageKeys
+
+    [path] = filled_store.path.parent.glob("out/squeezenet/sim-v100/bs1.json")
+    schedule, graph = read_schedule(path), import_model("squeezenet").graph
+    lookup = store_lookup(filled_store.path)
+    assert lookup is not None and schedule.memory is not None and schedule.predicted_latency is not None
+    found = stored_trade_off(schedule, graph, StageKeys(graph), lookup)
+    assert found is not None
+    rows, sequential_ms = found
+    assert rows[-1].budget == "none" and rows[-1].latency_ms == pytest.approx(schedule.predicted_latency)
+    assert sequential_ms >= schedule.predicted_latency
+    for row, factor in zip(rows, (1.0, 1.1, 1.25, 1.5)):
+        assert row.peak_bytes is not None and row.peak_bytes <= factor * schedule.memory.sequential_peak_bytes
+
+
 #: Searching v100 on a machine whose Ray would offer no V100, with Ray's start and the model's import made to fail
 #: the test, as the CLI runs it.
 NO_V100_HERE = """

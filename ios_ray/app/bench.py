@@ -37,8 +37,8 @@ from ios_ray.runtime import Program, Programs, ScheduleRunner, read_schedules
 from ios_ray.runtime.cuda_graph import CapturedForward
 from ios_ray.runtime.schedule_set import pick_batch
 from ios_ray.runtime.timing import interleaved_samples_ms, summary_ms
-from ios_ray.schedule import BlockSchedule, Schedule
-from ios_ray.scheduler import greedy_stages, sequential_stages
+from ios_ray.schedule import Schedule
+from ios_ray.scheduler import baseline_schedule
 from ios_ray.stage import StageKeys
 
 Forward = Callable[[torch.Tensor], torch.Tensor]
@@ -122,8 +122,8 @@ def bench_model(
     for batch in batches:
         ios = find_schedule(schedules_dir, imported.graph, device, batch, dtype)
         named = {kernel_named(name, ios.kernels): schedule for name, schedule in (
-            ("sequential", baseline_schedule(imported.graph, ios, "sequential")),
-            ("greedy", baseline_schedule(imported.graph, ios, "greedy")), ("IOS", ios))}
+            ("sequential", baseline_schedule(imported.graph, "sequential", ios)),
+            ("greedy", baseline_schedule(imported.graph, "greedy", ios)), ("IOS", ios))}
         x = in_memory_format(torch.randn(batch, *input_shape, device=target, dtype=torch_dtype(dtype)),
                              imported.graph.memory_format)
         variants = [*eager_variants(module, target, imported),
@@ -154,16 +154,6 @@ def find_schedule(schedules_dir: Path, graph: Graph, device: str, batch: int, dt
                         "first.")
     chosen = pick_batch((s.batch for s in found), batch)
     return next(s for s in found if s.batch == chosen)
-
-
-def baseline_schedule(graph: Graph, like: Schedule, name: str) -> Schedule:
-    """The sequential or greedy schedule of a graph, labelled like another schedule (device, batch)."""
-    make = {"sequential": sequential_stages, "greedy": greedy_stages}[name]
-    blocks = tuple(BlockSchedule(b.index, make(graph, b)) for b in graph.blocks)
-    correction = {"correction": like.params["correction"]} if "correction" in like.params else {}
-    return Schedule(like.model, graph.fingerprint, like.device, like.batch, blocks, like.dtype,
-                    like.device_fingerprint, like.device_info, {"baseline": name, **correction}, like.source,
-                    memory_format=graph.memory_format, kernels=like.kernels)
 
 
 def eager_variants(module: nn.Module, device: torch.device, imported: Imported | None = None) -> list[Variant]:

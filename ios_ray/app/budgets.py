@@ -4,8 +4,10 @@ A budget is bytes (``2000000000``) or relative to the sequential schedule's peak
 given (``sim:v100``, ``v100``, ``t4``, ``cuda:0``...) keeps within its memory (what its actor reports, else the
 label's sheet, :data:`~ios_ray.gpu_sheets.MEMORY_GB`) less the model's weights and a margin of
 :data:`~ios_ray.vocabulary.DEFAULT_MEMORY_MARGIN` of the device's memory (the CUDA context, cuDNN's workspaces and
-the caching allocator's fragmentation live there too). The budget is applied by
-:func:`~ios_ray.scheduler.budget.fit`: exact, and a budget the DP's own schedule meets changes nothing.
+the caching allocator's fragmentation live there too). A request's budget is parsed once, when it is checked
+(:class:`BudgetRule`), into one :class:`DeviceBudget` per device, resolved once per device when its memory is known
+(:meth:`DeviceBudget.resolve`). The budget is applied by :func:`~ios_ray.scheduler.budget.fit`: exact, and a budget
+the DP's own schedule meets changes nothing.
 """
 
 from __future__ import annotations
@@ -15,16 +17,15 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from ios_ray.devices import parse_device
+from ios_ray.devices import DeviceSpec, parse_device
 from ios_ray.errors import UserError
 from ios_ray.gpu_sheets import MEMORY_GB
 from ios_ray.ir import Graph
 from ios_ray.schedule import PeakMemory, Schedule, megabytes
-from ios_ray.scheduler import (GraphResult, LatencyModel, SearchParams, TableLatency, optimize_graph, plan_graph,
-                               sequential_stages)
+from ios_ray.scheduler import GraphResult, LatencyModel, SearchParams, sequential_stages
 from ios_ray.scheduler.budget import OverBudget, fit, smallest_peak
 from ios_ray.scheduler.memory import GraphMemory, to_bytes
-from ios_ray.stage import Stage, StageKeys
+from ios_ray.stage import Stage
 from ios_ray.vocabulary import DEFAULT_MEMORY_MARGIN, DTYPE_BYTES
 
 if TYPE_CHECKING:
@@ -86,16 +87,44 @@ def says_no_budget(value: str | int | None) -> bool:
     return isinstance(value, str) and value.strip().lower() == "none"
 
 
-def search_budget(given: str | int | None, device: str, module: nn.Module, memory_bytes: int | None = None
-                  ) -> MemoryBudget | None:
-    """The budget a search keeps to on ``device``: the one given, none where ``none`` is given, else the device's
-    default (weights from ``module``; the memory its actor reported, ``memory_bytes``, where it did), else none."""
-    budget = parse_memory_budget(given)
-    if budget is not None or says_no_budget(given):
-        return budget
-    weights = sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
-    found = default_budget(device, weights, memory_bytes)
-    return None if found is None else MemoryBudget(bytes=found)
+@dataclass(frozen=True)
+class BudgetRule:
+    """A memory budget as a request gives it, parsed once (:func:`parse_memory_budget`): ``given`` (bytes or a
+    factor), none (``none`` given), or (``default``, where nothing was given) each GPU's default."""
+
+    given: MemoryBudget | None = None
+    default: bool = True
+
+    @classmethod
+    def parse(cls, value: str | int | None) -> BudgetRule:
+        """The rule of ``--memory-budget`` or ``memory_budget=``; UserError where it is neither bytes, a factor nor
+        ``none``."""
+        given = parse_memory_budget(value)
+        return cls(given, given is None and not says_no_budget(value))
+
+    def on(self, device: DeviceSpec) -> DeviceBudget:
+        """The rule on one device, as far as its label tells (a CPU has no default)."""
+        return DeviceBudget(device.label, self.given, self.default and device.kind != "cpu")
+
+
+@dataclass(frozen=True)
+class DeviceBudget:
+    """One device's memory budget as a checked request knows it: ``given`` (None: none), or, where ``default``, the
+    GPU's memory less the model's weights and a margin, which :meth:`resolve` finds once the device has reported
+    its memory."""
+
+    device: str
+    given: MemoryBudget | None = None
+    default: bool = False
+
+    def resolve(self, module: nn.Module, memory_bytes: int | None) -> MemoryBudget | None:
+        """The budget the device keeps to, called once per device: the one given, else its default (weights from
+        ``module``; the memory its actor reported, ``memory_bytes``, else its label's sheet), else none."""
+        if not self.default:
+            return self.given
+        weights = sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
+        found = default_budget(self.device, weights, memory_bytes)
+        return None if found is None else MemoryBudget(bytes=found)
 
 
 def device_memory(device: str, local: bool) -> int | None:
@@ -230,19 +259,3 @@ def trade_off_text(rows: Sequence[TradeOffRow], sequential_ms: float, how: str) 
         kept = f"{(sequential_ms - row.latency_ms) / gain:.0%}" if gain > 0 else "-"
         lines.append(f"  {row.budget:<8} {row.latency_ms:>24.3f} {megabytes(row.peak_bytes):>12} {kept:>13}")
     return lines
-
-
-def stored_trade_off(schedule: Schedule, graph: Graph, keys: StageKeys, lookup: Lookup
-                     ) -> tuple[list[TradeOffRow], float] | None:
-    """The trade-off at ``schedule``'s setting over the stage latencies the store holds for it (a stage it lacks
-    is not used: after a lazy search, the fastest among the stages measured), and the sequential schedule's ms;
-    None where the store lacks a stage of the sequential schedule."""
-    params = SearchParams.from_json(schedule.params)
-    plan = plan_graph(graph, params, keys)
-    table = lookup(list(plan.stages), schedule.device_fingerprint, schedule.batch, schedule.dtype)
-    latency = TableLatency(keys, table, missing=math.inf)
-    plain = sum(latency.latency(s) for block in graph.blocks for s in sequential_stages(graph, block))
-    if math.isinf(plain):
-        return None
-    found = optimize_graph(graph, latency, params)
-    return trade_off(graph, found, latency, params, schedule.batch, schedule.dtype), plain

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 import statistics
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ios_ray.errors import UserError
@@ -25,36 +26,42 @@ from ios_ray.schedule import CandidateRun, EndToEnd, Schedule
 from ios_ray.scheduler.correction import Correction
 
 if TYPE_CHECKING:
-    from ios_ray.app.options import SearchOptions
     from ios_ray.ir import Graph
 
 #: The candidate every other is timed against, and kept where none is faster beyond noise.
 BASELINE = "sequential"
 
 
-def check_the_check(options: SearchOptions) -> None:
-    """Fail on an end-to-end check that could never decide, or on a confidence or time cap out of range."""
-    if not valid_confidence(options.check_confidence):
-        raise UserError(f"check_confidence must be at least 0.5 and below 1 (e.g. 0.99), not "
-                        f"{options.check_confidence}.")
-    least = least_rounds(options.check_confidence)
-    if 0 < options.check_rounds < least:
-        raise UserError(f"check_rounds must be 0 (no check) or at least {least}: fewer rounds give no "
-                        f"{percent(options.check_confidence)} interval that could decide, not "
-                        f"{options.check_rounds}.")
-    if options.check_seconds is not None and not options.check_seconds > 0:
-        raise UserError(f"check_seconds must be above 0 (or None: no time cap), not {options.check_seconds}.")
+@dataclass(frozen=True)
+class CheckSettings:
+    """How the end-to-end check runs: at most ``rounds`` rounds (0: no check), intervals at ``confidence``, and a
+    next look only where it would end within ``seconds`` (None: no time cap)."""
+
+    rounds: int
+    confidence: float
+    seconds: float | None
+
+    def __post_init__(self) -> None:
+        """Fail on a check that could never decide, or on a confidence or time cap out of range."""
+        if not valid_confidence(self.confidence):
+            raise UserError(f"check_confidence must be at least 0.5 and below 1 (e.g. 0.99), not {self.confidence}.")
+        least = least_rounds(self.confidence)
+        if 0 < self.rounds < least:
+            raise UserError(f"check_rounds must be 0 (no check) or at least {least}: fewer rounds give no "
+                            f"{percent(self.confidence)} interval that could decide, not {self.rounds}.")
+        if self.seconds is not None and not self.seconds > 0:
+            raise UserError(f"check_seconds must be above 0 (or None: no time cap), not {self.seconds}.")
 
 
 def checked_end_to_end(
-    pool: DevicePool, source: ModelSource, graph: Graph, options: SearchOptions, candidates: dict[str, Schedule],
+    pool: DevicePool, source: ModelSource, graph: Graph, settings: CheckSettings, candidates: dict[str, Schedule],
     correction: Correction,
 ) -> tuple[Schedule, list[dict[str, Any]]]:
     """Time the candidates whole against sequential on the device; the schedule kept, carrying the check, and the
     runs to store (one per candidate that ran)."""
     dp = candidates["dp"]
-    job = CheckJob(source, graph, candidates, BASELINE, dp.batch, options.check_rounds, dtype=dp.dtype,
-                   confidence=options.check_confidence, max_seconds=options.check_seconds)
+    job = CheckJob(source, graph, candidates, BASELINE, dp.batch, settings.rounds, dtype=dp.dtype,
+                   confidence=settings.confidence, max_seconds=settings.seconds)
     timing = pool.time_schedules(dp.device, job)
     check = end_to_end(timing, candidates, correction)
     return kept_schedule(candidates, check), runs(timing, candidates, graph)

@@ -344,7 +344,8 @@ def _speedup_cell(speedup: float | None, low: float | None, high: float | None) 
 
 def print_trade_offs(schedules: "list[Schedule]", graph: "Graph", lookup: "Lookup") -> None:
     """Per setting, the fastest schedule at each memory budget over the stored latencies: latency beside peak."""
-    from ios_ray.app.budgets import stored_trade_off, trade_off_text
+    from ios_ray.app.budgets import trade_off_text
+    from ios_ray.app.solver import stored_trade_off
     from ios_ray.stage import StageKeys
 
     keys = StageKeys(graph)

@@ -10,8 +10,8 @@ fingerprint). The schedule is, in this order:
 3. else the DP's schedule over the latencies the store holds for the graph's stages on this machine's device (its
    fingerprint, :func:`~ios_ray.profiler.fingerprint.device_fingerprint`, running each kernels), kept within the
    memory budget a search would keep to there, where the store holds every stage the lazy search would ask for: the
-   search's own lazy measuring (:class:`~ios_ray.app.measuring.Lazy`) asks for nothing more and solves it, budget
-   and peak included. Stage keys are name-free, so a search of the whole model, or of another model with the same
+   search's own lazy measuring (:class:`~ios_ray.app.measuring.Lazy`) asks for nothing more, and the search's own
+   solver (:class:`~ios_ray.app.solver.Solver`) solves it, budget and peak included. Stage keys are name-free, so a search of the whole model, or of another model with the same
    stages, serves a graph of it; where the store serves both kernels, the one whose schedule it predicts faster;
 4. else none (a miss, which the backend handles as ``on_miss`` says).
 
@@ -29,14 +29,16 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 from torch import nn
 
+from ios_ray.app.budgets import BudgetRule
+from ios_ray.app.measuring import Lazy, Setting
+from ios_ray.app.solver import Solver
+from ios_ray.devices import parse_device
 from ios_ray.dtypes import dtype_name
 from ios_ray.ir import Graph
-from ios_ray.runtime import device_rank, read_schedules
-from ios_ray.schedule import BlockSchedule, Schedule
-from ios_ray.app.budgets import search_budget
-from ios_ray.app.measuring import Lazy, Setting
 from ios_ray.profiler.jobs import DeviceIdentity, local_identity
-from ios_ray.scheduler import SearchParams, sequential_stages
+from ios_ray.runtime import device_rank, read_schedules
+from ios_ray.schedule import Schedule
+from ios_ray.scheduler import SearchParams, baseline_schedule
 from ios_ray.stage import StageKeys
 from ios_ray.vocabulary import KERNEL_NAMES
 
@@ -54,14 +56,15 @@ class Found:
 
 class GraphSchedules:
     """The schedules the backend can run: given ones (a folder or a list) and what the store's latencies give,
-    within ``memory_budget`` (as ``ios_ray.search`` takes it; None: a GPU's default, as a search's)."""
+    within ``memory_budget`` (as ``ios_ray.search`` takes it, parsed here once; None: a GPU's default, as a
+    search's). UserError on a budget that is none of those."""
 
     def __init__(self, schedules: str | Path | Sequence[Schedule] | None, store: str | Path | None,
                  params: SearchParams, memory_budget: str | int | None = None) -> None:
         self.folder = Path(schedules) if isinstance(schedules, (str, Path)) else None
         self.store = Path(store) if store is not None else None
         self.params = params
-        self.memory_budget = memory_budget
+        self.memory_budget = BudgetRule.parse(memory_budget)
         self._given: dict[str, Schedule] | None = None if isinstance(schedules, (str, Path)) else {
             f"given schedule {i}": s for i, s in enumerate(schedules or ())}
         self._measuring: dict[tuple[str, str], Lazy] = {}
@@ -72,7 +75,8 @@ class GraphSchedules:
         first, else the store's DP), or None."""
         wanted = dtype_name(dtype)
         if all(len(block.units) == 1 for block in graph.blocks):
-            return Found(_sequential(graph, name, device_label(device), batch, wanted), "its one schedule")
+            return Found(baseline_schedule(graph, model=name, device=device_label(device), batch=batch, dtype=wanted),
+                         "its one schedule")
         gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
         fitting = [(rank, where, s) for where, s in self.given().items()
                    if s.graph_fingerprint == graph.fingerprint and s.batch == batch and s.dtype == wanted
@@ -111,39 +115,25 @@ class GraphSchedules:
         measuring = self._measuring.get((graph.fingerprint, dtype))
         if measuring is None:
             measuring = self._measuring[graph.fingerprint, dtype] = Lazy(StageKeys(graph), self.params, None, dtype)
+        solver = Solver(measuring, name, dtype, mode="store")
         device = local_device(label)
-        budget = search_budget(self.memory_budget, label, module, device.info.get("memory_bytes"))
+        budget = self.memory_budget.on(parse_device(label)).resolve(module, device.info.get("memory_bytes"))
         store = LatencyStore(self.store, create=False)
         found = [schedule for kernels in KERNEL_NAMES
-                 if (schedule := self._stored(store, measuring, name, Setting(device.running(kernels), batch, budget),
-                                              dtype)) is not None]
+                 if (schedule := _stored(store, solver, Setting(device.running(kernels), batch, budget))) is not None]
         return min(found, key=lambda schedule: schedule.predicted_latency or math.inf, default=None)
 
-    def _stored(self, store: LatencyStore, measuring: Lazy, name: str, setting: Setting, dtype: str
-                ) -> Schedule | None:
-        """The schedule the search's lazy measuring solves for ``setting`` over the store's latencies, where it
-        would ask for no more stages; else None."""
-        setting.table = store.lookup(measuring.keys, setting.identity.fingerprint, setting.batch, dtype)
-        if not setting.table or measuring.wanted(setting, round_size=1):  # how many it asks for: any is a miss
-            return None
-        if setting.round is None or not math.isfinite(setting.round.upper):
-            return None
-        blocks, record, memory = measuring.solve(setting, dtype)
-        graph, identity = measuring.space.graph, setting.identity
-        return Schedule(model=name, graph_fingerprint=graph.fingerprint, device=identity.label, batch=setting.batch,
-                        blocks=blocks, dtype=dtype, device_fingerprint=identity.fingerprint,
-                        device_info=dict(identity.info), params={**self.params.to_json(),
-                                                                 "measure": {**record, "mode": "store"}},
-                        input_shape=graph.input_shape, memory_format=graph.memory_format, memory=memory,
-                        kernels=identity.kernels)
 
-
-def _sequential(graph: Graph, name: str, label: str, batch: int, dtype: str) -> Schedule:
-    """The schedule of a graph whose every block is one unit: its only one, which needs no measurement."""
-    blocks = tuple(BlockSchedule(block.index, sequential_stages(graph, block), (None,) * len(block.units))
-                   for block in graph.blocks)
-    return Schedule(model=name, graph_fingerprint=graph.fingerprint, device=label, batch=batch, blocks=blocks,
-                    dtype=dtype, source="measured", input_shape=graph.input_shape, memory_format=graph.memory_format)
+def _stored(store: LatencyStore, solver: Solver, setting: Setting) -> Schedule | None:
+    """The schedule the search's lazy measuring and solver give ``setting`` over the store's latencies, where it
+    would ask for no more stages; else None."""
+    measuring = solver.measuring
+    setting.table = store.lookup(measuring.keys, setting.identity.fingerprint, setting.batch, solver.dtype)
+    if not setting.table or measuring.wanted(setting, round_size=1):  # how many it asks for: any is a miss
+        return None
+    if setting.round is None or not math.isfinite(setting.round.upper):
+        return None
+    return solver.solve(setting)
 
 
 def device_label(device: torch.device) -> str:

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from ios_ray.app.budgets import refuse_unreachable_budgets, refuse_what_cannot_fit, search_budget
+from ios_ray.app.budgets import refuse_unreachable_budgets, refuse_what_cannot_fit
 from ios_ray.app.candidates import candidates
 from ios_ray.app.check import checked_end_to_end, corrected_prediction
 from ios_ray.app.kernel_choice import given_kernels, measured_kernels, stored_kernels
@@ -40,9 +40,10 @@ from ios_ray.app.measuring import Exhaustive, Lazy, Measuring, Setting
 from ios_ray.app.outcome import SearchOutcome
 from ios_ray.app.progress import SearchProgress
 from ios_ray.app.ray_session import cluster_in_use, joined, ray_session, runs_here
-from ios_ray.app.request import SearchRequest, checked_request
+from ios_ray.app.request import SearchPlan, SearchRequest, checked_request
 from ios_ray.app.rounds import RoundSize
-from ios_ray.devices import parse_device
+from ios_ray.app.solver import Solver
+from ios_ray.devices import DeviceSpec
 from ios_ray.dtypes import copied, module_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import Model, import_model, load_model
@@ -53,7 +54,7 @@ from ios_ray.schedule import save_schedule, schedule_path
 from ios_ray.scheduler.correction import ScheduleRun, fit_correction
 from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore, rows_to_table
-from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, KERNEL_NAMES
+from ios_ray.vocabulary import KERNEL_NAMES
 
 
 @dataclass(frozen=True)
@@ -82,10 +83,10 @@ class LoadedModel:
 
 @dataclass(frozen=True)
 class _Search:
-    """What every step of one search shares: the request, the model, the measuring strategy, the store, and one
-    setting per (device, batch)."""
+    """What every step of one search shares: the checked request, the model, the measuring strategy, the store,
+    and one setting per (device, batch)."""
 
-    request: SearchRequest
+    plan: SearchPlan
     model: LoadedModel
     measuring: Measuring
     store: LatencyStore
@@ -94,7 +95,7 @@ class _Search:
     @property
     def dtype(self) -> str:
         """The dtype every stage is measured in."""
-        return self.request.dtype or DEFAULT_DTYPE
+        return self.plan.dtype
 
     def of(self, device: str) -> list[Setting]:
         """The settings of one device, by batch."""
@@ -112,41 +113,40 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
 
     It says first which Ray it runs on, and fails there, before the model is imported, on a device no node offers."""
     started = time.perf_counter()
-    request = checked_request(request)
-    with joined(request.address):
-        cluster = cluster_in_use(request.address)
+    plan = checked_request(request)
+    with joined(plan.address):
+        cluster = cluster_in_use(plan.address)
         progress.cluster(cluster.summary())
-        check_offered([parse_device(label) for label in request.devices], cluster.nodes, cluster.where)
-        return _run(request, progress, started)
+        check_offered([device.spec for device in plan.devices], cluster.nodes, cluster.where)
+        return _run(plan, progress, started)
 
 
-def _run(request: SearchRequest, progress: SearchProgress, started: float) -> list[SearchOutcome]:
+def _run(plan: SearchPlan, progress: SearchProgress, started: float) -> list[SearchOutcome]:
     """The search after its checks: import, plan, look up, measure what is missing, schedule."""
-    model = load_request_model(request)
-    dtype = request.dtype or DEFAULT_DTYPE
-    refuse_what_cannot_fit(model.graph, request.batches, dtype, request.devices, local=runs_here(request.address))
+    model = load_request_model(plan)
+    refuse_what_cannot_fit(model.graph, plan.batches, plan.dtype, plan.labels, local=runs_here(plan.address))
     keys = StageKeys(model.graph)
-    measuring: Measuring = (Lazy(keys, request.params, request.budget, dtype) if request.measure == "lazy"
-                            else Exhaustive(keys, request.params))
+    measuring: Measuring = (Lazy(keys, plan.params, plan.stage_budget, plan.dtype) if plan.measure == "lazy"
+                            else Exhaustive(keys, plan.params))
     progress.planned(model.graph, measuring.space.plan)
-    store = LatencyStore(request.store)
-    identities = _simulated_identities(request.devices)
+    store = LatencyStore(plan.store)
+    identities = _simulated_identities([device.spec for device in plan.devices])
     if identities is not None:
-        search = _search(request, model, measuring, store, identities)
+        search = _search(plan, model, measuring, store, identities)
         _choose_kernels(search, None, progress)
         if not _ask(search, {}, RoundSize()):
-            for label in request.devices:
+            for label in plan.labels:
                 progress.device_started(label, 0, _cached(search, label))
             return _schedule_all(search, started, None, progress)
-    with ray_session(request.address), _pool(request) as pool:
-        search = _search(request, model, measuring, store, pool.identities())
+    with ray_session(plan.address), _pool(plan) as pool:
+        search = _search(plan, model, measuring, store, pool.identities())
         measured = any(setting.identity.source == "measured" for setting in search.settings)
         source = model.source(shared=measured)
         if measured:
             pool.prepare(source, model.graph, search.dtype)
         _choose_kernels(search, (pool, source), progress)
         _read_corrections(search)
-        actors = {label: len(pool.actors(label)) for label in request.devices}
+        actors = {label: len(pool.actors(label)) for label in plan.labels}
         size, started_choosing = RoundSize(), time.perf_counter()
         asked = _ask(search, actors, size)
         while asked:
@@ -159,16 +159,18 @@ def _run(request: SearchRequest, progress: SearchProgress, started: float) -> li
         return _schedule_all(search, started, (pool, source), progress)
 
 
-def _search(request: SearchRequest, model: LoadedModel, measuring: Measuring, store: LatencyStore,
+def _search(plan: SearchPlan, model: LoadedModel, measuring: Measuring, store: LatencyStore,
             identities: dict[str, DeviceIdentity]) -> _Search:
     """A search's shared state, one setting per (device, batch) in the request's order, each with its device's
-    memory budget; UserError where a budget is one no schedule meets."""
-    budgets = {label: search_budget(request.memory_budget, label, model.model.module,
-                                    identities[label].info.get("memory_bytes")) for label in request.devices}
-    settings = tuple(Setting(identities[label], batch, budgets[label]) for label in request.devices
-                     for batch in request.batches)
-    search = _Search(request, model, measuring, store, settings)
-    refuse_unreachable_budgets(model.graph, request.params, search.dtype,
+    memory budget (resolved once per device, from the memory its identity reports); UserError where a budget is one
+    no schedule meets."""
+    budgets = {device.label: device.memory_budget.resolve(model.model.module,
+                                                          identities[device.label].info.get("memory_bytes"))
+               for device in plan.devices}
+    settings = tuple(Setting(identities[label], batch, budgets[label]) for label in plan.labels
+                     for batch in plan.batches)
+    search = _Search(plan, model, measuring, store, settings)
+    refuse_unreachable_budgets(model.graph, plan.params, plan.dtype,
                                list(dict.fromkeys((s.batch, s.memory_budget) for s in settings)))
     return search
 
@@ -179,44 +181,43 @@ def _choose_kernels(search: _Search, devices: tuple[DevicePool, ModelSource] | N
     measured device those an earlier search chose (the store holds more stages measured with them), else the faster
     as the sequential schedule runs whole there (``devices``: its pool and the model's source); on a sim device
     eager."""
-    request = search.request
+    plan = search.plan
     for setting in search.settings:
-        choice = given_kernels(request.kernels, setting.simulated) or stored_kernels({
+        choice = given_kernels(plan.kernels, setting.simulated) or stored_kernels({
             kernels: len(search.store.lookup(search.measuring.keys, setting.identity.running(kernels).fingerprint,
                                              setting.batch, search.dtype)) for kernels in KERNEL_NAMES})
         if choice is None:
             assert devices is not None, "a measured device is reached through its pool"
             progress.choosing_kernels(setting.device, setting.batch)
             choice = measured_kernels(*devices, search.model.graph, setting.device, setting.batch, search.dtype,
-                                      request.check_confidence, request.check_seconds)
+                                      plan.check.confidence, plan.check.seconds)
         setting.run_with(choice)
 
 
-def load_request_model(request: SearchRequest) -> LoadedModel:
-    """The request's model, built (a spec) or taken (an object), and imported in the request's dtype and memory
+def load_request_model(plan: SearchPlan) -> LoadedModel:
+    """The checked request's model, built (a spec) or taken (an object), and imported in its dtype and memory
     format."""
-    model = load_model(request.model, request.input_shape, request.name)
-    dtype, memory_format = request.dtype or DEFAULT_DTYPE, request.memory_format or DEFAULT_MEMORY_FORMAT
-    return LoadedModel(model, import_model(model, dtype=dtype, memory_format=memory_format).graph)
+    model = load_model(plan.model, plan.input_shape, plan.name)
+    return LoadedModel(model, import_model(model, dtype=plan.dtype, memory_format=plan.memory_format).graph)
 
 
 def _schedule_all(search: _Search, started: float, checker: tuple[DevicePool, ModelSource] | None,
                   progress: SearchProgress) -> list[SearchOutcome]:
     """Run the DP for every setting, check its candidates end to end where the device is real (storing each as a
     run), write the files."""
-    request, graph = search.request, search.model.graph
+    plan, graph = search.plan, search.model.graph
+    solver = Solver(search.measuring, search.model.name, plan.dtype)
     outcomes = []
     for setting in search.settings:
-        found = candidates(search.measuring, setting, graph, search.model.name, request.params.to_json(),
-                           search.dtype)
+        found = candidates(solver, setting)
         kept = found["dp"]
-        if checker is not None and not setting.simulated and request.check_rounds > 0:
+        if checker is not None and not setting.simulated and plan.check.rounds > 0:
             progress.checking(setting.device, setting.batch)
-            kept, ran = checked_end_to_end(*checker, graph, request, found, setting.correction)
+            kept, ran = checked_end_to_end(*checker, graph, plan.check, found, setting.correction)
             search.store.put_runs(ran)
         path = None
-        if request.out is not None:
-            path = schedule_path(request.out, search.model.name, setting.device, setting.batch, kept.dtype,
+        if plan.out is not None:
+            path = schedule_path(plan.out, search.model.name, setting.device, setting.batch, kept.dtype,
                                  kept.memory_format)
             save_schedule(kept, path)
         ios, plain = (corrected_prediction(found[name], setting.correction) or 0.0 for name in ("dp", "sequential"))
@@ -258,11 +259,11 @@ def _measure(pool: DevicePool, search: _Search, source: ModelSource, asked: dict
     """Measure the asked stages on all devices at once, storing each batch of rows as it arrives."""
     planned, graph = search.measuring.measurable, search.model.graph
     kernels = {(setting.device, setting.batch): setting.identity.kernels for setting in search.settings}
-    jobs: dict[str, list[MeasureJob]] = {label: [] for label in search.request.devices}
+    jobs: dict[str, list[MeasureJob]] = {label: [] for label in search.plan.labels}
     for (label, batch), keys in asked.items():
         jobs[label] += [MeasureJob(key, planned[key].stage, planned[key].description, graph, source, batch,
                                    search.dtype, kernels[label, batch]) for key in keys]
-    for label in search.request.devices:
+    for label in search.plan.labels:
         progress.device_started(label, len(jobs[label]), _cached(search, label))
     for setting in search.settings:
         search.measuring.record(setting, asked.get((setting.device, setting.batch), []))
@@ -277,9 +278,8 @@ def _cached(search: _Search, label: str) -> int:
     return sum(len(setting.table) - setting.measured for setting in search.of(label))
 
 
-def _simulated_identities(devices: Sequence[str]) -> dict[str, DeviceIdentity] | None:
+def _simulated_identities(specs: Sequence[DeviceSpec]) -> dict[str, DeviceIdentity] | None:
     """Where every device is simulated, their identities computed here (no Ray needed to look up the store)."""
-    specs = [parse_device(label) for label in devices]
     if not all(spec.simulated for spec in specs):
         return None
     from ios_ray.profiler.sim_backend import SimBackend
@@ -288,9 +288,9 @@ def _simulated_identities(devices: Sequence[str]) -> dict[str, DeviceIdentity] |
 
 
 @contextmanager
-def _pool(request: SearchRequest) -> Iterator[DevicePool]:
-    pool = DevicePool.start(list(request.devices), sim_actors=request.sim_actors, warmup=request.warmup,
-                            repeat=request.repeat)
+def _pool(plan: SearchPlan) -> Iterator[DevicePool]:
+    """The actors of every device of the search, shut down after it."""
+    pool = DevicePool.start(list(plan.labels), sim_actors=plan.sim_actors, warmup=plan.warmup, repeat=plan.repeat)
     try:
         yield pool
     finally:

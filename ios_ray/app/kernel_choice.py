@@ -26,8 +26,7 @@ from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.paired import FASTER, SLOWER, WITHIN_NOISE, RatioInterval
 from ios_ray.profiler import CheckJob, DevicePool, ModelSource
-from ios_ray.schedule import BlockSchedule, Schedule
-from ios_ray.scheduler import sequential_stages
+from ios_ray.scheduler import baseline_schedule
 from ios_ray.vocabulary import DEFAULT_CHECK_ROUNDS, EAGER_KERNELS, FUSED_KERNELS, KERNEL_CHOICES
 
 
@@ -91,7 +90,7 @@ def measured_kernels(pool: DevicePool, source: ModelSource, graph: Graph, label:
                      confidence: float, max_seconds: float | None) -> KernelChoice:
     """Time the sequential schedule with fused kernels against eager ones, whole, on an actor of ``label``; keep
     fused only where it is faster beyond noise."""
-    schedules = {kernels: sequential_schedule(graph, label, batch, dtype, kernels)
+    schedules = {kernels: baseline_schedule(graph, device=label, batch=batch, dtype=dtype, kernels=kernels)
                  for kernels in (FUSED_KERNELS, EAGER_KERNELS)}
     job = CheckJob(source, graph, schedules, EAGER_KERNELS, batch, DEFAULT_CHECK_ROUNDS, dtype=dtype,
                    confidence=confidence, max_seconds=max_seconds)
@@ -100,9 +99,3 @@ def measured_kernels(pool: DevicePool, source: ModelSource, graph: Graph, label:
     return KernelChoice(timing.kept, "measured", statistics.median(timing.times_ms[FUSED_KERNELS]),
                         statistics.median(timing.times_ms[EAGER_KERNELS]), ratio)
 
-
-def sequential_schedule(graph: Graph, device: str, batch: int, dtype: str, kernels: str) -> Schedule:
-    """The sequential schedule of a graph (no latencies) for a device, batch and dtype, run with ``kernels``."""
-    blocks = tuple(BlockSchedule(block.index, sequential_stages(graph, block)) for block in graph.blocks)
-    return Schedule(graph.name, graph.fingerprint, device, batch, blocks, dtype, params={"baseline": "sequential"},
-                    input_shape=graph.input_shape, memory_format=graph.memory_format, kernels=kernels)

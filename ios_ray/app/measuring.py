@@ -25,8 +25,9 @@ from ios_ray.app.kernel_choice import KernelChoice
 from ios_ray.errors import UserError
 from ios_ray.profiler import DeviceIdentity
 from ios_ray.schedule import BlockSchedule, PeakMemory
-from ios_ray.scheduler import (LazyParams, LazyRound, LazySpace, PlannedStage, SearchParams, SearchSpace,
-                               TableLatency, greedy_stages, inflated, lower_bounds, next_round, unit_parts)
+from ios_ray.scheduler import (GraphResult, LazyParams, LazyRound, LazySpace, PlannedStage, SearchParams,
+                               SearchSpace, TableLatency, greedy_stages, inflated, lower_bounds, next_round,
+                               unit_parts)
 from ios_ray.scheduler.correction import IDENTITY, Correction, corrected_table
 from ios_ray.stage import StageKeys
 
@@ -133,17 +134,22 @@ class Measuring:
         """The setting's measured stages priced as its correction prices them, plus ``price``: what its DP runs on."""
         return corrected_table(setting.table, self.groups, setting.correction, *price)
 
+    def dp(self, setting: Setting, price: StagePrice = NO_PRICE) -> tuple[GraphResult, TableLatency]:
+        """The DP's schedule through the search space over the setting's measured stages, priced by its correction
+        (and ``price``), with no memory budget; and those prices as a latency model (a stage not measured: inf)."""
+        costs = self.costs(setting, price)
+        return self.space.optimize(costs), TableLatency(self.stage_keys, costs, missing=math.inf)
+
     def solve(self, setting: Setting, dtype: str, price: StagePrice = NO_PRICE
               ) -> tuple[tuple[BlockSchedule, ...], dict[str, object], PeakMemory]:
-        """The DP's schedule over the setting's measured stages, priced by its correction (and ``price``), kept within
-        its memory budget, each stage with its latency as measured; what its file records of the measuring; and its
-        peak beside the sequential schedule's (in ``dtype``)."""
+        """The DP's schedule (:meth:`dp`) kept within the setting's memory budget, each stage with its latency as
+        measured; what its file records of the measuring; and its peak beside the sequential schedule's (in
+        ``dtype``). UserError where no schedule meets the budget."""
         record = {"mode": self.mode, "stages": len(setting.table), "planned": len(self.space.plan.stages),
                   **self._record(setting), "remeasured": len(setting.remeasured)}
-        costs = self.costs(setting, price)
-        latency = TableLatency(self.stage_keys, costs, missing=math.inf)
-        result, memory = budgeted(self.space.graph, self.space.optimize(costs), latency, self.space.params,
-                                  setting.batch, dtype, setting.memory_budget)
+        found, latency = self.dp(setting, price)
+        result, memory = budgeted(self.space.graph, found, latency, self.space.params, setting.batch, dtype,
+                                  setting.memory_budget)
         measured = TableLatency(self.stage_keys, setting.table)
         blocks = tuple(dataclasses.replace(block, latencies=tuple(map(measured.latency, block.stages)))
                        for block in result.schedules)

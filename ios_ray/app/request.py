@@ -1,21 +1,23 @@
-"""What a search is asked: :class:`SearchRequest` (a model, devices, batch sizes and the options), and its checks
-before anything slow starts."""
+"""What a search is asked, :class:`SearchRequest` (a model, devices, batch sizes and the options, as given), and what
+it is once checked, :class:`SearchPlan`: every value resolved before anything slow starts, so nothing downstream
+re-defaults or re-parses."""
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 
 from torch import nn
 
-from ios_ray.app.budgets import parse_memory_budget
-from ios_ray.app.check import check_the_check
+from ios_ray.app.budgets import BudgetRule, DeviceBudget
+from ios_ray.app.check import CheckSettings
 from ios_ray.app.kernel_choice import checked_kernel_choice
 from ios_ray.app.options import SearchOptions
-from ios_ray.devices import parse_device
+from ios_ray.devices import DeviceSpec, parse_device
 from ios_ray.dtypes import dtype_name, memory_format_name, module_dtype, module_memory_format
 from ios_ray.errors import UserError
+from ios_ray.scheduler import SearchParams
 from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, MEASURE_MODES, checked_batches
 
 
@@ -29,38 +31,98 @@ class SearchRequest(SearchOptions):
     batches: tuple[int, ...]
 
 
-def checked_request(request: SearchRequest) -> SearchRequest:
-    """Fail on bad devices, batches or counts, an unwritable ``out`` or an unreachable ``address`` before anything
-    slow starts. Device labels come back in their canonical spelling (``SIM:V100`` is ``sim:v100``), without repeats.
-    """
-    devices = tuple(dict.fromkeys(parse_device(label).label for label in request.devices))
-    if not devices:
+@dataclass(frozen=True)
+class PlannedDevice:
+    """A device of a checked search: its label, parsed (canonical: ``SIM:V100`` is ``sim:v100``), and the memory
+    budget it keeps to, parsed (resolved once its actor reports its memory: :meth:`DeviceBudget.resolve`)."""
+
+    spec: DeviceSpec
+    memory_budget: DeviceBudget
+
+    @property
+    def label(self) -> str:
+        """The device's label, in its canonical spelling."""
+        return self.spec.label
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """A checked request (:func:`checked_request`): the model as given (``input_shape`` and ``name`` None: the
+    model's own), devices without repeats, each with its memory budget, batch sizes, the dtype and memory format
+    stages are measured in, the DP's ``params``, how to measure (``measure``, ``stage_budget``: at most this many
+    stages per setting, None: no cap; ``kernels``), the end-to-end ``check``, and where things go (``store``;
+    ``out``: None, no files; ``address``: None, Ray started here). ``warmup`` and ``repeat`` None are the timing
+    protocol's own counts for each device's kind (:func:`~ios_ray.profiler.timing.resolve_protocol`)."""
+
+    model: str | nn.Module
+    input_shape: tuple[int, ...] | None
+    name: str | None
+    devices: tuple[PlannedDevice, ...]
+    batches: tuple[int, ...]
+    dtype: str
+    memory_format: str
+    params: SearchParams
+    measure: str
+    stage_budget: int | None
+    kernels: str
+    check: CheckSettings
+    store: Path
+    out: Path | None
+    address: str | None
+    sim_actors: int
+    warmup: int | None
+    repeat: int | None
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The devices' labels, in the request's order."""
+        return tuple(device.label for device in self.devices)
+
+
+def checked_request(request: SearchRequest) -> SearchPlan:
+    """The request checked and resolved: UserError on bad devices, batches or counts, an unwritable ``out`` or an
+    unreachable ``address``, before anything slow starts."""
+    specs = tuple({spec.label: spec for spec in map(parse_device, request.devices)}.values())
+    if not specs:
         raise UserError("devices must name at least one device, e.g. cpu or sim:v100.")
     batches = checked_batches(request.batches)
-    request.params  # noqa: B018 - validates r, s and the strategies
+    params = request.params
     for name, value, least in (("repeat", request.repeat, 1), ("warmup", request.warmup, 0),
                                ("check_rounds", request.check_rounds, 0), ("sim_actors", request.sim_actors, 1),
                                ("budget", request.budget, 1)):
         if value is not None and value < least:
             raise UserError(f"{name} must be at least {least}, not {value}.")
-    check_the_check(request)
-    parse_memory_budget(request.memory_budget)
-    checked_kernel_choice(request.kernels)
+    check = CheckSettings(request.check_rounds, request.check_confidence, request.check_seconds)
+    budget = BudgetRule.parse(request.memory_budget)
+    kernels = checked_kernel_choice(request.kernels)
+    _check_places(request)
+    dtype, memory_format = _dtype_of(request), _memory_format_of(request)
+    _refuse_what_sim_cannot_price(specs, dtype, memory_format)
+    if request.address not in (None, "auto"):
+        _check_reachable(request.address)
+    return SearchPlan(
+        request.model, request.input_shape, request.name, tuple(PlannedDevice(s, budget.on(s)) for s in specs),
+        batches, dtype, memory_format, params, request.measure, request.budget, kernels, check, request.store,
+        request.out, request.address, request.sim_actors, request.warmup, request.repeat)
+
+
+def _check_places(request: SearchRequest) -> None:
+    """Fail on an unknown way of measuring, an empty or non-positive input shape, or an ``out`` that is a file."""
     if request.measure not in MEASURE_MODES:
         raise UserError(f"measure must be one of {', '.join(MEASURE_MODES)}, not {request.measure!r}.")
     if request.input_shape is not None and (not request.input_shape or any(n < 1 for n in request.input_shape)):
         raise UserError(f"input_shape must be positive sizes such as (3, 224, 224), not {request.input_shape}.")
     if request.out is not None and request.out.exists() and not request.out.is_dir():
         raise UserError(f"out={request.out} is a file; pass a folder for the schedules.")
-    dtype, memory_format = _dtype_of(request), _memory_format_of(request)
-    simulated = [label for label in devices if parse_device(label).simulated]
+
+
+def _refuse_what_sim_cannot_price(specs: tuple[DeviceSpec, ...], dtype: str, memory_format: str) -> None:
+    """Fail where a ``sim:`` device is to be searched in a dtype or memory format other than the sim model's."""
+    simulated = [spec.label for spec in specs if spec.simulated]
     for setting, default in ((dtype, DEFAULT_DTYPE), (memory_format, DEFAULT_MEMORY_FORMAT)):
         if setting != default and simulated:
             raise UserError(f"the sim model covers {default} only, so {simulated[0]} cannot be searched in {setting}; "
                             f"search {setting} on a real device (cuda, a GPU name, cpu) or {default} on sim: devices.")
-    if request.address not in (None, "auto"):
-        _check_reachable(request.address)
-    return dataclasses.replace(request, devices=devices, batches=batches, dtype=dtype, memory_format=memory_format)
 
 
 def _dtype_of(request: SearchRequest) -> str:
