@@ -313,11 +313,6 @@ class LatencyStore:
             self._con = None
 
 
-def open_store(path: str | os.PathLike[str] = DEFAULT_STORE_PATH, create: bool = True) -> LatencyStore:
-    """Open the latency store at `path`; when it is missing, create it if `create`, else raise UserError."""
-    return LatencyStore(path, create=create)
-
-
 def _refuse_hard_links(path: Path, file: Path) -> None:
     """UserError where the store file has other names (hard links): the lock sits beside the name a store is opened
     by, and so does the write-ahead log DuckDB leaves of a write cut short, so two names of one store would write
