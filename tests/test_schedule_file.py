@@ -318,3 +318,12 @@ def test_a_file_of_a_version_this_ios_ray_does_not_know_is_refused_in_one_senten
                                         "ios-ray reads versions 1 to 2") as refused:
         read_schedule(tmp_path / "bs1.json")
     assert "\n" not in str(refused.value) and str(refused.value).count("; ") == 1
+
+
+def test_a_candidate_ratio_without_the_checks_confidence_is_refused_in_one_sentence(tmp_path: Path) -> None:
+    data = json.loads((VERSION_1 / "schedule_v1_last.json").read_text())
+    del data["end_to_end"]["confidence"], data["end_to_end"]["ratio"]
+    del data["end_to_end"]["ratio_low"], data["end_to_end"]["ratio_high"]
+    (tmp_path / "bs1.json").write_text(json.dumps(data))
+    with pytest.raises(UserError, match=r"\(end_to_end.confidence is missing \(a check with a ratio has one\)\); "):
+        read_schedule(tmp_path / "bs1.json")

@@ -160,14 +160,17 @@ def _interval(values: Mapping[str, Any], confidence: Any, rounds: int) -> RatioI
 
 
 def _interval_defects(check: Mapping[str, Any], where: str) -> list[str]:
-    """The defects of a paired check's ratio and interval taken together (each field alone is checked apart)."""
+    """The defects of a paired check's ratio and interval taken together, and of its confidence, which its ratio and
+    its candidates' share (each field alone is checked apart)."""
     ratio, low, high = (check.get(k) for k in ("ratio", "ratio_low", "ratio_high"))
     if any(_ratio_or_null(v) is not None for v in (ratio, low, high)):
         return []
+    candidates = check.get("candidates")
+    timed = isinstance(candidates, list) and any(isinstance(c, dict) and c.get("ratio") is not None for c in candidates)
+    if (ratio is not None or timed) and "confidence" not in check:
+        return [f"{where}confidence is missing (a check with a ratio has one)"]
     if ratio is None:
         return [] if low is None and high is None else [f"{where}ratio_low and ratio_high are set without a ratio"]
-    if "confidence" not in check:
-        return [f"{where}confidence is missing (a check with a ratio has one)"]
     if (low is None) != (high is None):
         return [f"{where}ratio_low and ratio_high are not both numbers or both null"]
     if low is not None and not low <= ratio <= high:
