@@ -25,7 +25,7 @@ from ios_ray.runtime import Program, ScheduleRunner, ScheduledModule
 from ios_ray.runtime.kernels import (CudnnConvRelu, InGraphFormat, OneDnnConv, activation_layout, conv_binder,
                                      folded, onednn_fuses)
 from ios_ray.runtime.units import FoldedConv
-from ios_ray.schedule import read_schedule, save_schedule, schedule_from_json, schedule_to_json
+from ios_ray.schedule import read_schedule, save_schedule, schedule_from_json
 from ios_ray.store import LatencyStore
 from tests.fake_cuda import FakeCuda
 from tests.helpers import relative_error
@@ -170,7 +170,7 @@ def test_a_schedule_file_records_its_kernels_and_older_files_are_eager(tmp_path:
                              kernels="fused")
     save_schedule(schedule, tmp_path / "s.json")
     assert read_schedule(tmp_path / "s.json").kernels == "fused"
-    older = schedule_to_json(schedule)
+    older = schedule.to_json()
     del older["kernels"]
     assert schedule_from_json(older).kernels == "eager"
     with pytest.raises(ValueError, match='kernels is "inductor", not one of eager, fused'):

@@ -19,8 +19,7 @@ from ios_ray.paired import RatioInterval
 from ios_ray.frontend import import_model
 from ios_ray.runtime import read_schedules
 from ios_ray.schedule import (SCHEDULE_VERSION, BlockSchedule, CandidateRun, EndToEnd, PeakMemory, Schedule,
-                              check_schedule, folder_name, load_schedule, read_schedule, save_schedule, schedule_path,
-                              schedule_to_json)
+                              check_schedule, folder_name, load_schedule, read_schedule, save_schedule, schedule_path)
 from ios_ray.scheduler import SearchParams, optimize_graph, sequential
 from ios_ray.app.check import kept_schedule
 from ios_ray.stage import Stage
@@ -83,7 +82,7 @@ def test_the_end_to_end_check_keeps_the_dp_schedule_only_where_it_is_faster_beyo
 def test_a_schedule_file_from_before_paired_checks_still_loads_and_keeps_what_it_kept(
     tmp_path: Path, squeezenet_schedule: Schedule
 ) -> None:
-    data = schedule_to_json(squeezenet_schedule)
+    data = squeezenet_schedule.to_json()
     for dp_ms, kept in ((5.0, "sequential"), (3.0, "dp")):
         data["end_to_end"] = {"rounds": 10, "dp_ms": dp_ms, "sequential_ms": 4.0, "dp_predicted_ms": 3.5,
                               "sequential_predicted_ms": 4.1, "kept": kept}

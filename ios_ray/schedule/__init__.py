@@ -7,9 +7,10 @@ its stages (strategy and groups of unit ids) with their predicted latencies, and
 check that chose it (:class:`EndToEnd`), and, where the search computed it, its peak activation memory
 (:class:`PeakMemory`).
 
-Three modules, each importing only those before it: :mod:`~ios_ray.schedule.records` holds the dataclasses,
+Four modules, each importing only those before it: :mod:`~ios_ray.schedule.records` holds the parts of a schedule,
 :mod:`~ios_ray.schedule.format` the file's fields, listed once, from which writing, checking and reading follow (and
-the upgrade of older versions), and :mod:`~ios_ray.schedule.files` the files on disk: :func:`read_schedule` checks
+the upgrade of older versions), :mod:`~ios_ray.schedule.graph_schedule` the :class:`Schedule` and its JSON form, and
+:mod:`~ios_ray.schedule.files` the files on disk: :func:`read_schedule` checks
 every field of a file (hand-edited ones too) before anything reads it and refuses a malformed one in one sentence
 naming each defect; :func:`load_schedule` also checks a file against a graph and rejects a mismatch with one clear
 sentence.
@@ -17,10 +18,10 @@ sentence.
 
 from ios_ray.schedule.files import (check_schedule, folder_name, load_schedule, read_schedule, save_schedule,
                                     schedule_path)
-from ios_ray.schedule.format import (SCHEDULE_FORMAT, SCHEDULE_VERSION, schedule_defects, schedule_from_json,
-                                     schedule_to_json)
+from ios_ray.schedule.format import SCHEDULE_FORMAT, SCHEDULE_VERSION
+from ios_ray.schedule.graph_schedule import Schedule, schedule_defects, schedule_from_json, schedule_to_json
 from ios_ray.schedule.records import (CANDIDATES, MEMORY_FORMAT_TORCH_NAMES, BlockSchedule, CandidateRun, EndToEnd,
-                                      PeakMemory, Schedule, megabytes)
+                                      PeakMemory, megabytes)
 
 __all__ = ["CANDIDATES", "MEMORY_FORMAT_TORCH_NAMES", "SCHEDULE_FORMAT", "SCHEDULE_VERSION", "BlockSchedule",
            "CandidateRun", "EndToEnd", "PeakMemory", "Schedule", "check_schedule", "folder_name", "load_schedule",

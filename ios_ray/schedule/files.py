@@ -12,8 +12,8 @@ from pathlib import Path
 
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
-from ios_ray.schedule.format import schedule_defects, schedule_from_json, schedule_to_json
-from ios_ray.schedule.records import MEMORY_FORMAT_TORCH_NAMES, Schedule
+from ios_ray.schedule.graph_schedule import Schedule, schedule_defects, schedule_from_json, schedule_to_json
+from ios_ray.schedule.records import MEMORY_FORMAT_TORCH_NAMES
 from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, settings_named
 
 

@@ -1,6 +1,6 @@
-"""The schedule file's format: every key of every object in it listed once, in :data:`SCHEDULE`, from which writing
-(:func:`schedule_to_json`), checking (:func:`schedule_defects`) and reading (:func:`schedule_from_json`) all follow,
-as torch.export derives its serialized schema from its dataclasses.
+"""The schedule file's format: every key of every object in it listed once (:data:`SCHEDULE_FIELDS` and the records
+of the objects inside), from which writing (:func:`write_record`), checking (:func:`record_defects`) and reading
+(:func:`read_record`) all follow, as torch.export derives its serialized schema from its dataclasses.
 
 A file is JSON with ``format`` ``ios-ray-schedule`` and a ``version`` that changes when its fields do. Version 2
 names the fields files gained while version 1 stood (``added=2``: ``input_shape``, ``memory_format``, ``kernels``,
@@ -17,19 +17,19 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ios_ray.paired import RatioInterval, valid_confidence
 from ios_ray.schedule.records import (CANDIDATES, MEMORY_FORMAT_TORCH_NAMES, BlockSchedule, CandidateRun, EndToEnd,
-                                      PeakMemory, Schedule)
+                                      PeakMemory)
 from ios_ray.stage import Stage
 from ios_ray.vocabulary import (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, DTYPE_NAMES, EAGER_KERNELS, KERNEL_NAMES,
                                 MAX_BATCH_SIZE, SOURCES, STRATEGIES)
-
-SCHEDULE_FORMAT = "ios-ray-schedule"
-SCHEDULE_VERSION = 2
 
 #: A field's check: None where the value is fine, else what it should be.
 Check = Callable[[Any], "str | None"]
 
 #: What a field's getter returns for a key the file leaves out (a check without a ratio has no ``ratio_low``).
 ABSENT = object()
+
+SCHEDULE_FORMAT = "ios-ray-schedule"
+SCHEDULE_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -228,8 +228,9 @@ MEMORY = Record((
     Field("budget_bytes", _bytes_or_null),
 ), build=lambda v, _: PeakMemory(**v))
 
-#: The whole file, after its ``format`` and ``version``.
-SCHEDULE = Record((
+
+#: The fields of the whole file, after its ``format`` and ``version``.
+SCHEDULE_FIELDS = (
     Field("model", _text, required=True),
     Field("graph_fingerprint", _text, required=True),
     Field("input_shape", _shape, added=2, get=lambda s: None if s.input_shape is None else list(s.input_shape),
@@ -247,17 +248,12 @@ SCHEDULE = Record((
     Field("end_to_end", _object_or_null, added=2, record=END_TO_END),
     Field("memory", _object_or_null, added=2, record=MEMORY, get=lambda s: ABSENT if s.memory is None else s.memory),
     Field("blocks", _list, required=True, record=BLOCK, many=True),
-), build=lambda v, _: Schedule(**v))
+)
 
 
-def schedule_to_json(schedule: Schedule) -> dict[str, Any]:
-    """The schedule's JSON form, as the file holds it (see :func:`schedule_from_json`)."""
-    return {"format": SCHEDULE_FORMAT, "version": SCHEDULE_VERSION, **_written(SCHEDULE, schedule)}
-
-
-def schedule_defects(data: Any) -> list[str]:
-    """Every field of a schedule's JSON form that is missing, of the wrong type or out of range, one phrase each
-    (``batch is '1', not a whole number from 1 to ...``); empty where the form is sound."""
+def envelope_defects(data: Any) -> list[str]:
+    """What makes JSON no schedule file this ios-ray reads: another ``format``, or a ``version`` it does not know
+    (one phrase; empty where both are fine)."""
     if not isinstance(data, dict) or data.get("format") != SCHEDULE_FORMAT:
         shown = _shown(data.get("format")) if isinstance(data, dict) else "missing"
         return [f"format is {shown}, not \"{SCHEDULE_FORMAT}\": it is not an ios-ray schedule"]
@@ -265,25 +261,17 @@ def schedule_defects(data: Any) -> list[str]:
     if not _is_int(version) or not 1 <= version <= SCHEDULE_VERSION:
         return [f"it is of schedule format version {_shown(version)}, and this ios-ray reads versions 1 to "
                 f"{SCHEDULE_VERSION}"]
-    return _defects(SCHEDULE, upgraded(data), "")
-
-
-def schedule_from_json(data: Mapping[str, Any]) -> Schedule:
-    """Parse the JSON form; raises ValueError listing the defects (:func:`schedule_defects`) of a malformed one."""
-    defects = schedule_defects(data)
-    if defects:
-        raise ValueError("; ".join(defects))
-    return _read(SCHEDULE, upgraded(data), {})
+    return []
 
 
 def upgraded(data: Mapping[str, Any]) -> dict[str, Any]:
     """A file's JSON form as this version reads it: each field added since the file's version that it lacks, filled
     with what its version meant (the field's default: no input shape, contiguous, eager kernels, no check, no peak)."""
-    missing = {f.key: f.default for f in SCHEDULE.fields if f.added > data["version"] and f.key not in data}
+    missing = {f.key: f.default for f in SCHEDULE_FIELDS if f.added > data["version"] and f.key not in data}
     return {**data, **missing, "version": SCHEDULE_VERSION}
 
 
-def _written(record: Record, found: Any) -> dict[str, Any]:
+def write_record(record: Record, found: Any) -> dict[str, Any]:
     """One object's JSON form, its fields in the record's order (those whose getter says ABSENT left out)."""
     written = {}
     for f in record.fields:
@@ -291,23 +279,23 @@ def _written(record: Record, found: Any) -> dict[str, Any]:
         if value is ABSENT:
             continue
         if f.record is not None and value is not None:
-            value = [_written(f.record, v) for v in value] if f.many else _written(f.record, value)
+            value = [write_record(f.record, v) for v in value] if f.many else write_record(f.record, value)
         written[f.key] = value
     return written
 
 
-def _read(record: Record, data: Mapping[str, Any], outer: Mapping[str, Any]) -> Any:
+def read_record(record: Record, data: Mapping[str, Any], outer: Mapping[str, Any]) -> Any:
     """One object read from its checked JSON form (``outer``: the JSON of the object that holds it)."""
     values = {}
     for f in (f for f in record.fields if f.read):
         value = data.get(f.key, f.default)
         if f.record is not None and value is not None:
-            value = tuple(_read(f.record, v, data) for v in value) if f.many else _read(f.record, value, data)
+            value = tuple(read_record(f.record, v, data) for v in value) if f.many else read_record(f.record, value, data)
         values[f.key] = f.load(value) if f.load is not None and value is not None else value
     return record.build(values, outer)
 
 
-def _defects(record: Record, data: Mapping[str, Any], where: str) -> list[str]:
+def record_defects(record: Record, data: Mapping[str, Any], where: str) -> list[str]:
     """The defects of one JSON object and the objects it holds, each named by its path."""
     defects = []
     for f in record.fields:
@@ -321,7 +309,7 @@ def _defects(record: Record, data: Mapping[str, Any], where: str) -> list[str]:
             items = enumerate(data[f.key]) if f.many else [(None, data[f.key])]
             for i, item in items:
                 at = f"{where}{f.key}" if i is None else f"{where}{f.key}[{i}]"
-                defects += _defects(f.record, item, f"{at}.") if isinstance(item, dict) else \
+                defects += record_defects(f.record, item, f"{at}.") if isinstance(item, dict) else \
                     [f"{at} is {_shown(item)}, not an object"]
     return defects + record.rules(data, where)
 

@@ -1,17 +1,14 @@
-"""The schedule of a graph as ios-ray holds it: which stages run each block, for one device and batch size, with the
-end-to-end check that chose it (:class:`EndToEnd`) and its peak memory (:class:`PeakMemory`).
-
-The file these are written to and read from is :mod:`ios_ray.schedule.format`.
+"""The parts of a schedule (:class:`~ios_ray.schedule.graph_schedule.Schedule`): each block's stages
+(:class:`BlockSchedule`), the end-to-end check that chose it (:class:`EndToEnd`, with each :class:`CandidateRun`)
+and its peak memory (:class:`PeakMemory`). Their file form is :mod:`ios_ray.schedule.format`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from dataclasses import dataclass
 
 from ios_ray.paired import FASTER, SLOWER, WITHIN_NOISE, RatioInterval, percent
 from ios_ray.stage import Stage
-from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, EAGER_KERNELS
 
 #: How torch names each memory format, for messages that tell what to convert a model with.
 MEMORY_FORMAT_TORCH_NAMES = {"contiguous": "contiguous_format", "channels_last": "channels_last"}
@@ -157,47 +154,3 @@ class PeakMemory:
 def megabytes(size: int) -> str:
     """Bytes as a reader reads them: ``12.3 MB`` (10^6 bytes)."""
     return f"{size / 1e6:,.1f} MB"
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """A whole-graph schedule specialised for one (device, batch, dtype); its graph's memory format comes along."""
-
-    model: str
-    graph_fingerprint: str
-    device: str
-    batch: int
-    blocks: tuple[BlockSchedule, ...]
-    dtype: str = DEFAULT_DTYPE
-    device_fingerprint: str = ""
-    device_info: Mapping[str, Any] = field(default_factory=dict)
-    params: Mapping[str, Any] = field(default_factory=dict)
-    source: str = "measured"
-    end_to_end: EndToEnd | None = None
-    input_shape: tuple[int, ...] | None = None
-    memory_format: str = DEFAULT_MEMORY_FORMAT
-    memory: PeakMemory | None = None
-    kernels: str = EAGER_KERNELS
-
-    @property
-    def settings(self) -> tuple[str, ...]:
-        """Its dtype, and its memory format where that is not contiguous: what listings and titles name."""
-        return (self.dtype,) if self.memory_format == DEFAULT_MEMORY_FORMAT else (self.dtype, self.memory_format)
-
-    @property
-    def stages(self) -> tuple[Stage, ...]:
-        """All stages of the graph in execution order."""
-        return tuple(s for b in self.blocks for s in b.stages)
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """Its stages, and its groups beyond the first of each concurrent stage (what a correction of stage costs
-        prices besides their sum: :mod:`~ios_ray.scheduler.correction`)."""
-        stages = self.stages
-        return len(stages), sum(len(s.groups) - 1 for s in stages if s.strategy == "concurrent")
-
-    @property
-    def predicted_latency(self) -> float | None:
-        """Predicted end-to-end latency in ms: the sum of all stage latencies (None where any is unknown)."""
-        latencies = [b.latency for b in self.blocks]
-        return None if any(x is None for x in latencies) else float(sum(latencies))  # type: ignore[arg-type]
