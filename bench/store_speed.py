@@ -19,7 +19,7 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
-from ios_ray.store import LatencyStore, open_store, rows_to_table
+from ios_ray.store import LatencyStore, rows_to_table
 
 ROWS = 100_000
 BATCH_ROWS = 1_000
@@ -83,11 +83,11 @@ def measure(folder: Path, table: pa.Table) -> list[tuple[str, list[float], float
     """Run every measurement REPEATS times on ROWS rows (REPEATS more are spares): (name, seconds per run, target)."""
     table, spares = table.slice(0, ROWS), table.slice(ROWS)
     keys = table["stage_key"].to_pylist()[:: ROWS // LOOKUP_KEYS]
-    fresh = (open_store(folder / f"store-{i}.duckdb") for i in itertools.count())
+    fresh = (LatencyStore(folder / f"store-{i}.duckdb") for i in itertools.count())
     spare = itertools.count()
-    full = open_store(folder / "full.duckdb")
+    full = LatencyStore(folder / "full.duckdb")
     full.put(table)
-    tiny = open_store(folder / "tiny.duckdb")
+    tiny = LatencyStore(folder / "tiny.duckdb")
     tiny.put(table.slice(0, 1))
     runs = {
         (f"insert {ROWS:,} rows as {ROWS // BATCH_ROWS} puts of {BATCH_ROWS:,}", INSERT_TARGET_S): lambda: put_batches(

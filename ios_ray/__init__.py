@@ -11,13 +11,18 @@
     fast = torch.compile(model, backend=ios_ray.backend(on_miss="search"))   # ... with options
 
 The API loads on first use, so importing a part of the package (``ios_ray.runtime`` to deploy, say) does not load
-Ray or DuckDB.
+Ray or DuckDB. Its errors are one sentence each, of a type a caller can catch (:mod:`ios_ray.errors`): ``UserError``
+for anything the user can fix, and among those ``ImportRefused`` (a model ios-ray cannot import),
+``DeviceUnavailable`` (a device it does not know, or no node offers) and ``StoreUnusable`` (a latency store it cannot
+use).
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+from ios_ray.errors import DeviceUnavailable, ImportRefused, StoreUnusable, UserError
 
 #: The names of the API and the module each is loaded from.
 _API = {"search": "ios_ray.app.api", "optimize": "ios_ray.app.api", "SearchResult": "ios_ray.app.api",
@@ -35,4 +40,5 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(_API[name]), name)
 
 
-__all__ = ["search", "optimize", "SearchResult", "backend"]
+__all__ = ["search", "optimize", "SearchResult", "backend", "UserError", "ImportRefused", "DeviceUnavailable",
+           "StoreUnusable"]

@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from ios_ray.errors import UserError
+from ios_ray.errors import DeviceUnavailable
 from ios_ray.gpu_sheets import SHEETS
 from ios_ray.vocabulary import SIM_PREFIX
 
@@ -120,7 +120,7 @@ def known_labels() -> tuple[str, ...]:
 
 
 def parse_device(label: str) -> DeviceSpec:
-    """Parse a device label; an unknown one raises UserError listing the known labels."""
+    """Parse a device label; an unknown one raises DeviceUnavailable listing the known labels."""
     text = label.strip().lower()
     if text == "cpu":
         return DeviceSpec("cpu", "cpu", resources=("CPU",))
@@ -133,4 +133,4 @@ def parse_device(label: str) -> DeviceSpec:
     if text.startswith(SIM_PREFIX) and text.removeprefix(SIM_PREFIX) in SIM_GPUS:
         gpu = text.removeprefix(SIM_PREFIX)
         return DeviceSpec(text, "sim", gpu=gpu, resources=GPU_MODELS[gpu].resources)
-    raise UserError(f"unknown device {label!r}; known devices are: {', '.join(known_labels())}.")
+    raise DeviceUnavailable(f"unknown device {label!r}; known devices are: {', '.join(known_labels())}.")

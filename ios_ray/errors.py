@@ -1,5 +1,6 @@
 """The two kinds of failure: what the user did (:class:`UserError`) and what the program broke
-(:class:`InternalError`)."""
+(:class:`InternalError`), and the kinds of user error a caller may want to catch apart, each still one sentence:
+:class:`ImportRefused`, :class:`DeviceUnavailable` and :class:`StoreUnusable`."""
 
 
 class UserError(Exception):
@@ -7,6 +8,21 @@ class UserError(Exception):
 
     The CLI prints the message (no traceback) and exits with a non-zero code.
     """
+
+
+class ImportRefused(UserError):
+    """ios-ray cannot import this model into its graph (it cannot be traced or captured, it fails on the example
+    input, or it takes or returns what ios-ray does not schedule): run it as it is, or change what the message names.
+    """
+
+
+class DeviceUnavailable(UserError):
+    """A device label names no device ios-ray knows, or no node of the cluster offers that device."""
+
+
+class StoreUnusable(UserError):
+    """The latency store cannot be used: missing where it must exist, a folder, not a store, unreadable or damaged,
+    locked by another program, of another format version, unwritable, or hard-linked under several names."""
 
 
 class InternalError(RuntimeError):

@@ -25,12 +25,18 @@ from ios_ray.scheduler import SearchParams, plan_graph
 from ios_ray.scheduler.correction import ScheduleRun, plausible
 from ios_ray.scheduler.plan import Plan
 from ios_ray.schedule import CandidateRun
+from ios_ray.store import LatencyStore
 
-__all__ = ["HANG_S", "ios_ray_here", "randomise_batchnorm", "relative_error", "tf32"]
+__all__ = ["HANG_S", "ios_ray_here", "open_store", "randomise_batchnorm", "relative_error", "tf32"]
 
 #: How long a test waits for a command or process it started before calling it hung: a guard against hangs, never a
 #: speed target (those live in bench/), so generous enough for a 2-core machine that others load many times over.
 HANG_S = 900
+
+
+def open_store(path: str | os.PathLike[str], create: bool = True) -> LatencyStore:
+    """The latency store at ``path``, created where missing if ``create`` (the library's ``LatencyStore``)."""
+    return LatencyStore(path, create=create)
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from ios_ray.errors import UserError
-from ios_ray.store import LatencyStore, open_store, rows_to_table
+from ios_ray.store import LatencyStore, rows_to_table
 
 FINGERPRINT = "0123456789abcdef"
 
@@ -79,7 +79,7 @@ def main() -> None:
         print("ready", flush=True)
         sys.stdin.readline()
     try:
-        store = open_store(args.store)
+        store = LatencyStore(args.store)
         for number, rows in enumerate(batches, start=1):
             store.put(rows)
             print(f"committed {number}", flush=True)

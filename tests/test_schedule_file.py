@@ -18,8 +18,8 @@ from ios_ray.errors import UserError
 from ios_ray.paired import RatioInterval
 from ios_ray.frontend import import_model
 from ios_ray.runtime import read_schedules
-from ios_ray.schedule import (BlockSchedule, EndToEnd, Schedule, check_schedule, folder_name, load_schedule,
-                              read_schedule, save_schedule, schedule_path)
+from ios_ray.schedule import (SCHEDULE_VERSION, BlockSchedule, CandidateRun, EndToEnd, PeakMemory, Schedule,
+                              check_schedule, folder_name, load_schedule, read_schedule, save_schedule, schedule_path)
 from ios_ray.scheduler import SearchParams, optimize_graph, sequential
 from ios_ray.app.check import kept_schedule
 from ios_ray.stage import Stage
@@ -40,7 +40,7 @@ def test_round_trip_keeps_everything(tmp_path: Path, squeezenet_schedule: Schedu
     again = load_schedule(path, import_model("squeezenet").graph, device="sim:v100")
     assert again == squeezenet_schedule
     data = json.loads(path.read_text())
-    assert data["version"] == 1 and data["params"] == {"r": 3, "s": 8, "strategies": ["concurrent", "merge"]}
+    assert data["version"] == 2 and data["params"] == {"r": 3, "s": 8, "strategies": ["concurrent", "merge"]}
     assert data["predicted_latency_ms"] == pytest.approx(squeezenet_schedule.predicted_latency)
     assert {s["strategy"] for b in data["blocks"] for s in b["stages"]} <= {"concurrent", "merge"}
 
@@ -65,7 +65,7 @@ def test_the_end_to_end_check_keeps_the_dp_schedule_only_where_it_is_faster_beyo
         assert check.decision == decision
         assert kept.stages == (squeezenet_schedule if check.kept == "dp" else plain).stages
         assert kept.end_to_end == check and (check.kept == "dp") == decision.startswith("kept IOS")
-        assert f"DP / sequential {ratio.median:.3f} (99% interval {ratio.span}, {ratio.rounds} rounds)" in (
+        assert f"IOS / sequential {ratio.median:.3f} (99% interval {ratio.span}, {ratio.rounds} rounds)" in (
             check.summary())
 
         path = tmp_path / "bs8.json"
@@ -274,3 +274,55 @@ def test_schedules_go_to_folders_without_colons_and_old_folders_still_read(tmp_p
     save_schedule(squeezenet_schedule, schedule_path(tmp_path, "squeezenet", "sim:v100", 8))
     assert sorted(read_schedules(tmp_path)) == sorted(str(p) for p in (old, tmp_path / "squeezenet" / "sim-v100" /
                                                                         "bs8.json"))
+
+
+#: Version-1 files written by hand as ios-ray wrote them: as version 1 was first written, and as it was last written
+#: (every field version 2 names, the version still 1).
+VERSION_1 = Path(__file__).parent / "data"
+
+
+def _tiny_v2(**fields: object) -> Schedule:
+    """The schedule both version-1 files hold, as version 2 reads it (``fields``: what the last one adds)."""
+    blocks = (BlockSchedule(0, (Stage("concurrent", (("conv1",),)), Stage("concurrent", (("conv2",), ("conv3",)))),
+                            (0.2, 0.3)),
+              BlockSchedule(1, (Stage("merge", (("conv4",), ("conv5",))),), (0.25,)))
+    return Schedule("tiny", "5d41402abc4b2a76", "cpu", 1, blocks, device_fingerprint="cpu-8c1f",
+                    device_info={"cpu": "x86_64"}, params={"r": 3, "s": 8, "strategies": ["concurrent", "merge"]},
+                    **fields)  # type: ignore[arg-type]
+
+
+def test_a_version_1_file_reads_as_its_version_2_equivalent(tmp_path: Path) -> None:
+    first = read_schedule(VERSION_1 / "schedule_v1_first.json")
+    assert first == _tiny_v2()
+    assert (first.input_shape, first.memory_format, first.kernels, first.end_to_end, first.memory) == (
+        None, "contiguous", "eager", None, None)  # what version 1 meant where it said nothing
+    paired = RatioInterval(0.88, 0.85, 0.92, 0.999, 12)
+    check = EndToEnd(12, 0.7, 0.8, 0.75, 0.85, paired, (CandidateRun("dp", 0.7, 12, 0.75, None, paired),
+                                                        CandidateRun("sequential", 0.8, 12, 0.85)), "dp")
+    last = _tiny_v2(input_shape=(3, 16, 16), memory_format="channels_last", kernels="fused", end_to_end=check,
+                    memory=PeakMemory(3_000_000, 2_000_000))
+    assert read_schedule(VERSION_1 / "schedule_v1_last.json") == last
+    for schedule in (first, last):  # written again, it is a version-2 file holding the same schedule
+        save_schedule(schedule, tmp_path / "again.json")
+        assert json.loads((tmp_path / "again.json").read_text())["version"] == SCHEDULE_VERSION == 2
+        assert read_schedule(tmp_path / "again.json") == schedule
+
+
+@pytest.mark.parametrize("version", [0, 3, "2", None])
+def test_a_file_of_a_version_this_ios_ray_does_not_know_is_refused_in_one_sentence(tmp_path: Path,
+                                                                                  version: object) -> None:
+    data = json.loads((VERSION_1 / "schedule_v1_last.json").read_text()) | {"version": version}
+    (tmp_path / "bs1.json").write_text(json.dumps(data))
+    with pytest.raises(UserError, match=f"schedule format version {re.escape(json.dumps(version))}, and this "
+                                        "ios-ray reads versions 1 to 2") as refused:
+        read_schedule(tmp_path / "bs1.json")
+    assert "\n" not in str(refused.value) and str(refused.value).count("; ") == 1
+
+
+def test_a_candidate_ratio_without_the_checks_confidence_is_refused_in_one_sentence(tmp_path: Path) -> None:
+    data = json.loads((VERSION_1 / "schedule_v1_last.json").read_text())
+    del data["end_to_end"]["confidence"], data["end_to_end"]["ratio"]
+    del data["end_to_end"]["ratio_low"], data["end_to_end"]["ratio_high"]
+    (tmp_path / "bs1.json").write_text(json.dumps(data))
+    with pytest.raises(UserError, match=r"\(end_to_end.confidence is missing \(a check with a ratio has one\)\); "):
+        read_schedule(tmp_path / "bs1.json")

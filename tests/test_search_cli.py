@@ -515,7 +515,7 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path, ray_local: 
                        *shape, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     assert "schedule: cpu batch 1" in ran.stdout
-    assert f"search's end-to-end check: DP schedule {check.dp_ms:.3f} ms" in ran.stdout
+    assert f"search's end-to-end check: IOS schedule {check.dp_ms:.3f} ms" in ran.stdout
     assert re.search(r"output vs eager: max relative error \S+ \(ok, tolerance \S+: 10x eager float32's own error "
                      r"against float64 \(\S+\), at least 1e-05\)", ran.stdout), ran.stdout
 

@@ -20,10 +20,10 @@ import pytest
 from typer.testing import CliRunner
 
 from ios_ray.errors import UserError
-from ios_ray.store import LatencyStore, open_store, rows_to_table
+from ios_ray.store import LatencyStore, rows_to_table
 from ios_ray.app.store_cli import store_app
 from tests.store_writer import FINGERPRINT, fake_keys, fake_rows, missing
-from tests.helpers import HANG_S
+from tests.helpers import HANG_S, open_store
 
 BAD_FILES = ("corrupt", "other_version", "not_a_store", "text")
 

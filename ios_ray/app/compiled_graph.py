@@ -239,7 +239,7 @@ def _why(found: Found) -> str:
     if found.schedule.source == "simulated":
         return f"planned for {found.schedule.device}, simulated"
     if found.origin.startswith("the DP over"):
-        return "the DP's schedule over the stored latencies, not timed end to end"
+        return "the IOS schedule over the stored latencies, not timed end to end"
     return "kept IOS: not checked end to end"
 
 

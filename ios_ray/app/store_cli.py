@@ -114,9 +114,9 @@ def import_store(
 
 
 def _open(store: Path, create: bool) -> LatencyStore:
-    from ios_ray.store.latency_store import open_store  # loads duckdb only when a store command runs
+    from ios_ray.store.latency_store import LatencyStore  # loads duckdb only when a store command runs
 
-    return open_store(store, create=create)
+    return LatencyStore(store, create=create)
 
 
 def _rich_rows(rows: pa.Table, title: str) -> Table:

@@ -43,7 +43,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 from ios_ray.dtypes import converted, dtype_name, example_input, module_memory_format
-from ios_ray.errors import UserError, first_line
+from ios_ray.errors import ImportRefused, UserError, first_line
 from ios_ray.frontend.capture import (ExportError, attributes_kept, capture, output_example, record_shapes,
                                      unbatched_output)
 from ios_ray.frontend.report import OPAQUE_WARNING_SHARE, OpaqueReport, opaque_report
@@ -131,7 +131,7 @@ def capture_forward(module: nn.Module, example_input: torch.Tensor, name: str, m
         gm = capture(module, example_input)
     except ExportError as failure:
         if method == "export":
-            raise UserError(f"torch.export cannot capture the forward of {type(module).__name__}: {failure}.") \
+            raise ImportRefused(f"torch.export cannot capture the forward of {type(module).__name__}: {failure}.") \
                 from failure
         with attributes_kept(module):  # the trace runs the model: what its forward caches on itself is undone
             return _traced_forward(module, example_input, name, failure)
@@ -146,9 +146,9 @@ def capture_forward(module: nn.Module, example_input: torch.Tensor, name: str, m
 
 def _not_batch_first(name: str, shape: str) -> UserError:
     """The sentence for a model that returns a tensor of ``shape`` (in terms of the batch size B), not batch first."""
-    return UserError(f"{name} returns a tensor of shape {shape} for a batch of B samples, whose first dimension is "
-                     "not the batch; ios-ray schedules models whose outputs are batch first: wrap the model to return "
-                     "the batch-first tensors it computes and do the rest after.")
+    return ImportRefused(f"{name} returns a tensor of shape {shape} for a batch of B samples, whose first dimension "
+                         "is not the batch; ios-ray schedules models whose outputs are batch first: wrap the model to "
+                         "return the batch-first tensors it computes and do the rest after.")
 
 
 def _traced_forward(module: nn.Module, example_input: torch.Tensor, name: str, failure: ExportError
@@ -158,9 +158,9 @@ def _traced_forward(module: nn.Module, example_input: torch.Tensor, name: str, f
         gm, structured = one_output(trace(module))
     except UserError as error:
         cause = first_line(error.__cause__) if error.__cause__ is not None else str(error)
-        raise UserError(f"ios-ray cannot capture the forward of {type(module).__name__}: {failure}, nor can torch.fx "
-                        f"trace it ({cause}); move the code it stops at into a submodule, which then runs as one "
-                        "opaque unit.") from error
+        raise ImportRefused(f"ios-ray cannot capture the forward of {type(module).__name__}: {failure}, nor can "
+                            f"torch.fx trace it ({cause}); move the code it stops at into a submodule, which then "
+                            "runs as one opaque unit.") from error
     returned = _run(module, example_input, name)
     other = example_input[:1].expand(example_input.shape[0] + 1, *example_input.shape[1:]).clone()
     try:
@@ -181,8 +181,8 @@ def _run(module: nn.Module, x: torch.Tensor, name: str) -> Any:
         with torch.no_grad():
             return module(x)
     except Exception as exc:  # noqa: BLE001 - any failure of the user's forward is reported in one line
-        raise UserError(f"running {name} on an input of shape {tuple(x.shape)} failed: {type(exc).__name__}: "
-                        f"{first_line(exc)}") from exc
+        raise ImportRefused(f"running {name} on an input of shape {tuple(x.shape)} failed: {type(exc).__name__}: "
+                            f"{first_line(exc)}") from exc
 
 
 def _unbatched(first: Any, second: Any, batch: int, other: int) -> str | None:
@@ -220,7 +220,7 @@ def load_model(model: str | nn.Module, input_shape: Sequence[int] | None = None,
     if isinstance(model, nn.Module):
         shape: Sequence[int] = input_shape if input_shape else getattr(model, "input_shape", DEFAULT_INPUT_SHAPE)
         return Model(name or type(model).__name__, model, tuple(shape))
-    raise UserError(f"model must be an nn.Module or a model spec string, not a {type(model).__name__}.")
+    raise ImportRefused(f"model must be an nn.Module or a model spec string, not a {type(model).__name__}.")
 
 
 def import_model(

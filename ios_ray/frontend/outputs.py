@@ -22,7 +22,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from ios_ray.errors import UserError
+from ios_ray.errors import ImportRefused
 
 
 @dataclass(frozen=True)
@@ -88,9 +88,9 @@ def output_structure(output: Any, batch: int) -> OutputStructure:
     tensors = [leaves[i] for i in indices]
     if len(tensors) > 1 and (any(t.dim() < 2 or t.shape[0] != batch for t in tensors) or
                              len({t.dtype for t in tensors}) > 1):
-        raise UserError(f"the model returned {len(tensors)} tensors that are not all batch-first feature maps of one "
-                        "dtype (ios-ray concatenates several outputs after their batch dimension); wrap the model to "
-                        "return the outputs you serve.")
+        raise ImportRefused(f"the model returned {len(tensors)} tensors that are not all batch-first feature maps of "
+                            "one dtype (ios-ray concatenates several outputs after their batch dimension); wrap the "
+                            "model to return the outputs you serve.")
     kept = tuple(None if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves)
     return OutputStructure(spec, kept, indices, tuple(tuple(t.shape[1:]) for t in tensors))
 
@@ -107,7 +107,7 @@ def _tensor_indices(leaves: list[Any]) -> tuple[int, ...]:
     """Where the tensors are among a model output's leaves; UserError where there is none."""
     indices = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor))
     if not indices:
-        raise UserError("the model returned no tensor; ios-ray imports models that return one or more.")
+        raise ImportRefused("the model returned no tensor; ios-ray imports models that return one or more.")
     return indices
 
 

@@ -19,7 +19,7 @@ import torch.fx as fx
 from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
-from ios_ray.errors import UserError, first_line
+from ios_ray.errors import ImportRefused, first_line
 from ios_ray.frontend.nodes import batch_first, constant_nodes, hooked
 from ios_ray.frontend.quiet import this_thread_silent
 
@@ -79,8 +79,8 @@ def trace(module: nn.Module) -> fx.GraphModule:
     try:
         graph = tracer.trace(module, concrete_args=defaults or None)
     except Exception as exc:  # noqa: BLE001 - fx raises many kinds; all become one sentence
-        raise UserError(f"torch.fx cannot trace the forward of {type(module).__name__} ({first_line(exc)}); move the "
-                        "code it stops at into a submodule, which then runs as one opaque unit.") from exc
+        raise ImportRefused(f"torch.fx cannot trace the forward of {type(module).__name__} ({first_line(exc)}); move "
+                            "the code it stops at into a submodule, which then runs as one opaque unit.") from exc
     tracer.drop_unused_reads()
     gm = fx.GraphModule(tracer.root, graph)
     return drop_specialized_arguments(gm) if defaults else gm
@@ -97,8 +97,9 @@ def defaulted_arguments(module: nn.Module) -> dict[str, Any]:
     required = [p for p in after if p.default is inspect.Parameter.empty]
     if required:
         names = ", ".join(p.name for p in parameters[:1] + after)
-        raise UserError(f"{type(module).__name__} takes {len(required) + 1} inputs ({names}); ios-ray imports models "
-                        "that take one (options after it may have defaults): wrap it to take the input alone.")
+        raise ImportRefused(f"{type(module).__name__} takes {len(required) + 1} inputs ({names}); ios-ray imports "
+                            "models that take one (options after it may have defaults): wrap it to take the input "
+                            "alone.")
     return {p.name: p.default for p in after}
 
 
@@ -141,8 +142,8 @@ def propagate(gm: fx.GraphModule, example_input: torch.Tensor, name: str) -> Non
             _ValueProp(gm).propagate(example_input)
         except Exception as exc:  # noqa: BLE001 - any failure of the user's forward is reported in one line
             cause = exc.__cause__ or exc  # ShapeProp wraps the model's own error
-            raise UserError(f"running {name} on an input of shape {tuple(example_input.shape)} failed: "
-                            f"{type(cause).__name__}: {first_line(cause)}") from cause
+            raise ImportRefused(f"running {name} on an input of shape {tuple(example_input.shape)} failed: "
+                                f"{type(cause).__name__}: {first_line(cause)}") from cause
 
 
 def record_batch_layout(gm: fx.GraphModule, example_input: torch.Tensor) -> None:

@@ -25,7 +25,7 @@ import torch
 import torch.fx as fx
 
 from ios_ray.blocks import find_blocks
-from ios_ray.errors import UserError
+from ios_ray.errors import ImportRefused
 from ios_ray.frontend.elementwise import elementwise_chain, elementwise_step
 from ios_ray.frontend.match import Match, Scope
 from ios_ray.frontend.nodes import (F32, arg_nodes, constant_nodes, evaluate_constant, full_shape, is_batch_folded,
@@ -70,14 +70,14 @@ class _Walk:
             elif node not in self.scope.taken:
                 self._visit(node)
         if output is None:
-            raise UserError(f"{self.name} must return a single tensor.")
+            raise ImportRefused(f"{self.name} must return a single tensor.")
         graph = Graph(self.name, self.input_shape, tuple(self.units), output, find_blocks(self.units, output))
         return graph, self.constants
 
     def _visit(self, node: fx.Node) -> None:
         if node.op == "placeholder":
             if self.values:
-                raise UserError(f"{self.name} takes more than one input; ios-ray imports single-input models.")
+                raise ImportRefused(f"{self.name} takes more than one input; ios-ray imports single-input models.")
             self.values[node] = Value.of(GRAPH_INPUT)
         elif node in self.scope.constants:
             self.constants[node.name] = evaluate_constant(self.gm, node, self.constants)

@@ -23,7 +23,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ios_ray.devices import GPU_MODELS, SIM_GPUS, DeviceSpec
 from ios_ray.vocabulary import DEFAULT_SIM_ACTORS, SIM_PREFIX, is_simulated
-from ios_ray.errors import UserError
+from ios_ray.errors import DeviceUnavailable
 
 #: A fraction of a resource that Ray counts once per node (``accelerator_type:*``), requested per actor.
 NODE_LABEL_SHARE = 0.001
@@ -90,12 +90,12 @@ def offered_labels(nodes: Sequence[Node]) -> list[str]:
 
 
 def check_offered(specs: Sequence[DeviceSpec], nodes: Sequence[Node], where: str = "this cluster") -> None:
-    """Raise UserError for the first label no node offers: one sentence naming what ``where`` (the cluster, in
+    """Raise DeviceUnavailable for the first label no node offers: one sentence naming what ``where`` (the cluster, in
     words) does offer and what to do instead."""
     for spec in specs:
         if not plan(spec, nodes, sim_actors=1):
-            raise UserError(f"no node offers device {spec.label!r}: {where} offers {', '.join(offered_labels(nodes))}; "
-                            f"{_next_step(spec, nodes)}.")
+            raise DeviceUnavailable(f"no node offers device {spec.label!r}: {where} offers "
+                                    f"{', '.join(offered_labels(nodes))}; {_next_step(spec, nodes)}.")
 
 
 def _next_step(spec: DeviceSpec, nodes: Sequence[Node]) -> str:

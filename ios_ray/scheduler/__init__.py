@@ -21,9 +21,10 @@ from ios_ray.scheduler.dag import BlockDag
 from ios_ray.scheduler.dp import BlockResult, GraphResult, SearchStats, optimize_block, optimize_graph
 from ios_ray.scheduler.endings import endings
 from ios_ray.scheduler.latency import LatencyModel, MissingLatencyError, TableLatency
-from ios_ray.scheduler.lazy import LazyParams, LazyRound, LazySpace, SearchSpace, lower_bounds, next_round
+from ios_ray.scheduler.lazy import LazyParams, LazyRound, LazySpace, lower_bounds, next_round
 from ios_ray.scheduler.outliers import inflated, unit_parts
 from ios_ray.scheduler.plan import BlockCounts, BlockPlan, Plan, PlannedStage, count_block, plan_graph
+from ios_ray.scheduler.search_space import SearchSpace
 from ios_ray.scheduler.space import BlockSpace, SearchParams
 
 __all__ = [

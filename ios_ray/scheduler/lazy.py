@@ -26,28 +26,25 @@ count's calibration is then at most the least measured / composed ratio of a uni
 population, so fewer than about ``3 / audit`` of that size's population lie below their bound (95% confidence):
 a statistical certificate, as good as the sample, not a proof.
 
-Work is reused between rounds: states, transitions and stage numbers are built once (:class:`LazySpace`), and
-identical blocks (NASNet's repeated cells) are solved once; a round is a few vectorised passes per block.
+Work is reused between rounds: states, transitions and stage numbers are built once (:class:`LazySpace`, a
+:class:`~ios_ray.scheduler.search_space.SearchSpace` with the estimates' relations), and identical blocks (NASNet's
+repeated cells) are solved once; a round is a few vectorised passes per block.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Iterator, Mapping
 
 import numpy as np
 
 from ios_ray.ir import Graph
-from ios_ray.schedule import BlockSchedule
 from ios_ray.scheduler.arrays import BlockArrays
-from ios_ray.scheduler.dp import BlockResult, GraphResult, SearchStats
 from ios_ray.scheduler.estimate import Estimates, estimate
-from ios_ray.scheduler.plan import Plan, PlannedStage, plan_found
-from ios_ray.scheduler.relations import StageIndex, StageRelations, relate
-from ios_ray.scheduler.space import BlockSpace, SearchParams, block_spaces
+from ios_ray.scheduler.relations import StageRelations, relate
+from ios_ray.scheduler.search_space import SearchSpace, walked
+from ios_ray.scheduler.space import SearchParams
 from ios_ray.stage import StageKeys
 
 #: Relative tolerance of ``L >= U`` (sums of the same floats in another order).
@@ -92,62 +89,6 @@ class LazyRound:
         return not self.measure
 
 
-@dataclass(frozen=True)
-class SearchSpace:
-    """The search space of a graph as arrays, built once: numbered stages, the blocks as arrays (identical ones
-    once: ``copies`` counts them, ``arrays_of`` maps each of the graph's blocks to its arrays), and the plan of the
-    search (as :func:`~ios_ray.scheduler.plan.plan_graph` gives it, found by the same walk). Every search solves its
-    DP over measured stages here (:meth:`optimize`): one DP path, one tie-break."""
-
-    graph: Graph
-    params: SearchParams
-    planned: tuple[PlannedStage, ...]
-    blocks: tuple[BlockArrays, ...]
-    copies: tuple[int, ...]
-    arrays_of: tuple[int, ...]
-    plan: Plan
-
-    @staticmethod
-    def build(graph: Graph, params: SearchParams, keys: StageKeys | None = None) -> SearchSpace:
-        """The search space of ``graph`` under ``params``."""
-        index, arrays, plan = _walk(graph, params, keys)
-        return SearchSpace(graph, params, tuple(index.planned), *_unique(arrays), plan)
-
-    @functools.cached_property
-    def keys(self) -> list[str]:
-        """Every stage key the lazy search may ask for, by stage number."""
-        return [p.key for p in self.planned]
-
-    @functools.cached_property
-    def audit_rank(self) -> np.ndarray:
-        """Per stage number, its place in the fixed random order audit samples are drawn in."""
-        return np.random.default_rng(0).permutation(len(self.planned))
-
-    @functools.cached_property
-    def numbers(self) -> dict[str, int]:
-        """Stage number by key."""
-        return {key: number for number, key in enumerate(self.keys)}
-
-    def vector(self, table: Mapping[str, float]) -> np.ndarray:
-        """Latencies by stage number from a table by key; NaN where the table has none (keys of other stages in
-        the table are ignored)."""
-        latency = np.full(len(self.planned), math.nan)
-        numbers = self.numbers
-        for key, ms in table.items():
-            if key in numbers:
-                latency[numbers[key]] = ms
-        return latency
-
-    def optimize(self, table: Mapping[str, float]) -> GraphResult:
-        """The DP's best schedule of every block over the stages ``table`` has (by key): what
-        :func:`~ios_ray.scheduler.dp.optimize_graph` finds with every other stage at ``inf``, from the arrays
-        instead of walking the spaces again."""
-        latency = self.vector(table)
-        latency[np.isnan(latency)] = math.inf
-        return GraphResult(tuple(_best_schedule(BlockSpace(self.graph, block, self.params), self.blocks[unique],
-                                                latency) for block, unique in zip(self.graph.blocks, self.arrays_of)))
-
-
 @dataclass(frozen=True, kw_only=True)
 class LazySpace(SearchSpace):
     """What does not change between the lazy search's rounds: the search space, with the stages its estimates
@@ -159,10 +100,10 @@ class LazySpace(SearchSpace):
     @staticmethod
     def build(graph: Graph, params: SearchParams, keys: StageKeys | None = None) -> LazySpace:
         """The lazy space of ``graph`` under ``params``."""
-        index, arrays, plan = _walk(graph, params, keys)
+        index, space = walked(graph, params, keys)
         relations = relate(index)
         seeds = np.concatenate([relations.one_group, relations.pairs])
-        return LazySpace(graph, params, tuple(index.planned), *_unique(arrays), plan, relations=relations,
+        return LazySpace(**{f.name: getattr(space, f.name) for f in fields(SearchSpace)}, relations=relations,
                          seeds=np.sort(seeds))
 
 
@@ -274,51 +215,3 @@ def _keys(space: LazySpace, chosen: np.ndarray) -> tuple[str, ...]:
 def _cap(left: float) -> int | None:
     """A slice end for what the budget has left (None: no limit)."""
     return None if math.isinf(left) else int(left)
-
-
-def _best_schedule(space: BlockSpace, arrays: BlockArrays, latency: np.ndarray) -> BlockResult:
-    """The best schedule of ``space``'s block (whose arrays are ``arrays``) under stage latencies by number; among
-    an ending's candidates the faster, the concurrent one where they tie (as the DP picks)."""
-    weights = arrays.ending_weights(latency)
-    cost = arrays.forward(weights)
-    if math.isinf(cost[arrays.full]):
-        raise ValueError(f"block {space.block.index} has no schedule of finite latency")
-    stages, latencies = [], []
-    for ending in reversed(arrays.best_endings(weights, cost)):
-        concurrent, merge = arrays.candidates[ending]
-        faster = merge >= 0 and (concurrent < 0 or latency[merge] < latency[concurrent])
-        strategy = "merge" if faster else "concurrent"
-        stages.append(next(s for s in space.stages(arrays.endings[ending]) if s.strategy == strategy))
-        latencies.append(float(weights[ending]))
-    counts = arrays.counts
-    return BlockResult(BlockSchedule(space.block.index, tuple(stages), tuple(latencies)), float(cost[arrays.full]),
-                       SearchStats(counts.states, counts.transitions, counts.stages))
-
-
-def _walk(graph: Graph, params: SearchParams, keys: StageKeys | None) -> tuple[StageIndex, list[BlockArrays], Plan]:
-    """Number the candidate stages of every block, build its arrays, and the plan they make."""
-    index = StageIndex(keys or StageKeys(graph))
-    arrays = [BlockArrays.of(space, index.add) for space in block_spaces(graph, params)]
-    found = [(a.counts, [index.planned[n] for n in np.unique(a.candidates[a.candidates >= 0])]) for a in arrays]
-    return index, arrays, plan_found(graph, params, index.keys, found)
-
-
-def _unique(arrays: list[BlockArrays]) -> tuple[tuple[BlockArrays, ...], tuple[int, ...], tuple[int, ...]]:
-    """Blocks with the same transitions, endings and candidate stages, once each, with how many times each occurs,
-    and for each block the index of its unique arrays."""
-    found: dict[str, int] = {}
-    unique: list[BlockArrays] = []
-    copies: list[int] = []
-    arrays_of: list[int] = []
-    for block in arrays:
-        transitions = block.by_state
-        parts = [a.tobytes() for a in (transitions.state, transitions.rest, transitions.ending, block.candidates)]
-        digest = hashlib.sha256(b"".join([*parts, repr(block.endings).encode()])).hexdigest()
-        if digest in found:
-            copies[found[digest]] += 1
-        else:
-            found[digest] = len(unique)
-            unique.append(block)
-            copies.append(1)
-        arrays_of.append(found[digest])
-    return tuple(unique), tuple(copies), tuple(arrays_of)

@@ -13,7 +13,6 @@ DEFAULT_STORE_PATH = Path("ios_store") / "latency.duckdb"
 
 _HOMES = {
     "LatencyStore": "latency_store",
-    "open_store": "latency_store",
     "FORMAT_VERSION": "schema",
     "KEY_COLUMNS": "schema",
     "STORE_SCHEMA": "schema",
@@ -21,7 +20,7 @@ _HOMES = {
 }
 
 if TYPE_CHECKING:
-    from ios_ray.store.latency_store import LatencyStore, open_store
+    from ios_ray.store.latency_store import LatencyStore
     from ios_ray.store.schema import FORMAT_VERSION, KEY_COLUMNS, STORE_SCHEMA, rows_to_table
 
 
@@ -33,5 +32,4 @@ def __getattr__(name: str) -> Any:
 
 
 #: Written out (not derived from ``_HOMES``) so that linters and type checkers see the re-exports.
-__all__ = ["DEFAULT_STORE_PATH", "LatencyStore", "open_store", "FORMAT_VERSION", "KEY_COLUMNS", "STORE_SCHEMA",
-           "rows_to_table"]
+__all__ = ["DEFAULT_STORE_PATH", "LatencyStore", "FORMAT_VERSION", "KEY_COLUMNS", "STORE_SCHEMA", "rows_to_table"]

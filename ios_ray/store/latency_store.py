@@ -64,7 +64,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from ios_ray.errors import UserError
+from ios_ray.errors import StoreUnusable, UserError
 from ios_ray.interrupts import ctrl_c_held
 from ios_ray.store import DEFAULT_STORE_PATH
 from ios_ray.store.schema import (
@@ -107,7 +107,7 @@ class LatencyStore:
         self._mutex = threading.Lock()
         self._con: duckdb.DuckDBPyConnection | None = None
         if self.path.is_dir():
-            raise UserError(f"{self.path} is a folder, not a latency store file; pass a file path as the store.")
+            raise StoreUnusable(f"{self.path} is a folder, not a latency store file; pass a file path as the store.")
         if create and not self._file.exists():
             self._write(lambda con: None)
         else:
@@ -233,7 +233,7 @@ class LatencyStore:
 
     def _read(self, action: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
         if not self._file.exists():
-            raise UserError(f"no latency store at {self.path}; run a search first, or pass another store path.")
+            raise StoreUnusable(f"no latency store at {self.path}; run a search first, or pass another store path.")
         with self._attached(write=False) as con:
             return action(con)
 
@@ -241,7 +241,7 @@ class LatencyStore:
         try:
             self._file.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise UserError(
+            raise StoreUnusable(
                 f"cannot create the folder {self.path.parent} ({err.strerror}); pass another store path."
             ) from None
         with self._attached(write=True) as con, _registered(con, "incoming", incoming):
@@ -264,12 +264,12 @@ class LatencyStore:
                     self._create(con)
                 self._attach(con, self._file, read_only=not write)
             except _FILE_ERRORS as err:
-                raise UserError(_failure(self.path, err)) from err
+                raise StoreUnusable(_failure(self.path, err)) from err
             try:
                 _check_format(con, self.path)
                 yield con
             except _FILE_ERRORS as err:
-                raise UserError(_failure(self.path, err)) from err
+                raise StoreUnusable(_failure(self.path, err)) from err
             finally:
                 self._detach(con)
 
@@ -293,7 +293,7 @@ class LatencyStore:
         try:
             _sql(con, f"ATTACH {_sql_string(path)} AS {_CATALOG} (TYPE duckdb{mode})")
         except duckdb.Error as err:
-            raise UserError(_failure(self.path, err)) from err
+            raise StoreUnusable(_failure(self.path, err)) from err
 
     def _detach(self, con: duckdb.DuckDBPyConnection) -> None:
         try:
@@ -314,11 +314,6 @@ class LatencyStore:
             self._con = None
 
 
-def open_store(path: str | os.PathLike[str] = DEFAULT_STORE_PATH, create: bool = True) -> LatencyStore:
-    """Open the latency store at `path`; when it is missing, create it if `create`, else raise UserError."""
-    return LatencyStore(path, create=create)
-
-
 def _refuse_hard_links(path: Path, file: Path) -> None:
     """UserError where the store file has other names (hard links): the lock sits beside the name a store is opened
     by, and so does the write-ahead log DuckDB leaves of a write cut short, so two names of one store would write
@@ -328,9 +323,9 @@ def _refuse_hard_links(path: Path, file: Path) -> None:
     except OSError:
         return  # missing (it is created under the lock) or unreadable (the open says so)
     if names > 1:
-        raise UserError(f"{path} is one of {names} hard-linked names of one file, and ios-ray locks a store, and "
-                        "DuckDB logs its writes, beside the name it is opened by; give the store one name (remove "
-                        "the other links, or copy the file) and point at it with symlinks, which share its lock.")
+        raise StoreUnusable(f"{path} is one of {names} hard-linked names of one file, and ios-ray locks a store, and "
+                            "DuckDB logs its writes, beside the name it is opened by; give the store one name (remove "
+                            "the other links, or copy the file) and point at it with symlinks, which share its lock.")
 
 
 @contextmanager
@@ -338,7 +333,7 @@ def _flock(path: Path, exclusive: bool) -> Iterator[None]:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as err:
-        raise UserError(
+        raise StoreUnusable(
             f"cannot open the lock file {path} ({err.strerror}); make its folder writable or pass another store path."
         ) from None
     try:
@@ -374,9 +369,9 @@ def _check_format(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     except (duckdb.CatalogException, duckdb.BinderException):
         meta = {}
     if meta.get("format") != FORMAT_NAME:
-        raise UserError(f"{path} is a DuckDB file but not an ios-ray latency store; pass another store path.")
+        raise StoreUnusable(f"{path} is a DuckDB file but not an ios-ray latency store; pass another store path.")
     if meta.get("version") != str(FORMAT_VERSION):
-        raise UserError(
+        raise StoreUnusable(
             f"{path} is a latency store of format version {meta.get('version')}, but this ios-ray reads version "
             f"{FORMAT_VERSION}; use a matching ios-ray or pass another store path."
         )
