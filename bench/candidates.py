@@ -35,11 +35,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import ios_ray  # noqa: E402
 from bench.verdict import run_parts  # noqa: E402
-from ios_ray.app.candidates import candidates  # noqa: E402
-from ios_ray.app.graph_schedules import local_device  # noqa: E402
-from ios_ray.app.job import SearchOutcome  # noqa: E402
-from ios_ray.app.measuring import Lazy, Setting  # noqa: E402
-from ios_ray.app.solver import Solver  # noqa: E402
+from ios_ray.app.search.candidates import candidates  # noqa: E402
+from ios_ray.app.compile.graph_schedules import local_device  # noqa: E402
+from ios_ray.app.search.job import SearchOutcome  # noqa: E402
+from ios_ray.app.search.measuring import Lazy, Setting  # noqa: E402
+from ios_ray.app.search.solver import Solver  # noqa: E402
 from ios_ray.frontend import import_model  # noqa: E402
 from ios_ray.paired import LookPlan, contest_confidence  # noqa: E402
 from ios_ray.runtime import Programs, ScheduleRunner  # noqa: E402
@@ -126,7 +126,7 @@ def _candidates(model: str, batch: int, store_path: Path) -> dict:
     base = local_device("cpu")
     kernels = max(("eager", "fused"), key=lambda k: len(store.lookup(measuring.keys, base.running(k).fingerprint,
                                                                       batch)))
-    from ios_ray.app.kernel_choice import KernelChoice
+    from ios_ray.app.search.kernel_choice import KernelChoice
 
     setting = Setting(base, batch)
     setting.run_with(KernelChoice(kernels, "as before"))

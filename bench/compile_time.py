@@ -59,8 +59,8 @@ def measure(spec: str, batch: int, store: Path, out: Path) -> dict[str, Any]:
     """A fresh process's compile figures for ``spec`` (see the module docstring)."""
     import ios_ray
     from bench.model_libraries import _define_torchvision_schemas
-    from ios_ray.app.backend import IosRayBackend
-    from ios_ray.app.compiled_graph import CompiledGraph
+    from ios_ray.app.compile.backend import IosRayBackend
+    from ios_ray.app.compile.compiled_graph import CompiledGraph
     from ios_ray.dtypes import example_input
     from ios_ray.models import resolve_model
     from ios_ray.store import LatencyStore
@@ -114,8 +114,8 @@ def _timed(cls: type, method: str, spent: list[float]) -> None:
 
 def _origin(graph: Any) -> str:
     """What a graph ran, in a word: a schedule file, the store's DP, its one schedule, or its fallback."""
-    from ios_ray.app.backend import FallbackGraph
-    from ios_ray.app.compiled_graph import FALLBACK
+    from ios_ray.app.compile.backend import FallbackGraph
+    from ios_ray.app.compile.compiled_graph import FALLBACK
 
     if isinstance(graph, FallbackGraph):
         return "not a module (fallback)"

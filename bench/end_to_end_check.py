@@ -47,8 +47,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.verdict import clears, inverted  # noqa: E402
 import ios_ray
-from ios_ray.app.job import SearchRequest, run_search
-from ios_ray.app.progress import SilentProgress
+from ios_ray.app.search.job import SearchRequest, run_search
+from ios_ray.app.search.progress import SilentProgress
 from ios_ray.frontend import import_model
 from ios_ray.models import resolve_model
 from ios_ray.paired import (REPORT_CONFIDENCE, SLOWER, WITHIN_NOISE, LookPlan, PairedTiming, median_interval, percent,

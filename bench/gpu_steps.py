@@ -38,8 +38,8 @@ from typing import Any
 
 import torch
 
-from ios_ray.app.cli_util import store_lookup
-from ios_ray.app.evaluation import predicted_ms
+from ios_ray.app.cli.util import store_lookup
+from ios_ray.app.cli.evaluation import predicted_ms
 from ios_ray.devices import parse_device
 from ios_ray.frontend import import_model
 from ios_ray.ir import Graph

@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import ios_ray  # noqa: E402
 from bench.verdict import run_parts  # noqa: E402
-from ios_ray.app.bench import compiled_variants, relative_error  # noqa: E402
+from ios_ray.app.cli.bench import compiled_variants  # noqa: E402
+from ios_ray.runtime.accuracy import relative_error  # noqa: E402
 from ios_ray.frontend import import_model, load_model  # noqa: E402
 from ios_ray.paired import REPORT_CONFIDENCE, median_interval, percent, ratios_of  # noqa: E402
 from ios_ray.runtime import Programs, ScheduleRunner  # noqa: E402

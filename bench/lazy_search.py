@@ -39,12 +39,12 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.verdict import clears, run_parts  # noqa: E402
-from ios_ray.app.bench import schedule_variants, side_by_side
-from ios_ray.app.evaluation import predicted_ms
-from ios_ray.app.job import SearchRequest, run_search
-from ios_ray.app.measuring import LAZY_MARGIN
-from ios_ray.app.progress import SilentProgress
-from ios_ray.app.rounds import ROUND_STAGES_PER_ACTOR
+from ios_ray.app.cli.bench import schedule_variants, side_by_side
+from ios_ray.app.cli.evaluation import predicted_ms
+from ios_ray.app.search.job import SearchRequest, run_search
+from ios_ray.app.search.measuring import LAZY_MARGIN
+from ios_ray.app.search.progress import SilentProgress
+from ios_ray.app.search.rounds import ROUND_STAGES_PER_ACTOR
 from ios_ray.vocabulary import DEFAULT_SIM_ACTORS
 from ios_ray.frontend import import_model, import_module
 from ios_ray.ir import Graph

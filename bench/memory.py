@@ -41,7 +41,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import allocator_counter  # noqa: E402
 from bench.synthetic import SyntheticCost  # noqa: E402
-from ios_ray.app.budgets import TRADE_OFF, budgeted, parse_memory_budget, sequential_peak  # noqa: E402
+from ios_ray.app.search.budgets import TRADE_OFF, budgeted, parse_memory_budget, sequential_peak  # noqa: E402
 from ios_ray.frontend import import_model  # noqa: E402
 from ios_ray.ir import GRAPH_INPUT, Graph  # noqa: E402
 from ios_ray.lifetimes import release_plan  # noqa: E402

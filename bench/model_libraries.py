@@ -56,7 +56,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.backbones import BACKBONES  # noqa: E402
 from bench.synthetic import SyntheticCost  # noqa: E402
-from ios_ray.app.bench import FLOAT32_TOLERANCE, HALF_TOLERANCE, OWN_ERROR_MULTIPLE, relative_error  # noqa: E402
+from ios_ray.runtime.accuracy import FLOAT32_TOLERANCE, HALF_TOLERANCE, OWN_ERROR_MULTIPLE, relative_error  # noqa: E402
 from ios_ray.dtypes import MEMORY_FORMATS, example_input, in_memory_format, to_memory_format, torch_dtype  # noqa: E402
 from ios_ray.frontend import import_module, opaque_report, output_tensor  # noqa: E402
 from ios_ray.ir import GRAPH_INPUT, Graph  # noqa: E402

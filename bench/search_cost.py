@@ -34,8 +34,8 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.verdict import clears, run_parts  # noqa: E402
 from ios_ray.paired import REPORT_CONFIDENCE, median_interval, percent, ratios_of
-from ios_ray.app.job import SearchRequest, run_search
-from ios_ray.app.progress import SilentProgress
+from ios_ray.app.search.job import SearchRequest, run_search
+from ios_ray.app.search.progress import SilentProgress
 from ios_ray.store import LatencyStore
 
 REPEAT_TARGET = 20.0

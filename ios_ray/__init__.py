@@ -22,23 +22,36 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ios_ray.errors import DeviceUnavailable, ImportRefused, StoreUnusable, UserError
+# Re-exported (``as`` marks a re-export): light, so that ``except ios_ray.UserError`` loads nothing more.
+from ios_ray.errors import DeviceUnavailable as DeviceUnavailable, ImportRefused as ImportRefused
+from ios_ray.errors import StoreUnusable as StoreUnusable, UserError as UserError
 
-#: The names of the API and the module each is loaded from.
-_API = {"search": "ios_ray.app.api", "optimize": "ios_ray.app.api", "SearchResult": "ios_ray.app.api",
-        "backend": "ios_ray.app.backend"}
+#: The public API, listed once: each name, the module it is loaded from, and its stability: ``stable`` (kept
+#: compatible within a minor version; a change is announced a minor version ahead) or ``provisional`` (may change in
+#: any version). Everything else in the package is internal, whatever its spelling.
+API: dict[str, tuple[str, str]] = {
+    "search": ("ios_ray.app.search.api", "stable"),
+    "optimize": ("ios_ray.app.search.api", "stable"),
+    "SearchResult": ("ios_ray.app.search.api", "stable"),
+    "backend": ("ios_ray.app.compile.backend", "stable"),
+    "ScheduledModule": ("ios_ray.runtime", "stable"),
+    "UserError": ("ios_ray.errors", "stable"),
+    "ImportRefused": ("ios_ray.errors", "provisional"),
+    "DeviceUnavailable": ("ios_ray.errors", "provisional"),
+    "StoreUnusable": ("ios_ray.errors", "provisional"),
+}
 
 if TYPE_CHECKING:
-    from ios_ray.app.api import SearchResult, optimize, search
-    from ios_ray.app.backend import backend
+    from ios_ray.app.compile.backend import backend as backend
+    from ios_ray.app.search.api import SearchResult as SearchResult, optimize as optimize, search as search
+    from ios_ray.runtime import ScheduledModule as ScheduledModule
 
 
 def __getattr__(name: str) -> Any:
-    """Load the API (``ios_ray.app.api``, ``ios_ray.app.backend``) when one of its names is first asked for."""
-    if name not in _API:
+    """Load a name of the API (:data:`API`) when it is first asked for."""
+    if name not in API:
         raise AttributeError(f"module 'ios_ray' has no attribute {name!r}")
-    return getattr(importlib.import_module(_API[name]), name)
+    return getattr(importlib.import_module(API[name][0]), name)
 
 
-__all__ = ["search", "optimize", "SearchResult", "backend", "UserError", "ImportRefused", "DeviceUnavailable",
-           "StoreUnusable"]
+__all__ = [*API, "API"]

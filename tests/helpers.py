@@ -14,8 +14,8 @@ import torch
 from torch import nn
 from typer.testing import CliRunner
 
-from ios_ray.app.bench import relative_error
-from ios_ray.app.budgets import BudgetRule, MemoryBudget
+from ios_ray.runtime.accuracy import relative_error
+from ios_ray.app.search.budgets import BudgetRule, MemoryBudget
 from ios_ray.devices import parse_device
 from ios_ray.frontend import import_model
 from ios_ray.ir import Graph

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 import ios_ray
-from ios_ray.app.bench import HALF_TOLERANCE, relative_error
+from ios_ray.runtime.accuracy import HALF_TOLERANCE, relative_error
 from ios_ray.dtypes import example_input
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_module

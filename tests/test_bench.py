@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from ios_ray.app.bench import (FLOAT32_TOLERANCE, GPU_FLOAT32_TOLERANCE, TF32_TOLERANCE, Variant, bench_rows,
-                              compile_modes_for, compiled_variants, output_tolerance)
+from ios_ray.app.cli.bench import Variant, bench_rows, compile_modes_for, compiled_variants
+from ios_ray.runtime.accuracy import FLOAT32_TOLERANCE, GPU_FLOAT32_TOLERANCE, TF32_TOLERANCE, output_tolerance
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.stage import StageKeys

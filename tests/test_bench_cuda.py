@@ -13,7 +13,8 @@ from typing import Iterator
 import pytest
 import torch
 
-from ios_ray.app.bench import GPU_FLOAT32_TOLERANCE, bench_model
+from ios_ray.app.cli.bench import bench_model
+from ios_ray.runtime.accuracy import GPU_FLOAT32_TOLERANCE
 from ios_ray.frontend import import_module
 from ios_ray.schedule import save_schedule
 from tests.helpers import tf32

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from bench.synthetic import SyntheticCost
-from ios_ray.app.show import schedule_text
-from ios_ray.app.budgets import (MemoryBudget, budgeted, default_budget, device_memory, parse_memory_budget,
+from ios_ray.app.cli.show import schedule_text
+from ios_ray.app.search.budgets import (MemoryBudget, budgeted, default_budget, device_memory, parse_memory_budget,
                                  refuse_what_cannot_fit, sequential_peak, trade_off)
-from ios_ray.app.job import SearchRequest, _search, checked_request, load_request_model, run_search
-from ios_ray.app.progress import SilentProgress
-from ios_ray.app.measuring import Exhaustive
+from ios_ray.app.search.job import SearchRequest, _search, checked_request, load_request_model, run_search
+from ios_ray.app.search.progress import SilentProgress
+from ios_ray.app.search.measuring import Exhaustive
 from ios_ray.errors import UserError
 from ios_ray.profiler import DeviceIdentity
 from ios_ray.ir import Graph

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from ray.cluster_utils import Cluster
 
-from ios_ray.app.evaluation import cross_evaluate, winners_hold
-from ios_ray.app.job import SearchRequest, run_search
-from ios_ray.app.outcome import SearchOutcome
-from ios_ray.app.progress import SilentProgress
+from ios_ray.app.cli.evaluation import cross_evaluate, winners_hold
+from ios_ray.app.search.job import SearchRequest, run_search
+from ios_ray.app.search.outcome import SearchOutcome
+from ios_ray.app.search.progress import SilentProgress
 from ios_ray.devices import parse_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_model

@@ -23,11 +23,11 @@ from torch import nn
 
 import ios_ray
 from bench.synthetic import SyntheticCost
-from ios_ray.app.budgets import schedule_memory
-from ios_ray.app.backend import CompileError, IosRayBackend
-from ios_ray.app.compiled_graph import FALLBACK, CompiledGraph
-from ios_ray.app.compiled_search import record_graphs
-from ios_ray.app.graph_schedules import Found, local_device
+from ios_ray.app.search.budgets import schedule_memory
+from ios_ray.app.compile.backend import CompileError, IosRayBackend
+from ios_ray.app.compile.compiled_graph import FALLBACK, CompiledGraph
+from ios_ray.app.search.compiled_search import record_graphs
+from ios_ray.app.compile.graph_schedules import Found, local_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
@@ -295,7 +295,7 @@ def test_bad_options_are_one_sentence_naming_the_option(options: dict[str, Any],
 def test_errors_inside_compilation_are_one_sentence_without_dynamo_frames(
     compile_options: dict[str, Any], named: str,
 ) -> None:
-    from ios_ray.app.backend import ios_ray as registered
+    from ios_ray.app.compile.backend import ios_ray as registered
 
     model = broken()
     with torch.no_grad(), pytest.raises(CompileError, match=named) as error:
@@ -307,7 +307,7 @@ def test_errors_inside_compilation_are_one_sentence_without_dynamo_frames(
 
 
 def test_options_through_torch_compile_reach_the_backend(tmp_path: Path) -> None:
-    from ios_ray.app.backend import ios_ray as registered
+    from ios_ray.app.compile.backend import ios_ray as registered
 
     model, x = broken(), torch.randn(2, *INPUT_SHAPE)
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
@@ -336,7 +336,7 @@ def test_the_entry_point_registers_the_backend_by_name(tmp_path: Path, monkeypat
     registry._discover_entrypoint_backends.cache_clear()
     try:
         registry._discover_entrypoint_backends()
-        from ios_ray.app.backend import ios_ray as registered
+        from ios_ray.app.compile.backend import ios_ray as registered
 
         assert registry.lookup_backend("ios_ray") is registered
     finally:
@@ -407,7 +407,7 @@ def test_the_stores_latencies_alone_give_the_dp_schedule(
     searched: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     store, _ = searched
-    monkeypatch.setattr("ios_ray.app.api.search", lambda *a, **k: pytest.fail("a compile searched"))
+    monkeypatch.setattr("ios_ray.app.search.api.search", lambda *a, **k: pytest.fail("a compile searched"))
     model, x = broken(), torch.randn(2, *INPUT_SHAPE)
     backend = ios_ray.backend(schedules=None, store=store, on_miss="search")
     out, said = compiled(model, backend, x)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import ios_ray
 from bench.synthetic import SyntheticCost
-from ios_ray.app.job import SearchOutcome
+from ios_ray.app.search.job import SearchOutcome
 from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
 from ios_ray.paired import least_rounds

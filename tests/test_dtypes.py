@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from ios_ray.app.bench import HALF_TOLERANCE, find_schedule, output_tolerance, relative_error
+from ios_ray.app.cli.bench import find_schedule
+from ios_ray.runtime.accuracy import HALF_TOLERANCE, output_tolerance, relative_error
 from ios_ray.dtypes import dtype_name, example_input, module_dtype, torch_dtype
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_module

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import ios_ray
-from ios_ray.app.api import SearchResult
+from ios_ray.app.search.api import SearchResult
 from ios_ray.dtypes import MEMORY_FORMATS
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_module

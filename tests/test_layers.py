@@ -2,7 +2,8 @@
 
 Every ``import`` in the package counts, those inside functions and under ``TYPE_CHECKING`` too: a lazy import is
 still a dependency. The package's front doors (``ios_ray/__init__.py``, ``ios_ray/__main__.py`` and the command's
-entry point ``ios_ray/cli.py``) sit above everything and may reach the application.
+entry point ``ios_ray/cli.py``) sit above everything and may reach the application. Inside the application its three
+entrances are floors too: search, then compile (the backend may search), then cli (:mod:`ios_ray.app`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "ios_ray"
 SUBSYSTEMS = ("scheduler", "profiler", "store", "runtime", "app")
+#: The application's entrances, each a package of ``app``, lowest first: each may import those before it only.
+ENTRANCES = ("search", "compile", "cli")
 FRONT_DOORS = ("ios_ray", "ios_ray.__main__", "ios_ray.cli")
 THIRD_PARTY = ("ray", "duckdb", "pyarrow", "torch", "typer", "rich")
 
@@ -25,6 +28,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "runtime": {"scheduler", "profiler", "store", "app", "ray", "duckdb", "pyarrow", "typer", "rich", "zoo"},
     "profiler": {"scheduler", "store", "app", "typer", "rich"},
     "app": set(),
+    **{f"app.{entrance}": {f"app.{above}" for above in ENTRANCES[i + 1:]} for i, entrance in enumerate(ENTRANCES)},
 }
 
 
@@ -37,6 +41,8 @@ def module_name(path: Path) -> str:
 def layer_of(module: str) -> str:
     """The layer a module of the package belongs to: a subsystem's name, or ``core``."""
     parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "app" and parts[2] in ENTRANCES:
+        return f"app.{parts[2]}"
     return parts[1] if len(parts) > 1 and parts[1] in SUBSYSTEMS else "core"
 
 
@@ -46,6 +52,8 @@ def targets(imported: str) -> set[str]:
     if parts[0] != "ios_ray":
         return {parts[0]} if parts[0] in THIRD_PARTY else set()
     found = {layer_of(imported)}
+    if len(parts) > 1 and parts[1] == "app":
+        found.add("app")
     if len(parts) > 1 and parts[1] in ("zoo", "models"):
         found.add("zoo")
     return found
@@ -87,7 +95,7 @@ def test_imports_only_point_down() -> None:
 @pytest.mark.parametrize(
     "module, source",
     [
-        ("ios_ray.ir", "from ios_ray.app.job import run_search"),
+        ("ios_ray.ir", "from ios_ray.app.search.job import run_search"),
         ("ios_ray.frontend", "def f():\n    import ray\n"),
         ("ios_ray.scheduler.dp", "from ios_ray.store import LatencyStore"),
         ("ios_ray.scheduler.plan", "import torch"),
@@ -95,6 +103,9 @@ def test_imports_only_point_down() -> None:
         ("ios_ray.runtime.scheduled_module", "from ios_ray.zoo import ZOO"),
         ("ios_ray.store.latency_store", "from ios_ray.profiler import DevicePool"),
         ("ios_ray.profiler.real", "from ios_ray.scheduler import optimize_graph"),
+        ("ios_ray.app.search.job", "from ios_ray.app.compile.backend import backend"),
+        ("ios_ray.app.search.options", "def f():\n    from ios_ray.app.cli.util import parse_list\n"),
+        ("ios_ray.app.compile.compiled_graph", "from ios_ray.app.cli.bench import relative_error"),
     ],
 )
 def test_a_forbidden_import_is_caught(module: str, source: str) -> None:
@@ -103,5 +114,7 @@ def test_a_forbidden_import_is_caught(module: str, source: str) -> None:
 
 def test_allowed_imports_pass() -> None:
     assert violations("from ios_ray.runtime import Program\nimport ray", "ios_ray.profiler.real") == []
-    assert violations("from ios_ray.scheduler import plan_graph\nimport duckdb", "ios_ray.app.job") == []
+    assert violations("from ios_ray.scheduler import plan_graph\nimport duckdb", "ios_ray.app.search.job") == []
     assert violations("from ios_ray.app.cli import app", "ios_ray.__main__") == []
+    assert violations("from ios_ray.app.search.api import search", "ios_ray.app.compile.compiled_graph") == []
+    assert violations("from ios_ray.app.compile import backend", "ios_ray.app.cli.commands") == []

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.synthetic import SyntheticCost
-from ios_ray.app.budgets import MemoryBudget
-from ios_ray.app.measuring import Exhaustive, Lazy, Measuring, Setting
+from ios_ray.app.search.budgets import MemoryBudget
+from ios_ray.app.search.measuring import Exhaustive, Lazy, Measuring, Setting
 from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
 from ios_ray.profiler import DeviceIdentity

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ios_ray.app.job import SearchRequest, run_search
-from ios_ray.app.progress import SilentProgress
-from ios_ray.app.rounds import MAX_GROWTH, ROUND_STAGES_PER_ACTOR, RoundSize
+from ios_ray.app.search.job import SearchRequest, run_search
+from ios_ray.app.search.progress import SilentProgress
+from ios_ray.app.search.rounds import MAX_GROWTH, ROUND_STAGES_PER_ACTOR, RoundSize
 from ios_ray.errors import UserError
 
 MODEL = "tests.user_models:wide"

@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 import ios_ray
-from ios_ray.app.bench import find_schedule, relative_error
+from ios_ray.app.cli.bench import find_schedule
+from ios_ray.runtime.accuracy import relative_error
 from ios_ray.dtypes import converted, in_memory_format, memory_format_name, module_memory_format
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_model, import_module

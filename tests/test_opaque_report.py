@@ -10,7 +10,7 @@ import sys
 import pytest
 from rich.console import Console
 
-from ios_ray.app.progress import RichSearchProgress
+from ios_ray.app.search.progress import RichSearchProgress
 from ios_ray.blocks import find_blocks
 from ios_ray.frontend import opaque_report
 from ios_ray.ir import GRAPH_INPUT, Graph, Unit, Value

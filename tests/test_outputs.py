@@ -13,7 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from ios_ray.app.bench import eager_variants, relative_error
+from ios_ray.app.cli.bench import eager_variants
+from ios_ray.runtime.accuracy import relative_error
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_module, output_tensor
 from ios_ray.runtime import ScheduledModule

@@ -4,6 +4,7 @@ tested ones: torch, Ray and DuckDB within the ranges the suite passes on, plotti
 from __future__ import annotations
 
 import ast
+import importlib
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,7 @@ def test_the_wheel_holds_the_library_and_nothing_else(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     packages = {name.split("/")[0] for name in names if not name.startswith("ios_ray-")}
     assert packages == {"ios_ray"}
-    assert "ios_ray/app/api.py" in names and "ios_ray/scheduler/dp.py" in names and "ios_ray/zoo/randwire.py" in names
+    assert "ios_ray/app/search/api.py" in names and "ios_ray/scheduler/dp.py" in names and "ios_ray/zoo/randwire.py" in names
     assert not [name for name in names if "/tests/" in name or "/bench/" in name or name.startswith(("tests/", "bench/"))]
     entry_points = next(name for name in names if name.endswith("entry_points.txt"))
     assert "ios-ray = ios_ray.cli:app" in zipfile.ZipFile(wheel).read(entry_points).decode()
@@ -69,4 +70,15 @@ def test_plotting_and_test_tools_are_no_runtime_dependencies() -> None:
                 for name in [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]:
                     imports.setdefault(name.split(".")[0], set()).add(path.relative_to(ROOT).as_posix())
     assert "yaml" not in imports
-    assert imports["matplotlib"] == {"ios_ray/app/plot.py"}
+    assert imports["matplotlib"] == {"ios_ray/app/cli/plot.py"}
+
+
+def test_the_public_api_is_listed_once_with_its_stability_and_every_name_loads() -> None:
+    import ios_ray
+
+    assert set(ios_ray.__all__) == {*ios_ray.API, "API"}
+    for name, (module, stability) in ios_ray.API.items():
+        assert stability in ("stable", "provisional"), name
+        assert getattr(ios_ray, name) is getattr(importlib.import_module(module), name)
+    with pytest.raises(AttributeError, match="no attribute 'Solver'"):
+        ios_ray.Solver  # noqa: B018 - internal names are not the API

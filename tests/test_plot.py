@@ -9,9 +9,9 @@ from typing import Mapping, Sequence
 
 import pytest
 
-from ios_ray.app.budgets import Lookup
-from ios_ray.app.plot import check_plot_paths, plot_schedule
-from ios_ray.app.timeline import timelines
+from ios_ray.app.search.budgets import Lookup
+from ios_ray.app.cli.plot import check_plot_paths, plot_schedule
+from ios_ray.app.cli.timeline import timelines
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.schedule import BlockSchedule, Schedule

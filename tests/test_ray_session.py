@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ios_ray.app import ray_session as session_module
-from ios_ray.app.ray_session import ray_session
+from ios_ray.app.search import ray_session as session_module
+from ios_ray.app.search.ray_session import ray_session
 from ios_ray.errors import UserError
 from tests.helpers import HANG_S
 
@@ -162,7 +162,7 @@ CTRL_C_WHILE_RAY_STARTS = textwrap.dedent(
         def get_runtime_context(self): return SimpleNamespace(gcs_address=self.gcs)
 
     sys.modules["ray"] = Ray()
-    from ios_ray.app.ray_session import ray_session
+    from ios_ray.app.search.ray_session import ray_session
     try:
         with ray_session(None):
             print("searched on")

@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 import torch
 
-from ios_ray.app.bench import GPU_FLOAT32_TOLERANCE, HALF_TOLERANCE
+from ios_ray.runtime.accuracy import GPU_FLOAT32_TOLERANCE, HALF_TOLERANCE
 from ios_ray.dtypes import example_input
 from ios_ray.frontend import import_module
 from ios_ray.ir import GRAPH_INPUT

@@ -21,7 +21,7 @@ from ios_ray.runtime import read_schedules
 from ios_ray.schedule import (SCHEDULE_VERSION, BlockSchedule, CandidateRun, EndToEnd, PeakMemory, Schedule,
                               check_schedule, folder_name, load_schedule, read_schedule, save_schedule, schedule_path)
 from ios_ray.scheduler import SearchParams, optimize_graph, sequential
-from ios_ray.app.check import kept_schedule
+from ios_ray.app.search.check import kept_schedule
 from ios_ray.stage import Stage
 from tests.helpers import HANG_S, ios_ray_here
 

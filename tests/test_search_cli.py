@@ -281,8 +281,8 @@ def test_show_draws_the_timeline_beside_the_sequential_schedule(filled_store: Fi
 def test_the_trade_off_is_the_searchs_solver_over_the_store(filled_store: FilledStore) -> None:
     """``ios-ray evaluate``'s trade-off solves the stored latencies as the search does: without a budget it is the
     schedule the search kept (simulated: the DP's), and each budget keeps its peak."""
-    from ios_ray.app.cli_util import store_lookup
-    from ios_ray.app.solver import stored_trade_off
+    from ios_ray.app.cli.util import store_lookup
+    from ios_ray.app.search.solver import stored_trade_off
     from ios_ray.frontend import import_model
     from ios_ray.stage import StageKeys
 
@@ -304,7 +304,7 @@ def test_the_trade_off_is_the_searchs_solver_over_the_store(filled_store: Filled
 NO_V100_HERE = """
 import sys
 import ray
-import ios_ray.app.job as job
+import ios_ray.app.search.job as job
 
 def never(*args, **kwargs):
     raise AssertionError("the search went past the device check")
@@ -372,7 +372,7 @@ def test_run_holds_a_schedule_to_the_models_own_float32_error(tmp_path: Path) ->
 CTRL_C_COMMAND = """
 import atexit, sys
 import ios_ray.cli
-from ios_ray.app.cli_util import CommandLine, user_errors
+from ios_ray.app.cli.util import CommandLine, user_errors
 
 assert isinstance(ios_ray.cli.app, CommandLine)
 atexit.register(lambda: print("finalized", flush=True))

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from ios_ray.errors import UserError
 from ios_ray.store import LatencyStore, rows_to_table
-from ios_ray.app.store_cli import store_app
+from ios_ray.app.cli.store import store_app
 from tests.store_writer import FINGERPRINT, fake_keys, fake_rows, missing
 from tests.helpers import HANG_S, open_store
 

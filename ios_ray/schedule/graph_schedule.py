@@ -81,4 +81,5 @@ def schedule_from_json(data: Mapping[str, Any]) -> Schedule:
     defects = schedule_defects(data)
     if defects:
         raise ValueError("; ".join(defects))
-    return read_record(SCHEDULE, upgraded(data), {})
+    schedule: Schedule = read_record(SCHEDULE, upgraded(data), {})
+    return schedule

@@ -24,7 +24,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from ios_ray.app.outcome import SearchOutcome
+from ios_ray.app.search.outcome import SearchOutcome
 from ios_ray.dtypes import example_input
 from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import in_eval_mode

@@ -2,7 +2,7 @@
 sequential schedule's, on one time axis, drawn with matplotlib into PNG, SVG or PDF files.
 
 The upper panel is the schedule of the file: a lane per stream (GPU) or thread (CPU), each unit a bar as long as
-its share of the stage's latency (:mod:`ios_ray.app.timeline`), coloured by kind, merged convs hatched, dotted lines
+its share of the stage's latency (:mod:`ios_ray.app.cli.timeline`), coloured by kind, merged convs hatched, dotted lines
 at the barriers between stages, and the critical path (the group each stage waits for) outlined in red. The lower
 panel is the sequential schedule of the same graph from the store's latencies of every unit alone. A unit's name is
 written in its bar where it fits whole (never cut); ``ios-ray show`` lists every stage in text.
@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ios_ray.app.timeline import Bar, Timeline
+from ios_ray.app.cli.timeline import Bar, Timeline
 from ios_ray.errors import UserError
 from ios_ray.schedule import Schedule
 
@@ -119,7 +119,7 @@ def _bar(axes: Axes, bar: Bar, points_per_ms: float) -> None:
 def _points_per_ms(axes: Axes, end: float) -> float:
     """How many typographic points one millisecond spans on the axes (for fitting names into bars)."""
     figure: Any = axes.figure
-    width_in = figure.get_figwidth() * 0.86  # the axes' share of the width, less the lane names on the left
+    width_in = float(figure.get_figwidth()) * 0.86  # the axes' share of the width, less the lane names on the left
     return width_in * 72 / (end if end > 0 else 1)
 
 

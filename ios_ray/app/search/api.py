@@ -22,28 +22,28 @@ import inspect
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Sequence, TypeVar
 
 import torch
 from torch import nn
 
-from ios_ray.app.job import run_search
-from ios_ray.app.outcome import SearchOutcome
-from ios_ray.app.progress import RichSearchProgress, SearchProgress, SilentProgress
-from ios_ray.app.options import api_doc, api_parameters
-from ios_ray.app.request import SearchRequest
+from ios_ray.app.search.job import run_search
+from ios_ray.app.search.outcome import SearchOutcome
+from ios_ray.app.search.progress import RichSearchProgress, SearchProgress, SilentProgress
+from ios_ray.app.search.options import api_doc, api_parameters
+from ios_ray.app.search.request import SearchRequest
 from ios_ray.dtypes import dtype_name, module_dtype
 from ios_ray.errors import UserError
 from ios_ray.runtime import ScheduledModule
 from ios_ray.schedule import Schedule, save_schedule, schedule_path
 
 if TYPE_CHECKING:
-    from ios_ray.app.compiled_search import CompiledSearchResult
+    from ios_ray.app.search.compiled_search import CompiledSearchResult
 
 
 @dataclass(frozen=True)
 class SearchResult:
-    """What a search found for one model: one :class:`~ios_ray.app.outcome.SearchOutcome` per (device, batch)."""
+    """What a search found for one model: one :class:`~ios_ray.app.search.outcome.SearchOutcome` per (device, batch)."""
 
     model: str
     input_shape: tuple[int, ...]
@@ -104,13 +104,13 @@ def search(
     by every later search. ``progress`` shows progress bars (in a terminal or a notebook), or takes an object of the
     ``SearchProgress`` protocol. ``torch_compile=True`` searches instead each graph ``torch.compile(model,
     backend="ios_ray")`` hands the backend at each batch size (a
-    :class:`~ios_ray.app.compiled_search.CompiledSearchResult`), so that a compile later only looks its schedules up.
-    The options (:class:`~ios_ray.app.options.SearchOptions`):
+    :class:`~ios_ray.app.search.compiled_search.CompiledSearchResult`), so that a compile later only looks its schedules up.
+    The options (:class:`~ios_ray.app.search.options.SearchOptions`):
 
 {options}
     """
     if torch_compile:
-        from ios_ray.app.compiled_search import search_graphs
+        from ios_ray.app.search.compiled_search import search_graphs
 
         return search_graphs(model, _as_tuple(batches), options.pop("input_shape", None), options.pop("name", None),
                              search, {"devices": devices, "progress": progress, **options})
@@ -155,7 +155,10 @@ def optimize(
     return result.deploy(model)  # type: ignore[union-attr]  # a search without torch_compile: a SearchResult
 
 
-def _as_tuple(value: Sequence | str | int) -> tuple:
+_Item = TypeVar("_Item", str, int)
+
+
+def _as_tuple(value: Sequence[_Item] | _Item) -> tuple[_Item, ...]:
     """One item or several, as a tuple."""
     return (value,) if isinstance(value, (str, int)) else tuple(value)
 
@@ -163,7 +166,7 @@ def _as_tuple(value: Sequence | str | int) -> tuple:
 def _progress(progress: bool | SearchProgress) -> ContextManager[SearchProgress]:
     """Progress bars on a rich console (terminal or notebook), nothing, or the caller's own progress object."""
     if progress is True:
-        from ios_ray.app.cli_util import make_console
+        from ios_ray.app.search.progress import make_console
 
         return RichSearchProgress(make_console())
     if progress is False:

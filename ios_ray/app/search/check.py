@@ -1,4 +1,4 @@
-"""The search's end-to-end check: on a measured device the candidates of a setting (:mod:`~ios_ray.app.candidates`:
+"""The search's end-to-end check: on a measured device the candidates of a setting (:mod:`~ios_ray.app.search.candidates`:
 the DP's schedule, its alternatives, greedy, sequential) run whole, in rounds of alternating order, on an actor of
 the device (:func:`~ios_ray.runtime.compare.contest`), and the search keeps, of the candidates whose interval of
 candidate / sequential lies wholly below 1, the one of the lowest median; where none does, sequential (fewer

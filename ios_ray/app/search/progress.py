@@ -24,7 +24,7 @@ from ios_ray.ir import Graph
 from ios_ray.scheduler import Plan
 
 if TYPE_CHECKING:
-    from ios_ray.app.outcome import SearchOutcome
+    from ios_ray.app.search.outcome import SearchOutcome
 
 
 class SearchProgress(Protocol):
@@ -149,3 +149,9 @@ class SilentProgress:
 
     def kept(self, outcome: SearchOutcome) -> None:
         """Say nothing."""
+
+
+def make_console() -> Console:
+    """A rich console; 240 columns wide where output goes to a file or pipe, so tables keep their columns."""
+    console = Console()
+    return console if console.is_terminal else Console(width=240)

@@ -13,7 +13,8 @@ import typer
 from rich.console import JustifyMethod
 from rich.table import Table
 
-from ios_ray.app.cli_util import make_console, user_errors
+from ios_ray.app.cli.util import user_errors
+from ios_ray.app.search.progress import make_console
 from ios_ray.store import DEFAULT_STORE_PATH
 
 if TYPE_CHECKING:

@@ -1,10 +1,10 @@
 """The one solver: the latencies a store holds for a setting (device, batch) -> its :class:`~ios_ray.schedule.Schedule`.
 
-The search job (its candidates, :mod:`~ios_ray.app.candidates`), the torch.compile backend's store lookup
-(:mod:`~ios_ray.app.graph_schedules`) and ``ios-ray evaluate``'s trade-off all solve a setting the same way: the DP
+The search job (its candidates, :mod:`~ios_ray.app.search.candidates`), the torch.compile backend's store lookup
+(:mod:`~ios_ray.app.compile.graph_schedules`) and ``ios-ray evaluate``'s trade-off all solve a setting the same way: the DP
 through the search space over the setting's measured stages, priced by its correction
-(:meth:`~ios_ray.app.measuring.Measuring.dp`), kept within its memory budget, with its peak beside the sequential
-schedule's (:meth:`~ios_ray.app.measuring.Measuring.solve`), each stage with its latency as measured. :class:`Solver`
+(:meth:`~ios_ray.app.search.measuring.Measuring.dp`), kept within its memory budget, with its peak beside the sequential
+schedule's (:meth:`~ios_ray.app.search.measuring.Measuring.solve`), each stage with its latency as measured. :class:`Solver`
 turns that into a schedule, carrying what its file records (the DP's bounds, the measuring record, the kernels'
 choice, the correction): the one place a solved :class:`Schedule` is built, beside its sequential twin.
 """
@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence, cast
 
-from ios_ray.app.budgets import Lookup, TradeOffRow, peak_bytes, trade_off
-from ios_ray.app.measuring import NO_PRICE, Exhaustive, Measuring, Setting, StagePrice
+from ios_ray.app.search.budgets import Lookup, TradeOffRow, peak_bytes, trade_off
+from ios_ray.app.search.measuring import NO_PRICE, Exhaustive, Measuring, Setting, StagePrice
 from ios_ray.ir import Graph
 from ios_ray.profiler import DeviceIdentity
 from ios_ray.profiler.jobs import Source
@@ -76,7 +76,7 @@ class Solver:
         return dataclasses.replace(solved, blocks=tuple(blocks), memory=memory)
 
     def trade_off(self, setting: Setting) -> list[TradeOffRow]:
-        """The fastest schedule of ``setting`` at each budget of :data:`~ios_ray.app.budgets.TRADE_OFF` (in place
+        """The fastest schedule of ``setting`` at each budget of :data:`~ios_ray.app.search.budgets.TRADE_OFF` (in place
         of its own), from one unbudgeted DP."""
         found, latency = self.measuring.dp(setting)
         return trade_off(self.graph, found, latency, self.measuring.space.params, setting.batch, self.dtype)

@@ -12,13 +12,13 @@
 * ``sequential``: the baseline: a search never keeps a schedule that is not faster than it beyond noise.
 
 A candidate that runs the same stages as one before it is left out. Every candidate runs the setting's kernels and
-records its stages' latencies as measured; the check (:mod:`~ios_ray.app.check`) times them whole and keeps one.
+records its stages' latencies as measured; the check (:mod:`~ios_ray.app.search.check`) times them whole and keeps one.
 """
 
 from __future__ import annotations
 
-from ios_ray.app.measuring import Setting
-from ios_ray.app.solver import Solver
+from ios_ray.app.search.measuring import Setting
+from ios_ray.app.search.solver import Solver
 from ios_ray.schedule import BlockSchedule, PeakMemory, Schedule
 from ios_ray.scheduler import greedy_stages
 
@@ -28,7 +28,7 @@ ALTERNATIVE_PRICE = 0.5
 
 def candidates(solver: Solver, setting: Setting) -> dict[str, Schedule]:
     """The candidates of one setting (its kernels chosen), by name, the DP's first and sequential last, each solved
-    by ``solver`` (:class:`~ios_ray.app.solver.Solver`: its file carries the DP's bounds, the measuring record, the
+    by ``solver`` (:class:`~ios_ray.app.search.solver.Solver`: its file carries the DP's bounds, the measuring record, the
     kernels' choice and the correction)."""
     assert setting.kernels is not None, "a setting is solved after its kernels are chosen"
     base = solver.solve(setting)

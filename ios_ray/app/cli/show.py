@@ -1,5 +1,5 @@
 """A schedule as text for people (``ios-ray show``): its setting, the check that kept it, its memory, and per block its
-stages with strategy, latency and groups. The picture is :mod:`ios_ray.app.plot`'s.
+stages with strategy, latency and groups. The picture is :mod:`ios_ray.app.cli.plot`'s.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from ios_ray.app.budgets import Lookup
+from ios_ray.app.search.budgets import Lookup
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.schedule import Schedule

@@ -10,14 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import typer
-from rich.console import Console
 
 from ios_ray.errors import UserError
 from ios_ray.interrupts import stop_on_sigterm, was_terminated
 from ios_ray.vocabulary import checked_batches
 
 if TYPE_CHECKING:
-    from ios_ray.app.budgets import Lookup
+    from ios_ray.app.search.budgets import Lookup
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -88,19 +87,6 @@ def parse_batches(text: str) -> list[int]:
     return list(checked_batches(batches))
 
 
-def parse_input_shape(text: str | None) -> tuple[int, ...] | None:
-    """Parse ``3x224x224`` into a per-sample input shape (None stays None); anything else is a UserError."""
-    if text is None:
-        return None
-    try:
-        shape = tuple(int(part) for part in text.lower().split("x"))
-    except ValueError:
-        shape = ()
-    if not shape or any(n < 1 for n in shape):
-        raise UserError(f"--input-shape takes positive sizes joined by x, such as 3x224x224, not {text!r}.")
-    return shape
-
-
 def at_least_one(**counts: int) -> None:
     """UserError unless every named count (``--repeat``, ``--rounds``...) is at least 1."""
     for name, value in counts.items():
@@ -124,9 +110,3 @@ def store_lookup(path: Path) -> "Lookup | None":
 
     store = LatencyStore(path, create=False)
     return lambda keys, fingerprint, batch, dtype: store.lookup(list(keys), fingerprint, batch, dtype)
-
-
-def make_console() -> Console:
-    """A rich console; 240 columns wide where output goes to a file or pipe, so tables keep their columns."""
-    console = Console()
-    return console if console.is_terminal else Console(width=240)

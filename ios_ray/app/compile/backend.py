@@ -3,7 +3,7 @@
 Dynamo hands a backend one fx graph per graph break, with the model's parameters among its inputs. Each graph is
 wrapped into a module of one input batch holding those parameters (:func:`~ios_ray.frontend.dynamo.graph_call`),
 imported through the same pipeline as any model, and run with the schedule of each call's setting
-(:class:`~ios_ray.app.compiled_graph.CompiledGraph`; where it is found: :mod:`ios_ray.app.graph_schedules`). A
+(:class:`~ios_ray.app.compile.compiled_graph.CompiledGraph`; where it is found: :mod:`ios_ray.app.compile.graph_schedules`). A
 graph that cannot be one module of one input batch runs as its fallback, with one warning saying why.
 
 Options are checked when :func:`backend` is called, so a bad one is one sentence before Dynamo runs. An error while a
@@ -25,10 +25,10 @@ from typing import Any, Callable, Mapping, Sequence
 import torch.fx as fx
 from torch._dynamo.exc import ShortenTraceback
 
-from ios_ray.app.compiled_graph import FALLBACK, CompiledGraph
-from ios_ray.app.graph_schedules import GraphSchedules
+from ios_ray.app.compile.compiled_graph import FALLBACK, CompiledGraph
+from ios_ray.app.compile.graph_schedules import GraphSchedules
 from ios_ray.errors import UserError
-from ios_ray.app.options import SearchOptions, api_parameters
+from ios_ray.app.search.options import SearchOptions, api_parameters
 from ios_ray.frontend.dynamo import Unschedulable, graph_call, graph_name
 from ios_ray.schedule import Schedule
 from ios_ray.scheduler import SearchParams

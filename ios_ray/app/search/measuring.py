@@ -7,7 +7,7 @@ measures in rounds: the scheduler's pure :func:`~ios_ray.scheduler.next_round` r
 and names the stages that can still change its schedule, until none can (each schedule is then the exhaustive DP's,
 as far as the lower bounds hold, within the setting's memory budget too) or the budget of stages is spent. Both
 solve the DP over measured stages the same way (:meth:`~ios_ray.scheduler.SearchSpace.optimize`), kept within the
-setting's memory budget (:func:`~ios_ray.app.budgets.budgeted`: the budgeted DP runs only where that schedule peaks
+setting's memory budget (:func:`~ios_ray.app.search.budgets.budgeted`: the budgeted DP runs only where that schedule peaks
 over it). On a measured device both also measure again a stored unit alone whose latency is an outlier
 (:mod:`~ios_ray.scheduler.outliers`), once per search.
 """
@@ -20,8 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from ios_ray.app.budgets import MemoryBudget, budgeted
-from ios_ray.app.kernel_choice import KernelChoice
+from ios_ray.app.search.budgets import MemoryBudget, budgeted
+from ios_ray.app.search.kernel_choice import KernelChoice
 from ios_ray.errors import UserError
 from ios_ray.profiler import DeviceIdentity
 from ios_ray.schedule import BlockSchedule, PeakMemory
@@ -200,7 +200,7 @@ class Lazy(Measuring):
     """Measure in rounds only the stages that can still change a setting's schedule, up to ``budget`` per setting.
 
     Under a memory budget the rounds go on once the unbudgeted schedule is certified: the budgeted DP
-    (:func:`~ios_ray.app.budgets.budgeted`) runs on the lower bounds, and the unmeasured stages of its schedule are
+    (:func:`~ios_ray.app.search.budgets.budgeted`) runs on the lower bounds, and the unmeasured stages of its schedule are
     measured, until that schedule is all measured stages. It is then the fastest within the budget as far as the
     bounds hold (every other schedule within it is bounded below by its cost), which the DP over measured stages
     finds in :meth:`solve`. Where the unbudgeted schedule fits, this adds nothing."""

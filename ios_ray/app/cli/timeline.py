@@ -1,4 +1,4 @@
-"""A schedule as a timeline, for the picture ``ios-ray show --plot`` draws (:mod:`ios_ray.app.plot`): which units run
+"""A schedule as a timeline, for the picture ``ios-ray show --plot`` draws (:mod:`ios_ray.app.cli.plot`): which units run
 on which stream or thread, from when to when, which of them make the critical path, and the sequential schedule's
 timeline beside it.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from ios_ray.app.budgets import Lookup
+from ios_ray.app.search.budgets import Lookup
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.schedule import Schedule

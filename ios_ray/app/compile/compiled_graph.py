@@ -12,7 +12,7 @@ same numbers. Another set of values gets a binding of its own (the most recent
 ``follow_weights=False`` skips the comparison, for a server whose weights never change.
 
 Per binding and setting (device, batch size, dtype), the schedule is looked up once
-(:class:`~ios_ray.app.graph_schedules.GraphSchedules`), and one line says which schedule runs it and why (unless
+(:class:`~ios_ray.app.compile.graph_schedules.GraphSchedules`), and one line says which schedule runs it and why (unless
 ``progress=False``; also the log ``ios_ray.backend`` at INFO); on a miss, ``on_miss="fallback"`` runs the fallback with
 one warning per graph and setting, naming the search that would make the schedule, and ``on_miss="search"``
 searches that setting on this machine (``ios_ray.search``, progress shown), writes the schedule into the schedules
@@ -33,8 +33,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ios_ray.app.graph_schedules import Found, GraphSchedules, device_label
-from ios_ray.app.bench import relative_error
+from ios_ray.app.compile.graph_schedules import Found, GraphSchedules, device_label
+from ios_ray.runtime.accuracy import relative_error
 from ios_ray.dtypes import dtype_name, example_input
 from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import Imported, import_module
@@ -200,7 +200,7 @@ class CompiledGraph:
 
     def _search(self, binding: Binding, x: torch.Tensor) -> Found:
         """Search the setting of ``x`` on this machine, store it, and take its schedule."""
-        from ios_ray.app.api import search
+        from ios_ray.app.search.api import search
 
         label = device_label(x.device)
         options = {"store": self.schedules.store, "out": self.schedules.folder, **self.search_options}

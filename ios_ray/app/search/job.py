@@ -5,23 +5,23 @@ The steps follow docs/DESIGN.md's data flow. The model comes as a spec or an ``n
 (:func:`~ios_ray.frontend.load_model`); actors on real devices rebuild it from the spec or fetch the object through
 Ray's object store (:class:`~ios_ray.profiler.ModelSource`). All candidate stages of a model are known before
 anything is measured, so they are deduplicated by stage key and looked up in the latency store for every setting
-(device, batch, a :class:`~ios_ray.app.measuring.Setting`); a measuring strategy
-(:mod:`~ios_ray.app.measuring`: every planned stage, or lazily only those that can change the schedule) says what
+(device, batch, a :class:`~ios_ray.app.search.measuring.Setting`); a measuring strategy
+(:mod:`~ios_ray.app.search.measuring`: every planned stage, or lazily only those that can change the schedule) says what
 each setting still needs, and the job measures it on all devices at once, round after round, until no setting asks
 for more. The driver alone writes the store, batch by batch as results stream back, so an interrupted search keeps
 what it measured and a rerun resumes. The DP then reads the settings' latencies and never waits on a device.
 
-Each setting first gets the kernels its stages run with (:mod:`~ios_ray.app.kernel_choice`: those the request names,
+Each setting first gets the kernels its stages run with (:mod:`~ios_ray.app.search.kernel_choice`: those the request names,
 or on a measured device the faster as the sequential schedule runs whole), and is looked up and measured under its
 device identity running them. On a measured device the IOS schedule (the DP's) is then checked end to end: it and the sequential schedule run
 whole, in paired rounds, on an actor of the device, and the file keeps the IOS schedule only where the interval of
-the ratio IOS / sequential lies wholly below 1 (:mod:`ios_ray.app.check`, :mod:`ios_ray.paired`); otherwise
+the ratio IOS / sequential lies wholly below 1 (:mod:`ios_ray.app.search.check`, :mod:`ios_ray.paired`); otherwise
 sequential (fewer threads and streams, the same speed). Stages timed one at a time miss what happens between them
 (on a CPU, handing work to worker threads and back), so the sum of a schedule's stages can favour a schedule that
 is slower as a whole; the check makes sure a search never deploys one slower than sequential, nor calls one faster
 on a coin flip.
 
-This module is the one place that joins Ray, the store and the scheduler; the Python API (:mod:`ios_ray.app.api`)
+This module is the one place that joins Ray, the store and the scheduler; the Python API (:mod:`ios_ray.app.search.api`)
 is its only caller.
 """
 
@@ -32,17 +32,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from ios_ray.app.budgets import refuse_unreachable_budgets, refuse_what_cannot_fit
-from ios_ray.app.candidates import candidates
-from ios_ray.app.check import checked_end_to_end, corrected_prediction
-from ios_ray.app.kernel_choice import given_kernels, measured_kernels, stored_kernels
-from ios_ray.app.measuring import Exhaustive, Lazy, Measuring, Setting
-from ios_ray.app.outcome import SearchOutcome
-from ios_ray.app.progress import SearchProgress
-from ios_ray.app.ray_session import cluster_in_use, joined, ray_session, runs_here
-from ios_ray.app.request import SearchPlan, SearchRequest, checked_request
-from ios_ray.app.rounds import RoundSize
-from ios_ray.app.solver import Solver
+from ios_ray.app.search.budgets import refuse_unreachable_budgets, refuse_what_cannot_fit
+from ios_ray.app.search.candidates import candidates
+from ios_ray.app.search.check import checked_end_to_end, corrected_prediction
+from ios_ray.app.search.kernel_choice import given_kernels, measured_kernels, stored_kernels
+from ios_ray.app.search.measuring import Exhaustive, Lazy, Measuring, Setting
+from ios_ray.app.search.outcome import SearchOutcome
+from ios_ray.app.search.progress import SearchProgress
+from ios_ray.app.search.ray_session import cluster_in_use, joined, ray_session, runs_here
+from ios_ray.app.search.request import SearchPlan, SearchRequest, checked_request
+from ios_ray.app.search.rounds import RoundSize
+from ios_ray.app.search.solver import Solver
 from ios_ray.devices import DeviceSpec
 from ios_ray.dtypes import copied, module_device
 from ios_ray.errors import UserError
@@ -177,7 +177,7 @@ def _search(plan: SearchPlan, model: LoadedModel, measuring: Measuring, store: L
 
 def _choose_kernels(search: _Search, devices: tuple[DevicePool, ModelSource] | None, progress: SearchProgress
                     ) -> None:
-    """Give every setting its kernels (:mod:`~ios_ray.app.kernel_choice`): those the request names, else on a
+    """Give every setting its kernels (:mod:`~ios_ray.app.search.kernel_choice`): those the request names, else on a
     measured device those an earlier search chose (the store holds more stages measured with them), else the faster
     as the sequential schedule runs whole there (``devices``: its pool and the model's source); on a sim device
     eager."""

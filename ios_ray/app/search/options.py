@@ -1,5 +1,5 @@
 """The options of a search, declared once: :class:`SearchOptions` (each with its default and a one-line help) is what
-``ios_ray.search`` takes as keywords (:func:`api_parameters`), what :class:`~ios_ray.app.request.SearchRequest`
+``ios_ray.search`` takes as keywords (:func:`api_parameters`), what :class:`~ios_ray.app.search.request.SearchRequest`
 holds, and what ``ios-ray search`` offers as ``--options`` (:func:`cli_parameters`). It loads neither torch nor the
 scheduler until a search is made, so the command line starts quickly.
 """
@@ -69,14 +69,21 @@ class KernelsChoice(str, Enum):
     fused = "fused"
 
 
+def parse_input_shape(text: str | None) -> tuple[int, ...] | None:
+    """Parse ``3x224x224`` into a per-sample input shape (None stays None); anything else is a UserError."""
+    if text is None:
+        return None
+    try:
+        shape = tuple(int(part) for part in text.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not shape or any(n < 1 for n in shape):
+        raise UserError(f"--input-shape takes positive sizes joined by x, such as 3x224x224, not {text!r}.")
+    return shape
+
+
 def _strategies(choice: StrategyChoice) -> tuple[str, ...]:
     return STRATEGIES if choice is StrategyChoice.both else (choice.value,)
-
-
-def _input_shape(text: str | None) -> tuple[int, ...] | None:
-    from ios_ray.app.cli_util import parse_input_shape
-
-    return parse_input_shape(text)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,7 +96,7 @@ class SearchOptions:
                                   CliForm(default=DEFAULT_OUT))
     input_shape: Optional[tuple[int, ...]] = _option(
         None, "per-sample input shape CxHxW, e.g. 3x299x299 (default: the model's own)",
-        CliForm(kind=Optional[str], parse=_input_shape))
+        CliForm(kind=Optional[str], parse=parse_input_shape))
     name: Optional[str] = _option(None, "the model's name in schedules (default: the spec's, or the class name)",
                                   None)
     r: Optional[int] = _option(DEFAULT_R, "pruning: max units per group", CliForm(flags=("-r",)))
@@ -234,5 +241,3 @@ def _cli_type(annotation: str) -> Any:
     """The type typer reads an option as, from its annotation's text (``from __future__ import annotations``)."""
     return {"Path": Path, "Optional[Path]": Optional[Path], "Optional[int]": Optional[int], "int": int,
             "Optional[str]": Optional[str], "str": str, "float": float, "Optional[float]": Optional[float]}[annotation]
-
-

@@ -10,8 +10,8 @@ fingerprint). The schedule is, in this order:
 3. else the DP's schedule over the latencies the store holds for the graph's stages on this machine's device (its
    fingerprint, :func:`~ios_ray.profiler.fingerprint.device_fingerprint`, running each kernels), kept within the
    memory budget a search would keep to there, where the store holds every stage the lazy search would ask for: the
-   search's own lazy measuring (:class:`~ios_ray.app.measuring.Lazy`) asks for nothing more, and the search's own
-   solver (:class:`~ios_ray.app.solver.Solver`) solves it, budget and peak included. Stage keys are name-free, so a search of the whole model, or of another model with the same
+   search's own lazy measuring (:class:`~ios_ray.app.search.measuring.Lazy`) asks for nothing more, and the search's own
+   solver (:class:`~ios_ray.app.search.solver.Solver`) solves it, budget and peak included. Stage keys are name-free, so a search of the whole model, or of another model with the same
    stages, serves a graph of it; where the store serves both kernels, the one whose schedule it predicts faster;
 4. else none (a miss, which the backend handles as ``on_miss`` says).
 
@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 from torch import nn
 
-from ios_ray.app.budgets import BudgetRule
-from ios_ray.app.measuring import Lazy, Setting
-from ios_ray.app.solver import Solver
+from ios_ray.app.search.budgets import BudgetRule
+from ios_ray.app.search.measuring import Lazy, Setting
+from ios_ray.app.search.solver import Solver
 from ios_ray.devices import parse_device
 from ios_ray.dtypes import dtype_name
 from ios_ray.ir import Graph

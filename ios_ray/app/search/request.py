@@ -10,10 +10,10 @@ from pathlib import Path
 
 from torch import nn
 
-from ios_ray.app.budgets import BudgetRule, DeviceBudget
-from ios_ray.app.check import CheckSettings
-from ios_ray.app.kernel_choice import checked_kernel_choice
-from ios_ray.app.options import SearchOptions
+from ios_ray.app.search.budgets import BudgetRule, DeviceBudget
+from ios_ray.app.search.check import CheckSettings
+from ios_ray.app.search.kernel_choice import checked_kernel_choice
+from ios_ray.app.search.options import SearchOptions
 from ios_ray.devices import DeviceSpec, parse_device
 from ios_ray.dtypes import dtype_name, memory_format_name, module_dtype, module_memory_format
 from ios_ray.errors import UserError
@@ -24,7 +24,7 @@ from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, MEASURE_MOD
 @dataclass(frozen=True)
 class SearchRequest(SearchOptions):
     """What to search: a model (spec or object), devices and batch sizes, and the options
-    (:class:`~ios_ray.app.options.SearchOptions`)."""
+    (:class:`~ios_ray.app.search.options.SearchOptions`)."""
 
     model: str | nn.Module
     devices: tuple[str, ...]

@@ -1,178 +1,35 @@
-"""The ``ios-ray`` command line (typer). Each command is a thin shell over the library."""
+"""The commands that run schedules on this machine: ``run`` (a model with its schedules, checked against eager),
+``bench`` (the schedules side by side with eager and torch.compile) and ``evaluate`` (each schedule on each setting).
+They register on the app of :mod:`~ios_ray.app.cli.commands`."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from inspect import signature as signature_of
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.table import Table
 
-from ios_ray.app.cli_util import (CommandLine, at_least_one, debug_option, make_console, parse_batches,
-                                  parse_input_shape, parse_list, store_lookup, user_errors)
-from ios_ray.app.options import DEFAULT_OUT, cli_parameters, from_cli
+from ios_ray.app.cli.commands import (DTYPE_HELP, INPUT_SHAPE_HELP, MEMORY_FORMAT_HELP, MODEL_HELP, STORE_HELP, app,
+                                      console)
+from ios_ray.app.cli.util import at_least_one, parse_batches, store_lookup, user_errors
+from ios_ray.app.search.options import DEFAULT_OUT, parse_input_shape
 from ios_ray.errors import UserError
 from ios_ray.paired import percent
 from ios_ray.store import DEFAULT_STORE_PATH
-from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, DEFAULT_R, DEFAULT_S, is_simulated
+from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, is_simulated
 
 if TYPE_CHECKING:
     import torch
 
-    from ios_ray.app.bench import BenchResult
-    from ios_ray.app.budgets import Lookup
+    from ios_ray.app.cli.bench import BenchResult
+    from ios_ray.app.search.budgets import Lookup
     from ios_ray.ir import Graph
     from ios_ray.runtime import ScheduledModule
     from ios_ray.schedule import Schedule
-
-app = CommandLine(
-    help="ios-ray: find and deploy the fastest inter-operator schedule of a CNN per device and batch size.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-console = make_console()
-app.callback()(debug_option)
-
-MODEL_HELP = ("zoo name (see `ios-ray models`), torchvision:NAME, timm:NAME, smp:ARCH or smp:ARCH/ENCODER, ultralytics:NAME or "
-              "package.module:factory")
-INPUT_SHAPE_HELP = "per-sample input shape CxHxW, e.g. 3x299x299 (default: the model's own)"
-DTYPE_HELP = "float32, float16 or bfloat16: the precision the model runs in"
-MEMORY_FORMAT_HELP = "contiguous (NCHW) or channels_last (NHWC): the layout of the model's 4-D weights and activations"
-STORE_HELP = "latency store file (DuckDB)"
-
-
-@app.command()
-@user_errors
-def models() -> None:
-    """List the model zoo."""
-    from ios_ray.zoo import ZOO
-
-    table = Table("model", "input", "description")
-    for entry in ZOO.values():
-        table.add_row(entry.name, "x".join(map(str, entry.input_shape)), entry.description)
-    console.print(table)
-
-
-@app.command()
-@user_errors
-def inspect(
-    model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
-    r: int = typer.Option(DEFAULT_R, "-r", help="pruning: max units per group"),
-    s: int = typer.Option(DEFAULT_S, "-s", help="pruning: max groups per stage"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
-    input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
-) -> None:
-    """Per block: units n, width d, and the size of the search with and without pruning; the opaque units."""
-    from ios_ray.frontend import import_model
-    from ios_ray.app.inspection import inspect_graph
-
-    report = inspect_graph(import_model(model, input_shape=parse_input_shape(input_shape)).graph, r=r, s=s)
-    if as_json:
-        print(json.dumps(report, indent=1))
-        return
-    columns = list(report["blocks"][0])
-    table = Table(*columns, title=f"{report['model']}: {report['units']} units in {len(report['blocks'])} blocks")
-    for row in report["blocks"]:
-        table.add_row(*(str(row[c]) for c in columns))
-    console.print(table)
-    for key, value in report["totals"].items():
-        console.print(f"{key}: {value}")
-    console.print(report["opaque"]["summary"])
-
-
-def search(
-    model: str = typer.Option(..., "--model", "-m", help=MODEL_HELP),
-    devices: str = typer.Option("cpu", "--devices", "-d",
-                                help="comma-separated device labels, e.g. v100,k80 or sim:v100"),
-    batches: str = typer.Option("1", "--batches", "-b", help="comma-separated batch sizes, e.g. 1,32,128"),
-    torch_compile: bool = typer.Option(False, "--torch-compile", help="search each graph torch.compile(model, "
-                                       "backend='ios_ray') hands the backend, so that the compile only looks up"),
-    **options: Any,
-) -> None:
-    """Find the fastest schedule of a model for every device and batch size, measuring only what is new."""
-    from ios_ray.app.api import search as run
-    from ios_ray.app.budgets import peaks_cell
-    from ios_ray.app.progress import RichSearchProgress
-    from ios_ray.schedule import CANDIDATES
-    from ios_ray.vocabulary import settings_named
-
-    with RichSearchProgress(console) as progress:
-        result = run(model, parse_list(devices, "--devices"), parse_batches(batches), progress=progress,
-                     torch_compile=torch_compile, **from_cli(options))
-    settings = settings_named(result.schedules[0].dtype, result.schedules[0].memory_format)
-    in_dtype = f" in {' '.join(settings)}" if settings else ""
-    corrected = any(o.correction.runs for o in result)
-    table = Table(*(["graph"] if torch_compile else []), "device", "batch", "kernels", "IOS ms", "seq ms", "speedup",
-                  "measured / planned", "cached", "wall s", "source", "end to end IOS / seq ms", "kept",
-                  "kept / predicted", "peak IOS / seq MB",
-                  title=f"ios-ray search: {model}{in_dtype} (predicted: sums of stages"
-                        f"{', corrected from schedules run whole before' if corrected else ''})")
-    for o in result:
-        check = o.end_to_end
-        over = None if check is None else check.kept_over_predicted
-        table.add_row(*([o.schedule.model] if torch_compile else []), o.device, str(o.batch), o.schedule.kernels,
-                      f"{o.predicted_ms:.3f}", f"{o.sequential_ms:.3f}", f"{o.speedup:.2f}x",
-                      f"{o.measured} / {o.planned}",
-                      str(o.cached), f"{o.wall_s:.1f}", o.source,
-                      "-" if check is None else f"{check.dp_ms:.3f} / {check.sequential_ms:.3f}",
-                      "IOS" if check is None else f"{CANDIDATES[check.kept]}: {check.reason}",
-                      "-" if over is None else f"{over:.3f}", peaks_cell(o.schedule.memory))
-    console.print(table)
-    for why in getattr(result, "skipped", ()):
-        console.print(f"not scheduled (runs as Dynamo hands it over): {why}")
-    console.print(f"schedules written under {options['out']}/")
-    again = sum(o.schedule.params.get("measure", {}).get("remeasured", 0) for o in result)
-    if again:
-        console.print(f"measured again: {again} stored stage(s) of a unit alone, far slower than a stage containing "
-                      "it (an outlier from a burst of load)")
-    if any(o.end_to_end is not None and o.end_to_end.kept == "sequential" for o in result):
-        console.print("kept sequential: the IOS schedule was not faster end to end beyond noise there (the interval "
-                      "of IOS / sequential did not lie wholly below 1)")
-
-
-search.__signature__ = signature_of(search).replace(parameters=[  # type: ignore[attr-defined]
-    *list(signature_of(search).parameters.values())[:4], *cli_parameters()])
-app.command()(user_errors(search))
-
-
-@app.command()
-@user_errors
-def show(
-    schedule: Path = typer.Argument(..., help="a schedule file written by `ios-ray search`"),
-    plot: Optional[list[Path]] = typer.Option(None, "--plot", help="also draw its timeline per stream or thread "
-                                              "beside the sequential schedule's into this .png, .svg or .pdf file "
-                                              "(repeat for several; needs matplotlib)"),
-    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP + ": the latencies of units and groups "
-                               "alone that the picture draws"),
-) -> None:
-    """Print a schedule's stages and groups, and optionally draw its timeline."""
-    from ios_ray.frontend import import_model
-    from ios_ray.app.budgets import schedule_memory
-    from ios_ray.schedule import check_schedule, read_schedule
-    from ios_ray.app.show import schedule_text
-
-    paths = list(plot or [])
-    if paths:
-        from ios_ray.app.plot import check_plot_paths
-
-        check_plot_paths(paths)
-    plan = read_schedule(schedule)
-    graph = import_model(plan.model, plan.input_shape, plan.dtype, plan.memory_format).graph
-    check_schedule(plan, graph, where=str(schedule))
-    print(schedule_text(plan, graph))
-    if plan.memory is None:
-        print(f"memory: {schedule_memory(plan, graph).summary()} (computed now: the file predates peak memory)")
-    if paths:
-        from ios_ray.app.plot import plot_schedule
-        from ios_ray.app.timeline import timelines
-
-        timeline, sequential = timelines(plan, graph, store_lookup(store))
-        plot_schedule(plan, timeline, sequential, paths, str(store))
-        console.print(f"picture written to {', '.join(map(str, paths))}")
 
 
 @app.command()
@@ -193,7 +50,7 @@ def run(
     """Run a model with its schedules (ScheduledModule), check the output against eager, print the latency."""
     import torch
 
-    from ios_ray.app.bench import relative_error
+    from ios_ray.runtime.accuracy import relative_error
     from ios_ray.dtypes import in_memory_format, memory_format_name, to_memory_format, torch_dtype
     from ios_ray.frontend import load_model, output_tensor
     from ios_ray.runtime import ScheduledModule, device_rank
@@ -211,23 +68,30 @@ def run(
         error = relative_error(output_tensor(scheduled(x)), expected)
     gpu_name = torch.cuda.get_device_name(target) if target.type == "cuda" else None
     checked_only = device_rank(chosen.device, target.type, gpu_name) is None
-    settings = (f"{chosen.device} batch {chosen.batch} {' '.join(chosen.settings)} {chosen.kernels} kernels "
-                f"({len(chosen.stages)} stages")
-    if checked_only:
-        console.print(f"schedule: {settings}) planned for {chosen.device}, run on {device} as a correctness check "
-                      f"only (its speed here says nothing of {chosen.device})")
-    else:
-        for note in caught:
-            console.print(f"note: {note.message}")
-        predicted = chosen.predicted_latency or float("nan")
-        console.print(f"schedule: {settings}, predicted {predicted:.3f} ms {chosen.source} at batch {chosen.batch})")
-        if chosen.end_to_end is not None:
-            console.print(f"search's end-to-end check: {chosen.end_to_end.summary()}")
+    _print_schedule(chosen, device, checked_only, caught)
     limit = _print_error(module, x, expected, error)
     if not checked_only:
         _print_latency(scheduled, module, x, repeat)
     if error > limit:
         raise typer.Exit(1)
+
+
+def _print_schedule(chosen: "Schedule", device: str, checked_only: bool, caught: list[warnings.WarningMessage]
+                    ) -> None:
+    """Say which schedule ``run`` runs: where it was planned for another device, that it is a correctness check only;
+    else the notes choosing it gave, its prediction and its search's end-to-end check."""
+    settings = (f"{chosen.device} batch {chosen.batch} {' '.join(chosen.settings)} {chosen.kernels} kernels "
+                f"({len(chosen.stages)} stages")
+    if checked_only:
+        console.print(f"schedule: {settings}) planned for {chosen.device}, run on {device} as a correctness check "
+                      f"only (its speed here says nothing of {chosen.device})")
+        return
+    for note in caught:
+        console.print(f"note: {note.message}")
+    predicted = chosen.predicted_latency or float("nan")
+    console.print(f"schedule: {settings}, predicted {predicted:.3f} ms {chosen.source} at batch {chosen.batch})")
+    if chosen.end_to_end is not None:
+        console.print(f"search's end-to-end check: {chosen.end_to_end.summary()}")
 
 
 def _print_latency(scheduled: "ScheduledModule", module: "torch.nn.Module", x: "torch.Tensor", repeat: int) -> None:
@@ -241,11 +105,9 @@ def _print_latency(scheduled: "ScheduledModule", module: "torch.nn.Module", x: "
 
 
 def _schedule_for(scheduled: "ScheduledModule", x: "torch.Tensor", missing: str, any_device: bool
-                  ) -> tuple["Schedule", list]:
+                  ) -> tuple["Schedule", list[warnings.WarningMessage]]:
     """The schedule a ScheduledModule runs for ``x``, and the warnings choosing it gave; UserError (``missing``, and
     how to go on) where none fits."""
-    import warnings
-
     with warnings.catch_warnings(record=True) as caught:  # said in a line of its own, or in the error
         warnings.simplefilter("always")
         chosen = scheduled.schedule_for(x)
@@ -257,11 +119,11 @@ def _schedule_for(scheduled: "ScheduledModule", x: "torch.Tensor", missing: str,
 
 
 def _print_error(module: "torch.nn.Module", x: "torch.Tensor", expected: "torch.Tensor", error: float) -> float:
-    """Print the scheduled output's error against eager with its tolerance (:func:`~ios_ray.app.bench.model_tolerance`)
+    """Print the scheduled output's error against eager with its tolerance (:func:`~ios_ray.app.cli.bench.model_tolerance`)
     and return the tolerance."""
     import torch
 
-    from ios_ray.app.bench import TF32_TOLERANCE, model_tolerance, output_tolerance
+    from ios_ray.runtime.accuracy import TF32_TOLERANCE, model_tolerance, output_tolerance
 
     floor = output_tolerance(x.device, x.dtype)
     tf32 = x.dtype == torch.float32 and floor == TF32_TOLERANCE
@@ -295,7 +157,7 @@ def bench(
 
     at_least_one(rounds=rounds)
 
-    from ios_ray.app.bench import bench_model, compile_modes_for
+    from ios_ray.app.cli.bench import bench_model, compile_modes_for
     from ios_ray.dtypes import memory_format_name, to_memory_format, torch_dtype
     from ios_ray.frontend import load_model
 
@@ -303,7 +165,7 @@ def bench(
     modes = compile_modes_for(target.type, compile_mode) if compile_ else ()
     loaded = load_model(model, parse_input_shape(input_shape))
     module = to_memory_format(loaded.module.eval().to(target, precision), layout)
-    report: dict[str, list] = {"rows": [], "notes": []}
+    report: dict[str, list[Any]] = {"rows": [], "notes": []}
     for result in bench_model(module, loaded.name, loaded.input_shape, device, target, parse_batches(batches), schedules,
                               store_lookup(store), rounds, modes):
         if not as_json:
@@ -344,8 +206,8 @@ def _speedup_cell(speedup: float | None, low: float | None, high: float | None) 
 
 def print_trade_offs(schedules: "list[Schedule]", graph: "Graph", lookup: "Lookup") -> None:
     """Per setting, the fastest schedule at each memory budget over the stored latencies: latency beside peak."""
-    from ios_ray.app.budgets import trade_off_text
-    from ios_ray.app.solver import stored_trade_off
+    from ios_ray.app.search.budgets import trade_off_text
+    from ios_ray.app.search.solver import stored_trade_off
     from ios_ray.stage import StageKeys
 
     keys = StageKeys(graph)
@@ -370,7 +232,7 @@ def evaluate(
 ) -> None:
     """Cross-evaluate schedules (the paper's Table 3): the schedule made for X run on Y, for every X and Y."""
     at_least_one(rounds=rounds)
-    from ios_ray.app.evaluation import cross_evaluate, local_measures, settings_of, winners_hold
+    from ios_ray.app.cli.evaluation import cross_evaluate, local_measures, settings_of, winners_hold
     from ios_ray.vocabulary import settings_named
     from ios_ray.frontend import import_model
     from ios_ray.runtime import read_schedules
@@ -436,13 +298,3 @@ def _bench_target(label: str) -> "torch.device":
     if not torch.cuda.is_available():
         raise UserError(f"schedules for {label!r} run on a CUDA GPU, and torch sees none on this machine.")
     return torch.device("cuda")
-
-
-def _mount_subcommands() -> None:
-    """Attach the command groups that live in the subpackages."""
-    from ios_ray.app.store_cli import store_app
-
-    app.add_typer(store_app, name="store", help="Read, export and import the latency store.")
-
-
-_mount_subcommands()
