@@ -126,14 +126,14 @@ class Setup:
         """The report's key of the search of ``model`` (default: the check's) on the device at ``batch`` in ``dtype``
         and ``memory_format``, its schedule folder and store (another model's, dtype's or format's are apart, so that
         its figures count its own stages)."""
-        from ios_ray.vocabulary import settings_named
+        from ios_ray.vocabulary import numerics_named
 
-        others = [*([model] if model not in (None, self.model) else []), *settings_named(dtype, memory_format)]
+        others = [*([model] if model not in (None, self.model) else []), *numerics_named(dtype, memory_format)]
         if not others:
             return f"{self.device} bs{batch}", self.schedules, self.store
         name = "-".join(other.replace(":", "-") for other in others)
         key = " ".join([*([model] if model not in (None, self.model) else []), f"{self.device} bs{batch}",
-                        *settings_named(dtype, memory_format)])
+                        *numerics_named(dtype, memory_format)])
         return key, self.work / f"{name}-schedules", self.work / f"{name}-latency.duckdb"
 
     def bench_key(self, batch: int, dtype: str = "float32", memory_format: str = "contiguous",

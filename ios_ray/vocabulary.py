@@ -79,11 +79,11 @@ def checked_batches(batches: Iterable[object]) -> tuple[int, ...]:
     return tuple(dict.fromkeys(found))  # type: ignore[arg-type]
 
 
-def settings_named(dtype: str, memory_format: str) -> tuple[str, ...]:
-    """The dtype and the memory format, in that order, where they are not the defaults (float32, contiguous): what
+def numerics_named(dtype: str, memory_format: str) -> tuple[str, ...]:
+    """A schedule's numerics (its dtype and memory format; a *setting* is a device and a batch size), in that order, where they are not the defaults (float32, contiguous): what
     file names and titles add, e.g. ``("float16", "channels_last")``."""
     defaults = (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT)
-    return tuple(setting for setting, default in zip((dtype, memory_format), defaults) if setting != default)
+    return tuple(name for name, default in zip((dtype, memory_format), defaults) if name != default)
 
 
 def kernel_named(name: str, kernels: str) -> str:

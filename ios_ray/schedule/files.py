@@ -14,7 +14,7 @@ from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.schedule.graph_schedule import Schedule, schedule_defects, schedule_from_json, schedule_to_json
 from ios_ray.schedule.records import MEMORY_FORMAT_TORCH_NAMES
-from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, settings_named
+from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, numerics_named
 
 
 def schedule_path(
@@ -24,7 +24,7 @@ def schedule_path(
     """Where a schedule is written: ``OUT/<model>/<device>/bs<batch>.json``, with ``-<dtype>`` after the batch for a
     dtype other than float32 and ``-channels_last`` for that memory format (``bs8-float16-channels_last.json``); the
     model and device spelt as folder names (:func:`folder_name`: ``sim:v100`` is ``sim-v100``)."""
-    suffix = "".join(f"-{setting}" for setting in settings_named(dtype, memory_format))
+    suffix = "".join(f"-{name}" for name in numerics_named(dtype, memory_format))
     return Path(out) / folder_name(model) / folder_name(device) / f"bs{batch}{suffix}.json"
 
 

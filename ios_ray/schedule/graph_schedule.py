@@ -34,7 +34,7 @@ class Schedule:
     kernels: str = EAGER_KERNELS
 
     @property
-    def settings(self) -> tuple[str, ...]:
+    def numerics(self) -> tuple[str, ...]:
         """Its dtype, and its memory format where that is not contiguous: what listings and titles name."""
         return (self.dtype,) if self.memory_format == DEFAULT_MEMORY_FORMAT else (self.dtype, self.memory_format)
 

@@ -87,13 +87,13 @@ def search(
     from ios_ray.app.search.budgets import peaks_cell
     from ios_ray.app.search.progress import RichSearchProgress
     from ios_ray.schedule import CANDIDATES
-    from ios_ray.vocabulary import settings_named
+    from ios_ray.vocabulary import numerics_named
 
     with RichSearchProgress(console) as progress:
         result = run(model, parse_list(devices, "--devices"), parse_batches(batches), progress=progress,
                      torch_compile=torch_compile, **from_cli(options))
-    settings = settings_named(result.schedules[0].dtype, result.schedules[0].memory_format)
-    in_dtype = f" in {' '.join(settings)}" if settings else ""
+    numerics = numerics_named(result.schedules[0].dtype, result.schedules[0].memory_format)
+    in_dtype = f" in {' '.join(numerics)}" if numerics else ""
     corrected = any(o.correction.runs for o in result)
     table = Table(*(["graph"] if torch_compile else []), "device", "batch", "kernels", "IOS ms", "seq ms", "speedup",
                   "measured / planned", "cached", "wall s", "source", "end to end IOS / seq ms", "kept",

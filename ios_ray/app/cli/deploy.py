@@ -80,7 +80,7 @@ def _print_schedule(chosen: "Schedule", device: str, checked_only: bool, caught:
                     ) -> None:
     """Say which schedule ``run`` runs: where it was planned for another device, that it is a correctness check only;
     else the notes choosing it gave, its prediction and its search's end-to-end check."""
-    settings = (f"{chosen.device} batch {chosen.batch} {' '.join(chosen.settings)} {chosen.kernels} kernels "
+    settings = (f"{chosen.device} batch {chosen.batch} {' '.join(chosen.numerics)} {chosen.kernels} kernels "
                 f"({len(chosen.stages)} stages")
     if checked_only:
         console.print(f"schedule: {settings}) planned for {chosen.device}, run on {device} as a correctness check "
@@ -233,7 +233,7 @@ def evaluate(
     """Cross-evaluate schedules (the paper's Table 3): the schedule made for X run on Y, for every X and Y."""
     at_least_one(rounds=rounds)
     from ios_ray.app.cli.evaluation import cross_evaluate, local_measures, settings_of, winners_hold
-    from ios_ray.vocabulary import settings_named
+    from ios_ray.vocabulary import numerics_named
     from ios_ray.frontend import import_model
     from ios_ray.runtime import read_schedules
 
@@ -250,7 +250,7 @@ def evaluate(
         mine = [s for s in found if s.model == name and s.graph_fingerprint == graph.fingerprint and s.dtype == dtype]
         cells = cross_evaluate(mine, graph, lookup, local_measures(name, rounds, shape, dtype, layout))
         settings = settings_of(mine)
-        in_dtype = "".join(f", {setting}" for setting in settings_named(dtype, layout))
+        in_dtype = "".join(f", {name}" for name in numerics_named(dtype, layout))
         table = Table("made for \\ run on", *(f"{d} bs{b}" for d, b in settings),
                       title=f"{name}{in_dtype}: latency in ms of the schedule made for X, run on Y")
         wins = winners_hold(cells)

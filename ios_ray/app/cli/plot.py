@@ -67,7 +67,7 @@ def plot_schedule(schedule: Schedule, timeline: Timeline, sequential: Timeline |
                f"sequential: {len(sequential.stages)} units, {sequential.total_ms:.3f} ms "
                f"({speedup:.2f}x the time of the schedule above)")
     axes[-1].set_xlabel(f"time (ms), {_how(schedule)}", fontsize=8)
-    figure.suptitle(f"{schedule.model} on {schedule.device}, batch {schedule.batch}, {', '.join(schedule.settings)}",
+    figure.suptitle(f"{schedule.model} on {schedule.device}, batch {schedule.batch}, {', '.join(schedule.numerics)}",
                     fontsize=11, fontweight="bold")
     kinds = sorted({bar.kind for bar in timeline.bars})
     handles = [Patch(facecolor=KIND_COLOURS.get(kind, OTHER_COLOUR), edgecolor="#333333", label=kind) for kind in kinds]

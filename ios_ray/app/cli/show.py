@@ -12,7 +12,7 @@ def schedule_text(schedule: Schedule, graph: Graph | None = None) -> str:
     """A plain-text listing: header, then per block its stages with strategy, latency and groups."""
     latency = schedule.predicted_latency
     predicted = f", predicted {latency:.3f} ms" if latency is not None else ""
-    lines = [f"{schedule.model} on {schedule.device} (batch {schedule.batch}, {', '.join(schedule.settings)}, "
+    lines = [f"{schedule.model} on {schedule.device} (batch {schedule.batch}, {', '.join(schedule.numerics)}, "
              f"{schedule.kernels} kernels, {schedule.source}): {len(schedule.stages)} stages{predicted}"]
     check = schedule.end_to_end
     if check is not None:

@@ -87,7 +87,7 @@ class SearchResult:
         return paths
 
     def __repr__(self) -> str:
-        dtypes = ", ".join(sorted({" ".join(o.schedule.settings) for o in self.outcomes}))
+        dtypes = ", ".join(sorted({" ".join(o.schedule.numerics) for o in self.outcomes}))
         lines = [f"SearchResult({self.model!r}, input {'x'.join(map(str, self.input_shape))}, {dtypes}):"]
         lines += [f"  {o.summary()}" for o in self.outcomes]
         return "\n".join(lines)

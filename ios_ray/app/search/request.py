@@ -47,28 +47,32 @@ class PlannedDevice:
 
 @dataclass(frozen=True)
 class SearchPlan:
-    """A checked request (:func:`checked_request`): the model as given (``input_shape`` and ``name`` None: the
-    model's own), devices without repeats, each with its memory budget, batch sizes, the dtype and memory format
-    stages are measured in, the DP's ``params``, how to measure (``measure``, ``stage_budget``: at most this many
-    stages per setting, None: no cap; ``kernels``), the end-to-end ``check``, and where things go (``store``;
-    ``out``: None, no files; ``address``: None, Ray started here). ``warmup`` and ``repeat`` None are the timing
-    protocol's own counts for each device's kind (:func:`~ios_ray.profiler.timing.resolve_protocol`)."""
+    """A checked request (:func:`checked_request`): every value resolved, so nothing downstream defaults or parses
+    again; None only where it means absence, as each field says."""
 
+    #: The model as given (a spec or an object); ``input_shape`` and ``name`` None: the model's own.
     model: str | nn.Module
     input_shape: tuple[int, ...] | None
     name: str | None
+    #: The devices, without repeats, each with its memory budget; the batch sizes.
     devices: tuple[PlannedDevice, ...]
     batches: tuple[int, ...]
+    #: What the stages are measured in and the DP searches with.
     dtype: str
     memory_format: str
     params: SearchParams
+    #: How to measure: ``lazy`` or ``all``; at most ``stage_budget`` stages per setting (None: no cap); the kernels.
     measure: str
     stage_budget: int | None
     kernels: str
+    #: The end-to-end check of the candidates.
     check: CheckSettings
+    #: Where things go: the store; ``out`` None: no files; ``address`` None: Ray started here.
     store: Path
     out: Path | None
     address: str | None
+    #: Sim actors per sim device; ``warmup`` and ``repeat`` None: the timing protocol's own counts for each device's
+    #: kind (:func:`~ios_ray.profiler.timing.resolve_protocol`).
     sim_actors: int
     warmup: int | None
     repeat: int | None
@@ -119,10 +123,10 @@ def _check_places(request: SearchRequest) -> None:
 def _refuse_what_sim_cannot_price(specs: tuple[DeviceSpec, ...], dtype: str, memory_format: str) -> None:
     """Fail where a ``sim:`` device is to be searched in a dtype or memory format other than the sim model's."""
     simulated = [spec.label for spec in specs if spec.simulated]
-    for setting, default in ((dtype, DEFAULT_DTYPE), (memory_format, DEFAULT_MEMORY_FORMAT)):
-        if setting != default and simulated:
-            raise UserError(f"the sim model covers {default} only, so {simulated[0]} cannot be searched in {setting}; "
-                            f"search {setting} on a real device (cuda, a GPU name, cpu) or {default} on sim: devices.")
+    for asked, default in ((dtype, DEFAULT_DTYPE), (memory_format, DEFAULT_MEMORY_FORMAT)):
+        if asked != default and simulated:
+            raise UserError(f"the sim model covers {default} only, so {simulated[0]} cannot be searched in {asked}; "
+                            f"search {asked} on a real device (cuda, a GPU name, cpu) or {default} on sim: devices.")
 
 
 def _dtype_of(request: SearchRequest) -> str:
