@@ -22,7 +22,7 @@ from ios_ray.ir import Graph
 from ios_ray.profiler.jobs import ModelSource
 from ios_ray.runtime.cuda_graph import CapturedForward, GraphKey
 from ios_ray.scheduler import SearchParams, plan_graph
-from ios_ray.scheduler.correction import ScheduleRun, plausible
+from ios_ray.scheduler.correction import plausible
 from ios_ray.scheduler.plan import Plan
 from ios_ray.schedule import CandidateRun
 from ios_ray.store import LatencyStore
@@ -118,7 +118,7 @@ def captured_shapes(captured: CapturedForward) -> tuple[GraphKey, ...]:
 def plausible_runs(candidates: Iterable[CandidateRun]) -> int:
     """How many of a check's candidates, stored as runs, a fit of the correction uses (those measured within
     :data:`~ios_ray.scheduler.correction.PLAUSIBLE_RATIO` of their stage sum)."""
-    return sum(plausible(ScheduleRun(c.predicted_ms or 0.0, 0, 0, c.ms)) for c in candidates)
+    return sum(plausible(c.predicted_ms or 0.0, c.ms) for c in candidates)
 
 
 def search_budget(given: str | int | None, device: str, module: nn.Module, memory_bytes: int | None = None

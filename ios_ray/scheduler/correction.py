@@ -82,7 +82,7 @@ def fit_correction(runs: Sequence[ScheduleRun]) -> Correction:
     error of the corrected costs against what the schedules measured; the identity without runs. With fewer runs than
     terms only the terms the runs can tell apart are fitted (the scale first). Runs measured beyond
     :data:`PLAUSIBLE_RATIO` of their stage sum, either way, are left out."""
-    usable = [run for run in runs if plausible(run)]
+    usable = [run for run in runs if plausible(run.predicted_ms, run.measured_ms)]
     if not usable:
         return IDENTITY
     features = np.array([[run.predicted_ms, run.stages, run.extra_groups] for run in usable], dtype=float)
@@ -105,10 +105,10 @@ def fit_correction(runs: Sequence[ScheduleRun]) -> Correction:
     return Correction(float(alpha), float(beta), float(gamma), len(usable))
 
 
-def plausible(run: ScheduleRun) -> bool:
-    """Whether a fit uses ``run``: it measured within :data:`PLAUSIBLE_RATIO` of its stage sum, either way."""
-    return (run.measured_ms > 0 and run.predicted_ms > 0
-            and 1 / PLAUSIBLE_RATIO <= run.measured_ms / run.predicted_ms <= PLAUSIBLE_RATIO)
+def plausible(predicted_ms: float, measured_ms: float) -> bool:
+    """Whether a fit uses a schedule's run: it measured within :data:`PLAUSIBLE_RATIO` of its stage sum
+    (``predicted_ms``), either way."""
+    return predicted_ms > 0 and measured_ms > 0 and 1 / PLAUSIBLE_RATIO <= measured_ms / predicted_ms <= PLAUSIBLE_RATIO
 
 
 def _term_sets(runs: int) -> list[list[int]]:
