@@ -13,10 +13,12 @@ from bench.synthetic import SyntheticCost
 from ios_ray.app.cli.show import schedule_text
 from ios_ray.app.search.budgets import (MemoryBudget, budgeted, default_budget, device_memory, parse_memory_budget,
                                  refuse_what_cannot_fit, sequential_peak, trade_off)
-from ios_ray.app.search.job import SearchRequest, _search, checked_request, load_request_model, run_search
+from ios_ray.app.search.job import LoadedModel, SearchRequest, _Planned, _search, checked_request, run_search
+from ios_ray.app.search.request import SearchPlan
 from ios_ray.app.search.progress import SilentProgress
 from ios_ray.app.search.measuring import Exhaustive
 from ios_ray.errors import UserError
+from ios_ray.frontend import import_model, load_model
 from ios_ray.profiler import DeviceIdentity
 from ios_ray.ir import Graph
 from ios_ray.schedule import PeakMemory, Schedule, read_schedule, save_schedule, schedule_from_json
@@ -115,15 +117,21 @@ def test_peaks_round_trip_and_files_without_them_still_load(
         schedule_from_json(data)
 
 
+def imported_request_model(plan: SearchPlan) -> LoadedModel:
+    """The checked request's model, built and imported on the driver as a search does."""
+    model = load_model(plan.model, plan.input_shape, plan.name)
+    return LoadedModel(model, import_model(model, dtype=plan.dtype, memory_format=plan.memory_format).graph)
+
+
 def test_a_search_on_a_gpu_that_reports_its_memory_keeps_each_setting_within_it(tmp_path: Path) -> None:
     """The search's settings take their default budget from what each device's actor reported."""
     request = checked_request(SearchRequest(model="tests.user_models:wide", devices=("cuda:0", "cpu"), batches=(1, 8),
                                             store=tmp_path / "store.duckdb"))
-    model = load_request_model(request)
+    model = imported_request_model(request)
     identities = {"cuda:0": DeviceIdentity("cuda:0", "f", {"kind": "gpu", "memory_bytes": 10**9}, "host", "measured"),
                   "cpu": DeviceIdentity("cpu", "g", {"kind": "cpu"}, "host", "measured")}
-    search = _search(request, model, Exhaustive(StageKeys(model.graph), SearchParams()),
-                     LatencyStore(request.store), identities)
+    search = _search(request, _Planned(model, Exhaustive(StageKeys(model.graph), SearchParams()),
+                                       LatencyStore(request.store)), identities)
     weights = sum(t.numel() * t.element_size() for t in model.model.module.parameters())
     assert [(s.device, s.batch, s.memory_budget) for s in search.settings] == [
         ("cuda:0", 1, MemoryBudget(bytes=int(1e9 * 0.9) - weights)),
@@ -147,8 +155,8 @@ def test_none_means_no_budget_even_on_a_gpu(tmp_path: Path) -> None:
     assert search_budget(None, "sim:v100", model) == MemoryBudget(bytes=int(16e9 * 0.9) - 440)
     request = checked_request(SearchRequest(model="tests.user_models:wide", devices=("sim:v100",), batches=(1,),
                                             store=tmp_path / "store.duckdb", memory_budget="none"))
-    loaded = load_request_model(request)
+    loaded = imported_request_model(request)
     identities = {"sim:v100": DeviceIdentity("sim:v100", "f", {"kind": "gpu"}, "host", "simulated")}
-    search = _search(request, loaded, Exhaustive(StageKeys(loaded.graph), SearchParams()),
-                     LatencyStore(request.store), identities)
+    search = _search(request, _Planned(loaded, Exhaustive(StageKeys(loaded.graph), SearchParams()),
+                                       LatencyStore(request.store)), identities)
     assert [s.memory_budget for s in search.settings] == [None]

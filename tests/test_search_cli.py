@@ -299,7 +299,7 @@ def test_the_trade_off_is_the_searchs_solver_over_the_store(filled_store: Filled
         assert row.peak_bytes is not None and row.peak_bytes <= factor * schedule.memory.sequential_peak_bytes
 
 
-#: Searching v100 on a machine whose Ray would offer no V100, with Ray's start and the model's import made to fail
+#: Searching v100 on a machine whose Ray would offer no V100, with Ray's start and the model's building made to fail
 #: the test, as the CLI runs it.
 NO_V100_HERE = """
 import sys
@@ -310,7 +310,7 @@ def never(*args, **kwargs):
     raise AssertionError("the search went past the device check")
 
 ray.init = never
-job.load_request_model = never
+job.load_model = never
 from ios_ray.cli import app
 app(sys.argv[1:], prog_name="ios-ray")
 """

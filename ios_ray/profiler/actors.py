@@ -12,7 +12,6 @@ from ios_ray.devices import parse_device
 from ios_ray.errors import UserError
 from ios_ray.profiler.backends import Backend, make_backend
 from ios_ray.profiler.cluster import Placement
-from ios_ray.ir import Graph
 from ios_ray.paired import ContestTiming
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource
 
@@ -23,6 +22,15 @@ class Hello:
 
     label: str
     identity: DeviceIdentity | None
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class Built:
+    """What an actor reports once it has built a model: the fingerprint of the graph it imported to (None: nothing
+    to build, a simulated device), or the one sentence saying why it cannot be built."""
+
+    fingerprint: str | None
     problem: str | None = None
 
 
@@ -40,14 +48,13 @@ class ProfilerActor:
         except UserError as error:
             return Hello(self.label, None, str(error))
 
-    def prepare(self, model: ModelSource, graph: Graph, dtype: str) -> str | None:
-        """Build a model on the device in ``dtype`` before measuring it; the one sentence saying why it cannot be,
-        or None."""
+    def prepare(self, model: ModelSource, dtype: str, memory_format: str) -> Built:
+        """Build a model on the device in ``dtype`` and ``memory_format`` before measuring it: the fingerprint of the
+        graph it imported to, or the one sentence saying why it cannot be built."""
         try:
-            self.backend.prepare(model, graph, dtype)
+            return Built(self.backend.prepare(model, dtype, memory_format))
         except UserError as error:
-            return str(error)
-        return None
+            return Built(None, str(error))
 
     def measure(self, jobs: list[MeasureJob]) -> list[dict[str, Any]]:
         """Measure a batch of stages (on a GPU several in one CUDA graph); their rows in order."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Protocol, Sequence
 
 from ios_ray.devices import DeviceSpec
-from ios_ray.ir import Graph
 from ios_ray.paired import ContestTiming
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource
 
@@ -16,9 +15,9 @@ class Backend(Protocol):
     def start(self) -> DeviceIdentity:
         """Check the device, fingerprint it, and say who measures."""
 
-    def prepare(self, model: ModelSource, graph: Graph, dtype: str) -> None:
-        """Get ready to measure stages of a model in ``dtype`` (build it on the device); UserError where it
-        cannot."""
+    def prepare(self, model: ModelSource, dtype: str, memory_format: str) -> str | None:
+        """Get ready to measure stages of a model in ``dtype`` and ``memory_format`` (build it on the device): the
+        fingerprint of the graph it imported to (None: nothing to build); UserError where it cannot."""
 
     def measure(self, job: MeasureJob) -> dict[str, Any]:
         """Time one stage and return its latency row (the store's columns)."""

@@ -4,7 +4,8 @@ In phases, so that the driver can skip what the store already holds and check th
 
     pool = DevicePool.start(["v100", "sim:k80"])       # fails within seconds if no node offers a label
     identities = pool.identities()                       # {label: fingerprint and info}, to look up the store
-    pool.prepare(model, graph, "float32")                # every actor builds the model (fails early if it cannot)
+    building = pool.prepare(model, "float32", "contiguous")  # every actor starts building the model...
+    building.check(graph)                                # ...and it fails here if one cannot, or built another graph
     report = pool.measure({label: missing_jobs}, on_rows, on_progress)
     timing = pool.time_schedules(label, CheckJob(model, graph, (dp, sequential), batch))   # .ratio.verdict
     pool.shutdown()
@@ -15,6 +16,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import ray
@@ -79,17 +81,12 @@ class DevicePool:
         """The actors measuring one label."""
         return list(self._actors[label])
 
-    def prepare(self, model: ModelSource, graph: Graph, dtype: str) -> None:
-        """Have every actor build the model on its device in ``dtype``; UserError with the first actor's problem, if
-        any."""
-        refs = [actor.prepare.remote(model, graph, dtype) for actors in self._actors.values() for actor in actors]
-        try:
-            problems = [problem for problem in ray.get(refs) if problem is not None]
-        except RayActorError:
-            raise UserError(f"an actor died while building model {model.name!r} (killed or crashed, out of memory "
-                            "perhaps); run the search again.") from None
-        if problems:
-            raise UserError(problems[0])
+    def prepare(self, model: ModelSource, dtype: str, memory_format: str) -> "Preparing":
+        """Have every actor start building the model on its device in ``dtype`` and ``memory_format``; returns at once,
+        so that the driver imports the model meanwhile (:meth:`Preparing.check` waits for the actors)."""
+        refs = [(label, actor.prepare.remote(model, dtype, memory_format))
+                for label, actors in self._actors.items() for actor in actors]
+        return Preparing(model.name, refs, {label: identity.host for label, identity in self._identities.items()})
 
     def measure(
         self,
@@ -137,6 +134,32 @@ class DevicePool:
 
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
+
+
+@dataclass(frozen=True)
+class Preparing:
+    """The actors building model ``name`` (:meth:`DevicePool.prepare`): per actor, its label and the reference to
+    what it reports (:class:`~ios_ray.profiler.actors.Built`), and each label's host."""
+
+    name: str
+    refs: list[tuple[str, Any]]
+    hosts: Mapping[str, str]
+
+    def check(self, graph: Graph) -> None:
+        """Wait until every actor has built the model; UserError with the first actor's problem, or where an actor
+        imported it to another graph than ``graph`` (the driver's)."""
+        try:
+            built = ray.get([ref for _, ref in self.refs])
+        except RayActorError:
+            raise UserError(f"an actor died while building model {self.name!r} (killed or crashed, out of memory "
+                            "perhaps); run the search again.") from None
+        problems = [found.problem for found in built if found.problem is not None]
+        if problems:
+            raise UserError(problems[0])
+        for (label, _), found in zip(self.refs, built):
+            if found.fingerprint is not None and found.fingerprint != graph.fingerprint:
+                raise UserError(f"model {self.name!r} imports to a different graph on {self.hosts[label]} than on the "
+                                "driver; install the same ios-ray, torch and model code on every node.")
 
 
 def _greet(

@@ -63,10 +63,10 @@ class RealBackend:
         self.identity = local_identity(self.spec.label, fingerprint, info, "measured")
         return self.identity
 
-    def prepare(self, model: ModelSource, graph: Graph, dtype: str) -> None:
-        """Build the model on this device in ``dtype`` now (once), so that a model this node cannot rebuild fails
-        early."""
-        self._program(model, graph, (self.identity or self.start()).host, dtype)
+    def prepare(self, model: ModelSource, dtype: str, memory_format: str) -> str | None:
+        """Build the model on this device in ``dtype`` and ``memory_format`` now (once), so that a model this node
+        cannot rebuild fails early: the fingerprint of the graph it imported to."""
+        return self._built(model, dtype, memory_format).graph.fingerprint
 
     def measure(self, job: MeasureJob) -> dict[str, Any]:
         """Compile the stage with the runtime, feed it random inputs, time it, and return the row."""
@@ -115,16 +115,23 @@ class RealBackend:
                  ) -> Program:
         """A model on this device in ``dtype`` and the graph's memory format, run with ``kernels``, built once per
         model, dtype, format and kernels and checked against the driver's graph of it."""
-        key = (model.key, dtype, graph.memory_format, kernels)
-        program = self._programs.get(key)
-        if program is None:
-            imported = import_source(model, dtype, graph.memory_format)
-            program = self._programs[key] = Program.from_imported(imported, self.device, kernels)
+        program = self._built(model, dtype, graph.memory_format, kernels)
         if program.graph.fingerprint != graph.fingerprint:
             raise UserError(
                 f"model {model.name!r} imports to a different graph on {host} than on the driver; install the same "
                 "ios-ray, torch and model code on every node."
             )
+        return program
+
+
+    def _built(self, model: ModelSource, dtype: str, memory_format: str, kernels: str = EAGER_KERNELS) -> Program:
+        """A model on this device in ``dtype`` and ``memory_format``, run with ``kernels``, built once per model, dtype,
+        format and kernels."""
+        key = (model.key, dtype, memory_format, kernels)
+        program = self._programs.get(key)
+        if program is None:
+            imported = import_source(model, dtype, memory_format)
+            program = self._programs[key] = Program.from_imported(imported, self.device, kernels)
         return program
 
 

@@ -8,7 +8,6 @@ from typing import Any, Sequence
 from ios_ray.devices import DeviceSpec
 from ios_ray.profiler.fingerprint import device_fingerprint
 from ios_ray.errors import UserError
-from ios_ray.ir import Graph
 from ios_ray.paired import ContestTiming
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource, local_identity, make_row
 from ios_ray.profiler.timing import Timing, resolve_protocol
@@ -35,8 +34,9 @@ class SimBackend:
         self.identity = local_identity(self.spec.label, fingerprint, info, "simulated")
         return self.identity
 
-    def prepare(self, model: ModelSource, graph: Graph, dtype: str) -> None:
-        """Nothing to build: the sim model reads the graph only."""
+    def prepare(self, model: ModelSource, dtype: str, memory_format: str) -> str | None:
+        """Nothing to build: the sim model reads the driver's graph only."""
+        return None
 
     def measure(self, job: MeasureJob) -> dict[str, Any]:
         """Predict the stage's latency, sleep as long as warmup and repeat runs would take, return the row."""

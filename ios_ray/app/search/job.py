@@ -3,7 +3,7 @@ check, and hand back (and write) schedules.
 
 The steps follow docs/DESIGN.md's data flow. The model comes as a spec or an ``nn.Module`` object
 (:func:`~ios_ray.frontend.load_model`); actors on real devices rebuild it from the spec or fetch the object through
-Ray's object store (:class:`~ios_ray.profiler.ModelSource`). All candidate stages of a model are known before
+Ray's object store (:class:`~ios_ray.profiler.ModelSource`), while the driver imports it. All candidate stages of a model are known before
 anything is measured, so they are deduplicated by stage key and looked up in the latency store for every setting
 (device, batch, a :class:`~ios_ray.app.search.measuring.Setting`); a measuring strategy
 (:mod:`~ios_ray.app.search.measuring`: every planned stage, or lazily only those that can change the schedule) says what
@@ -69,16 +69,25 @@ class LoadedModel:
         """The model's name."""
         return self.model.name
 
-    def source(self, shared: bool) -> ModelSource:
-        """Where actors get the model: its spec, else (where ``shared``: actors on real devices need it) the object,
-        put into Ray's object store (Ray must run) from the CPU, so that a node without a GPU can rebuild it."""
-        import ray
 
-        name, shape, module = self.model.name, self.model.input_shape, self.model.module
-        if self.model.spec is not None or not shared:
-            return ModelSource(name, shape, spec=self.model.spec)
-        module = module if module_device(module).type == "cpu" else copied(module).cpu()
-        return ModelSource(name, shape, module_ref=ray.put(module))
+def model_source(model: Model, shared: bool) -> ModelSource:
+    """Where actors get the model: its spec, else (where ``shared``: actors on real devices need it) the object, put
+    into Ray's object store (Ray must run) from the CPU, so that a node without a GPU can rebuild it."""
+    import ray
+
+    if model.spec is not None or not shared:
+        return ModelSource(model.name, model.input_shape, spec=model.spec)
+    module = model.module if module_device(model.module).type == "cpu" else copied(model.module).cpu()
+    return ModelSource(model.name, model.input_shape, module_ref=ray.put(module))
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """A search's model imported on the driver, its measuring strategy and its store."""
+
+    model: LoadedModel
+    measuring: Measuring
+    store: LatencyStore
 
 
 @dataclass(frozen=True)
@@ -122,28 +131,28 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
 
 
 def _run(plan: SearchPlan, progress: SearchProgress, started: float) -> list[SearchOutcome]:
-    """The search after its checks: import, plan, look up, measure what is missing, schedule."""
-    model = load_request_model(plan)
-    refuse_what_cannot_fit(model.graph, plan.batches, plan.dtype, plan.labels, local=runs_here(plan.address))
-    keys = StageKeys(model.graph)
-    measuring: Measuring = (Lazy(keys, plan.params, plan.stage_budget, plan.dtype) if plan.measure == "lazy"
-                            else Exhaustive(keys, plan.params))
-    progress.planned(model.graph, measuring.space.plan)
-    store = LatencyStore(plan.store)
+    """The search after its checks: build the model, import and plan it (on a measured device while the actors
+    build it too), look up, measure what is missing, schedule."""
+    model = load_model(plan.model, plan.input_shape, plan.name)
     identities = _simulated_identities([device.spec for device in plan.devices])
+    planned = None
     if identities is not None:
-        search = _search(plan, model, measuring, store, identities)
+        planned = _plan(plan, model, progress)
+        search = _search(plan, planned, identities)
         _choose_kernels(search, None, progress)
         if not _ask(search, {}, RoundSize()):
             for label in plan.labels:
                 progress.device_started(label, 0, _cached(search, label))
             return _schedule_all(search, started, None, progress)
     with ray_session(plan.address), _pool(plan) as pool:
-        search = _search(plan, model, measuring, store, pool.identities())
-        measured = any(setting.identity.source == "measured" for setting in search.settings)
-        source = model.source(shared=measured)
-        if measured:
-            pool.prepare(source, model.graph, search.dtype)
+        identities = pool.identities()
+        measured = any(identity.source == "measured" for identity in identities.values())
+        source = model_source(model, shared=measured)
+        building = pool.prepare(source, plan.dtype, plan.memory_format) if measured else None
+        planned = planned or _plan(plan, model, progress)  # the actors build the model meanwhile
+        if building is not None:
+            building.check(planned.model.graph)
+        search = _search(plan, planned, identities)
         _choose_kernels(search, (pool, source), progress)
         _read_corrections(search)
         actors = {label: len(pool.actors(label)) for label in plan.labels}
@@ -159,17 +168,29 @@ def _run(plan: SearchPlan, progress: SearchProgress, started: float) -> list[Sea
         return _schedule_all(search, started, (pool, source), progress)
 
 
-def _search(plan: SearchPlan, model: LoadedModel, measuring: Measuring, store: LatencyStore,
-            identities: dict[str, DeviceIdentity]) -> _Search:
+def _plan(plan: SearchPlan, model: Model, progress: SearchProgress) -> _Planned:
+    """Import the model on the driver (in the request's dtype and memory format), refuse a batch that cannot fit,
+    and plan its candidate stages; the store opened."""
+    loaded = LoadedModel(model, import_model(model, dtype=plan.dtype, memory_format=plan.memory_format).graph)
+    refuse_what_cannot_fit(loaded.graph, plan.batches, plan.dtype, plan.labels, local=runs_here(plan.address))
+    keys = StageKeys(loaded.graph)
+    measuring: Measuring = (Lazy(keys, plan.params, plan.stage_budget, plan.dtype) if plan.measure == "lazy"
+                            else Exhaustive(keys, plan.params))
+    progress.planned(loaded.graph, measuring.space.plan)
+    return _Planned(loaded, measuring, LatencyStore(plan.store))
+
+
+def _search(plan: SearchPlan, planned: _Planned, identities: dict[str, DeviceIdentity]) -> _Search:
     """A search's shared state, one setting per (device, batch) in the request's order, each with its device's
     memory budget (resolved once per device, from the memory its identity reports); UserError where a budget is one
     no schedule meets."""
+    model = planned.model
     budgets = {device.label: device.memory_budget.resolve(model.model.module,
                                                           identities[device.label].info.get("memory_bytes"))
                for device in plan.devices}
     settings = tuple(Setting(identities[label], batch, budgets[label]) for label in plan.labels
                      for batch in plan.batches)
-    search = _Search(plan, model, measuring, store, settings)
+    search = _Search(plan, model, planned.measuring, planned.store, settings)
     refuse_unreachable_budgets(model.graph, plan.params, plan.dtype,
                                list(dict.fromkeys((s.batch, s.memory_budget) for s in settings)))
     return search
@@ -192,13 +213,6 @@ def _choose_kernels(search: _Search, devices: tuple[DevicePool, ModelSource] | N
             choice = measured_kernels(*devices, search.model.graph, setting.device, setting.batch, search.dtype,
                                       plan.check.confidence, plan.check.seconds)
         setting.run_with(choice)
-
-
-def load_request_model(plan: SearchPlan) -> LoadedModel:
-    """The checked request's model, built (a spec) or taken (an object), and imported in its dtype and memory
-    format."""
-    model = load_model(plan.model, plan.input_shape, plan.name)
-    return LoadedModel(model, import_model(model, dtype=plan.dtype, memory_format=plan.memory_format).graph)
 
 
 def _schedule_all(search: _Search, started: float, checker: tuple[DevicePool, ModelSource] | None,

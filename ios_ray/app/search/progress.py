@@ -66,8 +66,8 @@ class RichSearchProgress:
         )
         self.tasks: dict[str, TaskID] = {}
         self.before: dict[str, int] = {}  # per device, the stages measured in the rounds before this one
-        self.status = console.status("importing the model and planning its candidate stages (states, transitions "
-                                     "and stage relations per block)")
+        self.status = console.status("starting the devices, importing the model and planning its candidate stages "
+                                     "(states, transitions and stage relations per block)")
 
     def __enter__(self) -> "RichSearchProgress":
         self.status.start()
@@ -92,7 +92,7 @@ class RichSearchProgress:
         if opaque.warrants_warning:
             self.console.print(f"warning: {opaque.summary()}; they run their original code one op at a time (see "
                                "ios-ray inspect)", highlight=False, soft_wrap=True)
-        self.status.update("starting the devices and looking up the store")
+        self.status.update("looking up the store (the devices build the model)")
 
     def device_started(self, device: str, total: int, cached: int) -> None:
         """Add a bar for a device (the bars show from the first one on), or extend it by a lazy search's round."""
