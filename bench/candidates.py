@@ -15,7 +15,8 @@ Two parts (``--part``):
   ratios).
 
 Run: python bench/candidates.py [--models inception_v3,nasnet_a] [--batches 1,8]
-(about an hour on 2 cores with the defaults; exit code 1 when a target is missed)
+(about an hour on 2 cores with the defaults; exit code 1 when a target is missed); the cost part alone on the stores
+of an earlier run: ``--part cost --stores /tmp/ios-ray-candidates-XXXX``
 """
 
 from __future__ import annotations
@@ -151,14 +152,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="inception_v3,nasnet_a")
     parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--part", choices=("prediction", "cost"), help="run one part only (cost: on --stores)")
+    parser.add_argument("--stores", type=Path, help="the folder of an earlier run's stores (<model>-bs<batch>.duckdb), "
+                        "for --part cost")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="ios-ray-candidates-"))
     models, batches = args.models.split(","), [int(b) for b in args.batches.split(",")]
     searched: dict[tuple[str, int], Path] = {}
+    if args.stores is not None:
+        searched = {(model, batch): args.stores / f"{model}-bs{batch}.duckdb" for model in models for batch in batches
+                    if (args.stores / f"{model}-bs{batch}.duckdb").exists()}
     return run_parts({
         "prediction": lambda console: prediction(models, batches, folder, console, searched),
         "cost": lambda console: cost(searched, console),
-    }, None, width=220)
+    }, args.part, width=220)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from typing import Callable
 import pytest
 
 from ios_ray.paired import FASTER, SLOWER, WITHIN_NOISE, ContestTiming, LookPlan, contest_confidence
-from ios_ray.runtime.compare import SCREEN_ROUNDS, contest, paired_timing
+from ios_ray.runtime.compare import HOPELESS_ROUNDS, SCREEN_ROUNDS, contest, paired_timing
 from ios_ray.runtime.timing import alternating_rounds
 from ios_ray.vocabulary import DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS
 
@@ -149,6 +149,24 @@ def test_after_screening_only_the_best_candidate_runs_beside_sequential() -> Non
     assert calls["dp"] == calls["sequential"] == warmup + timing.rounds
     assert [len(timing.times_ms[name]) for name in CANDIDATES] == [timing.rounds, SCREEN_ROUNDS, SCREEN_ROUNDS,
                                                                    timing.rounds]
+
+
+def test_a_candidate_far_slower_than_sequential_leaves_the_screening_early() -> None:
+    machine = FakeMachine({"dp": 10.0, "dp-fewer-stages": 10.6, "greedy": 45.0, "sequential": 13.0}, 0)
+    timing = contest_of(machine, CANDIDATES)
+    warmup = 2
+    assert machine.calls.count("greedy") == warmup + HOPELESS_ROUNDS < warmup + SCREEN_ROUNDS
+    assert machine.calls.count("dp-fewer-stages") == warmup + SCREEN_ROUNDS  # 1.5x slower than dp: screened whole
+    assert len(timing.times_ms["greedy"]) == HOPELESS_ROUNDS and timing.ratios["greedy"].median > 3
+    assert timing.ratios["greedy"].low is None and timing.kept == "dp"
+
+
+def test_the_screening_keeps_the_fastest_candidate_when_every_one_is_far_slower() -> None:
+    machine = FakeMachine({"dp": 30.0, "dp-fewer-stages": 60.0, "greedy": 45.0, "sequential": 13.0}, 0)
+    timing = contest_of(machine, CANDIDATES)
+    assert [len(timing.times_ms[name]) for name in ("dp-fewer-stages", "greedy")] == [HOPELESS_ROUNDS] * 2
+    assert len(timing.times_ms["dp"]) == timing.rounds > SCREEN_ROUNDS  # went on beside sequential, and lost
+    assert timing.kept == "sequential" and timing.ratios["dp"].low is not None and timing.ratios["dp"].low > 1
 
 
 def test_a_contest_of_four_costs_at_most_half_again_a_paired_check() -> None:

@@ -57,10 +57,11 @@ def contest(
     of each) against ``baseline``, looking at the intervals of each one's ratio over the baseline as ``plan`` says
     (its confidence must already be shared among the candidates: :func:`~ios_ray.paired.contest_confidence`).
 
-    With more than one candidate, the first :data:`SCREEN_ROUNDS` rounds run them all, and only the one of the lowest
-    median ratio goes on beside the baseline (the others keep the median of those rounds, with no interval: too few
-    rounds for one, so none of them is kept); since the plan's confidence holds for every candidate's intervals
-    together, choosing among them costs it nothing. From then on it is the paired check of :func:`paired_timing`,
+    With more than one candidate, the first :data:`SCREEN_ROUNDS` rounds run them all (a candidate that ran at
+    least twice the baseline's time in each of its first two rounds leaves them early: :data:`HOPELESS_RATIO`), and
+    only the one of the lowest median ratio goes on beside the baseline (the others keep the median of their rounds,
+    with no interval: too few rounds for one, so none of them is kept); since the plan's confidence holds for every
+    candidate's intervals together, choosing among them costs it nothing. From then on it is the paired check of :func:`paired_timing`,
     those rounds counted: stop at a look where the interval decides, at the last look, or at a look where the next
     one would end past ``max_seconds`` at the pace of the callables still running.
     """
@@ -73,8 +74,9 @@ def contest(
         rounds = alternating_rounds(dict(callables), device, warmup, sample, rewarm=False)
         running = list(callables)
         if len(callables) > 2:
-            _run_rounds(rounds, times, baseline, min(SCREEN_ROUNDS, plan.looks[0]))
-            screened = {name: median_interval(ratios_of(times[name], times[baseline]), plan.confidence)
+            _screen(callables, rounds, times, baseline, min(SCREEN_ROUNDS, plan.looks[0]), device, sample)
+            screened = {name: median_interval(ratios_of(times[name], times[baseline][:len(times[name])]),
+                                              plan.confidence)
                         for name in callables if name != baseline}
             best = min(screened, key=lambda name: screened[name].median)
             ratios |= {name: dataclasses.replace(found, low=None, high=None) for name, found in screened.items()}
@@ -94,6 +96,30 @@ def contest(
 
 #: The rounds a contest of several candidates runs them all before only the best goes on beside the baseline.
 SCREEN_ROUNDS = 5
+#: A candidate leaves the screening early once its first :data:`HOPELESS_ROUNDS` rounds each ran at least
+#: :data:`HOPELESS_RATIO` times the baseline's time: it cannot be kept (that takes a ratio wholly below 1), and at
+#: that pace it cannot have the lowest median of the screening unless every other candidate is as slow. On a
+#: 2-core CPU the greedy schedule of Inception V3 at batch 1 ran 3.5x sequential, so its 5 rounds cost the check as
+#: much as 17 of the others'.
+HOPELESS_ROUNDS = 2
+HOPELESS_RATIO = 2.0
+
+
+def _screen(callables: Mapping[str, Callable[[], object]], rounds: Iterator[dict[str, float]],
+            times: dict[str, list[float]], baseline: str, until: int, device: torch.device | str,
+            sample: Sampler | None) -> None:
+    """Run ``until`` rounds of every callable, leaving out from then on a candidate that is hopeless (see
+    :data:`HOPELESS_RATIO`; never the last one beside the baseline)."""
+    running = dict(callables)
+    while len(times[baseline]) < until:
+        for name, ms in next(rounds).items():
+            times[name].append(ms)
+        hopeless = [name for name in running if name != baseline and len(times[name]) == HOPELESS_ROUNDS
+                    and all(ms >= HOPELESS_RATIO * base for ms, base in zip(times[name], times[baseline]))]
+        hopeless = sorted(hopeless, key=lambda name: -min(times[name]))[:len(running) - 2]  # the fastest one stays
+        if hopeless:
+            running = {name: fn for name, fn in running.items() if name not in hopeless}
+            rounds = alternating_rounds(running, device, 0, sample, rewarm=False)
 
 
 def _run_rounds(rounds: Iterator[dict[str, float]], times: dict[str, list[float]], baseline: str, until: int) -> None:
