@@ -48,7 +48,7 @@ class SearchProgress(Protocol):
         """The sequential schedule of (device, batch) is being timed with each kernels, to choose them."""
 
     def checking(self, device: str, batch: int) -> None:
-        """The DP and sequential schedules of (device, batch) are being timed end to end."""
+        """The candidates of (device, batch) are being timed end to end."""
 
     def kept(self, outcome: SearchOutcome) -> None:
         """A (device, batch) is decided: its outcome says which schedule it kept and why."""
@@ -118,7 +118,8 @@ class RichSearchProgress:
 
     def checking(self, device: str, batch: int) -> None:
         """Say which schedules are being timed end to end."""
-        self.console.print(f"{device} batch {batch}: timing the IOS and sequential schedules end to end")
+        self.console.print(f"{device} batch {batch}: timing the candidates end to end (IOS, its alternatives, greedy, "
+                           "sequential)")
 
     def kept(self, outcome: SearchOutcome) -> None:
         """Say which schedule a (device, batch) keeps and why."""
