@@ -91,14 +91,11 @@ class _Planned:
 
 
 @dataclass(frozen=True)
-class _Search:
-    """What every step of one search shares: the checked request, the model, the measuring strategy, the store,
-    and one setting per (device, batch)."""
+class _Search(_Planned):
+    """What every step of one search shares: the model, the measuring strategy and the store (:class:`_Planned`),
+    the checked request, and one setting per (device, batch)."""
 
     plan: SearchPlan
-    model: LoadedModel
-    measuring: Measuring
-    store: LatencyStore
     settings: tuple[Setting, ...]
 
     @property
@@ -190,7 +187,7 @@ def _search(plan: SearchPlan, planned: _Planned, identities: dict[str, DeviceIde
                for device in plan.devices}
     settings = tuple(Setting(identities[label], batch, budgets[label]) for label in plan.labels
                      for batch in plan.batches)
-    search = _Search(plan, model, planned.measuring, planned.store, settings)
+    search = _Search(model, planned.measuring, planned.store, plan, settings)
     refuse_unreachable_budgets(model.graph, plan.params, plan.dtype,
                                list(dict.fromkeys((s.batch, s.memory_budget) for s in settings)))
     return search
