@@ -19,6 +19,8 @@ from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
 from ios_ray.paired import LookPlan
 from ios_ray.profiler import CheckJob, DevicePool, MeasureJob, ModelSource
+from ios_ray.profiler.actors import Built
+from ios_ray.profiler.pool import Preparing
 from ios_ray.profiler.timing import DEFAULT_PROTOCOL, Timing
 from ios_ray.profiler.real import RealBackend, random_inputs
 from ios_ray.profiler.timing import time_callable
@@ -84,6 +86,25 @@ def test_real_backend_measures_a_cpu_stage() -> None:
     assert tuple(row) == tuple(STORE_SCHEMA.names)
     assert row["source"] == "measured" and row["device_fingerprint"] == identity.fingerprint
     assert 0 < row["p10_ms"] <= row["median_ms"] <= row["p90_ms"] and row["samples"] == 3
+
+
+def test_a_real_backend_builds_a_model_before_measuring_and_says_which_graph_it_imported() -> None:
+    backend = RealBackend(parse_device("cpu"))
+    backend.start()
+    assert backend.prepare(SQUEEZENET, "float32", "contiguous") == import_model("squeezenet").graph.fingerprint
+
+
+def test_the_driver_waits_for_the_actors_build_and_refuses_a_problem_or_another_graph(ray_local: None) -> None:
+    graph = import_model("squeezenet").graph
+
+    def preparing(*built: Built) -> Preparing:
+        return Preparing("squeezenet", [("cpu", ray.put(found)) for found in built], {"cpu": "node-7"})
+
+    preparing(Built(graph.fingerprint), Built(None)).check(graph)  # the same graph, and a sim actor that built none
+    with pytest.raises(UserError, match="^cannot unpickle it$"):
+        preparing(Built(graph.fingerprint), Built(None, "cannot unpickle it")).check(graph)
+    with pytest.raises(UserError, match="^model 'squeezenet' imports to a different graph on node-7 than on the driver"):
+        preparing(Built("another")).check(graph)
 
 
 def whole_schedules(graph: Graph, model: str) -> dict[str, Schedule]:
