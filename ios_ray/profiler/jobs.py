@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal, Mapping
 
+from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.profiler.fingerprint import fingerprint_of
 from ios_ray.profiler.timing import Timing
@@ -37,6 +38,14 @@ class ModelSource:
         if self.module_ref is None:
             raise ValueError(f"model {self.name!r} has neither a spec nor an object to rebuild it from")
         return f"object:{self.module_ref.hex()}"
+
+
+def refuse_another_graph(model: str, built: str, driver: str, host: str) -> None:
+    """UserError where model ``model``, built on ``host``, imported to another graph fingerprint (``built``) than on
+    the driver (``driver``): that node runs other code."""
+    if built != driver:
+        raise UserError(f"model {model!r} imports to a different graph on {host} than on the driver; install the same "
+                        "ios-ray, torch and model code on every node.")
 
 
 @dataclass(frozen=True)

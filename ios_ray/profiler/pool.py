@@ -31,7 +31,7 @@ from ios_ray.profiler.dispatch import (RESTART_POLL_S, RESTART_TIMEOUT_S, Dispat
                                       RowsCallback, task_error)
 from ios_ray.ir import Graph
 from ios_ray.paired import ContestTiming
-from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource
+from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource, refuse_another_graph
 from ios_ray.vocabulary import DEFAULT_SIM_ACTORS
 
 #: Seconds to wait for a device's actors to start and fingerprint their device.
@@ -157,9 +157,8 @@ class Preparing:
         if problems:
             raise UserError(problems[0])
         for (label, _), found in zip(self.refs, built):
-            if found.fingerprint is not None and found.fingerprint != graph.fingerprint:
-                raise UserError(f"model {self.name!r} imports to a different graph on {self.hosts[label]} than on the "
-                                "driver; install the same ios-ray, torch and model code on every node.")
+            if found.fingerprint is not None:
+                refuse_another_graph(self.name, found.fingerprint, graph.fingerprint, self.hosts[label])
 
 
 def _greet(

@@ -25,7 +25,8 @@ from ios_ray.profiler.fingerprint import cuda_problem, device_fingerprint
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.paired import ContestTiming, LookPlan, contest_confidence
-from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource, local_identity, make_row
+from ios_ray.profiler.jobs import (CheckJob, DeviceIdentity, MeasureJob, ModelSource, local_identity, make_row,
+                                   refuse_another_graph)
 from ios_ray.profiler.model_source import import_source
 from ios_ray.profiler.timing import GRAPH_STAGES, time_stages
 from ios_ray.runtime.executor import ScheduleRunner
@@ -116,13 +117,8 @@ class RealBackend:
         """A model on this device in ``dtype`` and the graph's memory format, run with ``kernels``, built once per
         model, dtype, format and kernels and checked against the driver's graph of it."""
         program = self._built(model, dtype, graph.memory_format, kernels)
-        if program.graph.fingerprint != graph.fingerprint:
-            raise UserError(
-                f"model {model.name!r} imports to a different graph on {host} than on the driver; install the same "
-                "ios-ray, torch and model code on every node."
-            )
+        refuse_another_graph(model.name, program.graph.fingerprint, graph.fingerprint, host)
         return program
-
 
     def _built(self, model: ModelSource, dtype: str, memory_format: str, kernels: str = EAGER_KERNELS) -> Program:
         """A model on this device in ``dtype`` and ``memory_format``, run with ``kernels``, built once per model, dtype,

@@ -61,9 +61,9 @@ def contest(
     least twice the baseline's time in each of its first two rounds leaves them early: :data:`HOPELESS_RATIO`), and
     only the one of the lowest median ratio goes on beside the baseline (the others keep the median of their rounds,
     with no interval: too few rounds for one, so none of them is kept); since the plan's confidence holds for every
-    candidate's intervals together, choosing among them costs it nothing. From then on it is the paired check of :func:`paired_timing`,
-    those rounds counted: stop at a look where the interval decides, at the last look, or at a look where the next
-    one would end past ``max_seconds`` at the pace of the callables still running.
+    candidate's intervals together, choosing among them costs it nothing. From then on it is the paired check of
+    :func:`paired_timing`, those rounds counted: stop at a look where the interval decides, at the last look, or at
+    a look where the next one would end past ``max_seconds`` at the pace of the callables still running.
     """
     if baseline not in callables or len(callables) < 2:
         raise ValueError(f"a contest needs the baseline {baseline!r} and at least one candidate, got {list(callables)}")

@@ -3,23 +3,25 @@ check, and hand back (and write) schedules.
 
 The steps follow docs/DESIGN.md's data flow. The model comes as a spec or an ``nn.Module`` object
 (:func:`~ios_ray.frontend.load_model`); actors on real devices rebuild it from the spec or fetch the object through
-Ray's object store (:class:`~ios_ray.profiler.ModelSource`), while the driver imports it. All candidate stages of a model are known before
-anything is measured, so they are deduplicated by stage key and looked up in the latency store for every setting
+Ray's object store (:class:`~ios_ray.profiler.ModelSource`), while the driver imports it. All candidate stages of a
+model are known before anything is measured, so they are deduplicated by stage key and looked up in the latency
+store for every setting
 (device, batch, a :class:`~ios_ray.app.search.measuring.Setting`); a measuring strategy
 (:mod:`~ios_ray.app.search.measuring`: every planned stage, or lazily only those that can change the schedule) says what
 each setting still needs, and the job measures it on all devices at once, round after round, until no setting asks
 for more. The driver alone writes the store, batch by batch as results stream back, so an interrupted search keeps
 what it measured and a rerun resumes. The DP then reads the settings' latencies and never waits on a device.
 
-Each setting first gets the kernels its stages run with (:mod:`~ios_ray.app.search.kernel_choice`: those the request names,
-or on a measured device the faster as the sequential schedule runs whole), and is looked up and measured under its
-device identity running them. On a measured device the IOS schedule (the DP's) is then checked end to end: it and the sequential schedule run
-whole, in paired rounds, on an actor of the device, and the file keeps the IOS schedule only where the interval of
-the ratio IOS / sequential lies wholly below 1 (:mod:`ios_ray.app.search.check`, :mod:`ios_ray.paired`); otherwise
-sequential (fewer threads and streams, the same speed). Stages timed one at a time miss what happens between them
-(on a CPU, handing work to worker threads and back), so the sum of a schedule's stages can favour a schedule that
-is slower as a whole; the check makes sure a search never deploys one slower than sequential, nor calls one faster
-on a coin flip.
+Each setting first gets the kernels its stages run with (:mod:`~ios_ray.app.search.kernel_choice`: those the
+request names, or on a measured device the faster as the sequential schedule runs whole), and is looked up and
+measured under its device identity running them. On a measured device its candidates
+(:mod:`~ios_ray.app.search.candidates`: the IOS schedule, its alternatives, greedy, sequential) are then checked end
+to end: they run whole, in paired rounds, on an actor of the device, and the file keeps, of those whose interval of
+the ratio over sequential lies wholly below 1, the one of the lowest median (:mod:`ios_ray.app.search.check`,
+:mod:`ios_ray.paired`); otherwise sequential (fewer threads and streams, the same speed). Stages timed one at a time
+miss what happens between them (on a CPU, handing work to worker threads and back), so the sum of a schedule's
+stages can favour a schedule that is slower as a whole; the check makes sure a search never deploys one slower than
+sequential, nor calls one faster on a coin flip.
 
 This module is the one place that joins Ray, the store and the scheduler; the Python API (:mod:`ios_ray.app.search.api`)
 is its only caller.
