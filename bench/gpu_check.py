@@ -472,7 +472,8 @@ def search_figures(store: Path, schedule_path: Path, device: str, batch: int) ->
             "rounds": check.rounds, "decision": check.decision,
             "candidates": {c.name: round(c.ms, 4) for c in check.candidates},
             "kept_over_predicted": None if over is None else round(over, 3),
-            "sequential_over_dp": _ratio(check.sequential_ms, check.dp_ms)}
+            "sequential_over_dp": _ratio(check.sequential_ms, check.dp_ms),
+            "phases": schedule.params.get("search_s")}
 
 
 def bench_step(

@@ -7,8 +7,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import subprocess
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -332,6 +332,12 @@ def test_the_whole_pipeline_runs_on_the_cpu_with_tiny_repeats(
     for search in report["searches"].values():
         assert search["stages"] > 0 and search["kept"] in ("dp", "sequential") and search["dp_ms"] > 0
         assert (search["warmup"], search["repeat"]) == (0, 1) and search["kernels"] in ("eager", "fused")
+        phases = search["phases"]  # where the search's own time went: its phases and the rest add up to its wall
+        assert {"start-up", "import", "DP", "check"} <= phases.keys()
+        assert sum(s for name, s in phases.items() if name != "wall") == pytest.approx(phases["wall"], abs=0.1)
+        assert 0 < phases["wall"] <= search["wall_s"] + 0.05  # within the command's (rounded to 0.1 s)
+    wall = report["searches"]["cpu bs1"]["phases"]["wall"]
+    assert re.search(rf"\| cpu bs1 \| 0 / 1 \| \d+ \| \d+ \| [\d.]+ \| {wall:.1f}: ", (out / "report.md").read_text())
     for batch in ("1", "2", "1 float16 channels_last"):
         kernels = report["bench"][batch]["rows"][0]["kernels"]
         assert [row["name"] for row in report["bench"][batch]["rows"]] == [

@@ -29,8 +29,9 @@ is its only caller.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -40,6 +41,7 @@ from ios_ray.app.search.check import checked_end_to_end, corrected_prediction
 from ios_ray.app.search.kernel_choice import given_kernels, measured_kernels, stored_kernels
 from ios_ray.app.search.measuring import Exhaustive, Lazy, Measuring, Setting
 from ios_ray.app.search.outcome import SearchOutcome
+from ios_ray.app.search.phases import Stopwatch
 from ios_ray.app.search.progress import SearchProgress
 from ios_ray.app.search.ray_session import cluster_in_use, joined, ray_session, runs_here
 from ios_ray.app.search.request import SearchPlan, SearchRequest, checked_request
@@ -119,52 +121,78 @@ class _Search(_Planned):
 def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchOutcome]:
     """Run a whole search; returns one outcome per (device, batch), writing a schedule file for each if ``out``.
 
-    It says first which Ray it runs on, and fails there, before the model is imported, on a device no node offers."""
-    started = time.perf_counter()
-    plan = checked_request(request)
+    It says first which Ray it runs on, and fails there, before the model is imported, on a device no node offers;
+    it says last where its time went (:mod:`~ios_ray.app.search.phases`)."""
+    watch = Stopwatch()
+    with watch.phase("start-up"):
+        plan = checked_request(request)
     with joined(plan.address):
-        cluster = cluster_in_use(plan.address)
-        progress.cluster(cluster.summary())
-        check_offered([device.spec for device in plan.devices], cluster.nodes, cluster.where)
-        return _run(plan, progress, started)
+        with watch.phase("start-up"):
+            cluster = cluster_in_use(plan.address)
+            progress.cluster(cluster.summary())
+            check_offered([device.spec for device in plan.devices], cluster.nodes, cluster.where)
+        outcomes = _run(plan, progress, watch)
+    progress.finished(watch.read())
+    return outcomes
 
 
-def _run(plan: SearchPlan, progress: SearchProgress, started: float) -> list[SearchOutcome]:
+def _run(plan: SearchPlan, progress: SearchProgress, watch: Stopwatch) -> list[SearchOutcome]:
     """The search after its checks: build the model, import and plan it (on a measured device while the actors
     build it too), look up, measure what is missing, schedule."""
-    model = load_model(plan.model, plan.input_shape, plan.name)
+    with watch.phase("import"):
+        model = load_model(plan.model, plan.input_shape, plan.name)
     identities = _simulated_identities([device.spec for device in plan.devices])
     planned = None
     if identities is not None:
-        planned = _plan(plan, model, progress)
+        with watch.phase("import"):
+            planned = _plan(plan, model, progress)
         search = _search(plan, planned, identities)
-        _choose_kernels(search, None, progress)
-        if not _ask(search, {}, RoundSize()):
+        with watch.phase("kernels"):
+            _choose_kernels(search, None, progress)
+        with watch.phase("choosing"):
+            asked = _ask(search, {}, RoundSize())
+        if not asked:
             for label in plan.labels:
                 progress.device_started(label, 0, _cached(search, label))
-            return _schedule_all(search, started, None, progress)
-    with ray_session(plan.address), _pool(plan) as pool:
-        identities = pool.identities()
-        measured = any(identity.source == "measured" for identity in identities.values())
-        source = model_source(model, shared=measured)
-        building = pool.prepare(source, plan.dtype, plan.memory_format) if measured else None
-        planned = planned or _plan(plan, model, progress)  # the actors build the model meanwhile
+            return _schedule_all(search, watch, None, progress)
+    with ExitStack() as stack:
+        with watch.phase("start-up"):
+            stack.enter_context(ray_session(plan.address))
+            pool = stack.enter_context(_pool(plan))
+            identities = pool.identities()
+            measured = any(identity.source == "measured" for identity in identities.values())
+            source = model_source(model, shared=measured)
+            building = pool.prepare(source, plan.dtype, plan.memory_format) if measured else None
+        with watch.phase("import"):
+            planned = planned or _plan(plan, model, progress)  # the actors build the model meanwhile
         if building is not None:
-            building.check(planned.model.graph)
+            with watch.phase("build"):
+                building.check(planned.model.graph)
         search = _search(plan, planned, identities)
-        _choose_kernels(search, (pool, source), progress)
-        _read_corrections(search)
-        actors = {label: len(pool.actors(label)) for label in plan.labels}
-        size, started_choosing = RoundSize(), time.perf_counter()
+        with watch.phase("kernels"):
+            _choose_kernels(search, (pool, source), progress)
+            _read_corrections(search)
+        _measure_rounds(pool, search, source, progress, watch)
+        return _schedule_all(search, watch, (pool, source), progress)
+
+
+def _measure_rounds(pool: DevicePool, search: _Search, source: ModelSource, progress: SearchProgress,
+                    watch: Stopwatch) -> None:
+    """Ask for stages and measure them, round after round, until no setting asks for more."""
+    actors = {label: len(pool.actors(label)) for label in search.plan.labels}
+    size = RoundSize()
+    with watch.phase("choosing"):
+        started_choosing = time.perf_counter()
         asked = _ask(search, actors, size)
-        while asked:
+    while asked:
+        with watch.phase("measuring"):
             started_measuring = time.perf_counter()
             _measure(pool, search, source, asked, progress)
+        with watch.phase("choosing"):
             measured_at = time.perf_counter()
             size = size.after(started_measuring - started_choosing, measured_at - started_measuring)
             started_choosing = measured_at
             asked = _ask(search, actors, size, before=asked)
-        return _schedule_all(search, started, (pool, source), progress)
 
 
 def _plan(plan: SearchPlan, model: Model, progress: SearchProgress) -> _Planned:
@@ -214,20 +242,24 @@ def _choose_kernels(search: _Search, devices: tuple[DevicePool, ModelSource] | N
         setting.run_with(choice)
 
 
-def _schedule_all(search: _Search, started: float, checker: tuple[DevicePool, ModelSource] | None,
+def _schedule_all(search: _Search, watch: Stopwatch, checker: tuple[DevicePool, ModelSource] | None,
                   progress: SearchProgress) -> list[SearchOutcome]:
     """Run the DP for every setting, check its candidates end to end where the device is real (storing each as a
-    run), write the files."""
+    run), write the files (each saying where the search's time went until then: ``params["search_s"]``)."""
     plan, graph = search.plan, search.model.graph
     solver = Solver(search.measuring, search.model.name, plan.dtype)
     outcomes = []
     for setting in search.settings:
-        found = candidates(solver, setting)
+        with watch.phase("DP"):
+            found = candidates(solver, setting)
         kept = found["dp"]
         if checker is not None and not setting.simulated and plan.check.rounds > 0:
             progress.checking(setting.device, setting.batch)
-            kept, ran = checked_end_to_end(*checker, graph, plan.check, found, setting.correction)
-            search.store.put_runs(ran)
+            with watch.phase("check"):
+                kept, ran = checked_end_to_end(*checker, graph, plan.check, found, setting.correction)
+                search.store.put_runs(ran)
+        times = watch.read()
+        kept = dataclasses.replace(kept, params={**kept.params, "search_s": times.to_json()})
         path = None
         if plan.out is not None:
             path = schedule_path(plan.out, search.model.name, setting.device, setting.batch, kept.dtype,
@@ -236,8 +268,7 @@ def _schedule_all(search: _Search, started: float, checker: tuple[DevicePool, Mo
         ios, plain = (corrected_prediction(found[name], setting.correction) or 0.0 for name in ("dp", "sequential"))
         outcomes.append(SearchOutcome(
             setting.device, setting.batch, kept, ios, plain, setting.measured, len(setting.table) - setting.measured,
-            time.perf_counter() - started, path, setting.identity.source, len(search.measuring.space.plan.stages),
-            setting.correction))
+            times, path, setting.identity.source, len(search.measuring.space.plan.stages), setting.correction))
         progress.kept(outcomes[-1])
     return outcomes
 

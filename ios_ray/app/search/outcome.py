@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ios_ray.app.search.phases import SearchTimes
 from ios_ray.scheduler.correction import IDENTITY, Correction
 from ios_ray.schedule import EndToEnd, Schedule
 
@@ -15,7 +16,8 @@ class SearchOutcome:
     """The result for one (device, batch): the schedule kept, the DP's and the sequential schedule's predicted
     latency (their stage sums, as the setting's correction prices them where one was fitted: ``correction``), how
     many stages were measured new and found stored (outliers measured again count in neither: the schedule's
-    ``params["measure"]["remeasured"]``), where the file went (None: not written), and on a measured device the
+    ``params["measure"]["remeasured"]``), where the search's time went until the setting was decided (``times``,
+    also the file's ``params["search_s"]``), where the file went (None: not written), and on a measured device the
     end-to-end check (each candidate that ran, the ratio DP / sequential, its interval and rounds, which it kept and
     why: ``end_to_end.decision``)."""
 
@@ -26,7 +28,7 @@ class SearchOutcome:
     sequential_ms: float
     measured: int
     cached: int
-    wall_s: float
+    times: SearchTimes
     path: Path | None
     source: str
     planned: int = 0
@@ -36,6 +38,11 @@ class SearchOutcome:
     def end_to_end(self) -> EndToEnd | None:
         """The end-to-end check behind the kept schedule (None on a ``sim:`` device or with no check)."""
         return self.schedule.end_to_end
+
+    @property
+    def wall_s(self) -> float:
+        """Seconds from the search's start until this setting was decided."""
+        return self.times.wall_s
 
     @property
     def speedup(self) -> float:
