@@ -8,11 +8,16 @@ Two parts (``--part``):
   search's with fused kernels ("IOS fused") and ``torch.compile`` (default mode). Ratios are per round, with 95%
   intervals (:func:`~ios_ray.paired.median_interval`). Target: IOS fused never slower than IOS eager beyond noise
   (the interval of fused / eager not wholly above 1).
+* ``packing`` (not run by default): the sequential schedule with fused kernels, oneDNN's weights packed for each
+  input shape (as deployed) against packed for batch 1 (as before 2026-11-27), beside ``torch.compile`` (default
+  mode), no search (``--models`` may name library models: ``torchvision:resnet50``). Target: per shape never slower
+  beyond noise than batch-1 packing.
 * ``ios-ray-bench``: what a user runs: ``ios-ray search`` (default kernels: ``auto``) and ``ios-ray bench`` on
   SqueezeNet at batch 1, in fresh processes. Target: the IOS row (named for its kernels) within 10% of
   ``torch.compile``'s median, or faster.
 
 Run: python bench/kernels.py [--models inception_v3,squeezenet] [--batches 1,8] [--rounds 30] [--folder DIR]
+[--part packing]
 (on 2 cores with the defaults: about 40 minutes of searches on fresh stores, each Inception V3 search 7-9 minutes,
 then the rounds; a run again on the same --folder measures only what its stores lack; exit code 1 when a target is
 missed)
@@ -34,14 +39,17 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import ios_ray  # noqa: E402
+from bench.model_libraries import _define_torchvision_schemas  # noqa: E402
 from bench.verdict import run_parts  # noqa: E402
 from ios_ray.app.cli.bench import compiled_variants  # noqa: E402
 from ios_ray.runtime.accuracy import relative_error  # noqa: E402
 from ios_ray.frontend import import_model, load_model  # noqa: E402
 from ios_ray.paired import REPORT_CONFIDENCE, median_interval, percent, ratios_of  # noqa: E402
 from ios_ray.runtime import Programs, ScheduleRunner  # noqa: E402
+from ios_ray.runtime.kernels import OneDnnConv  # noqa: E402
 from ios_ray.runtime.timing import interleaved_samples_ms, summary_ms  # noqa: E402
 from ios_ray.schedule import Schedule  # noqa: E402
+from ios_ray.scheduler.baselines import baseline_schedule  # noqa: E402
 
 #: IOS fused may be at most this much slower than torch.compile's median in ``ios-ray bench`` (issue 44).
 COMPILE_MARGIN = 1.10
@@ -81,6 +89,45 @@ def side_by_side(models: list[str], batches: list[int], rounds: int, folder: Pat
             table.add_row(model, str(batch), *(f"{medians[n]:.2f}" if n in medians else "-" for n in (
                 "eager", "IOS eager", "IOS fused", "torch.compile")), _cell(versus_eager), _cell(versus_compile),
                 f"{error:.1e}", "PASS" if ok else "FAIL")
+    return table, passed
+
+
+def packing(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
+    """The sequential schedule with fused kernels, weights packed per input shape against packed for batch 1, beside
+    torch.compile, in interleaved rounds."""
+    table = Table("model", "batch", "packed per shape ms", "packed for batch 1 ms", "torch.compile ms",
+                  f"per shape / batch 1 ({percent(REPORT_CONFIDENCE)})",
+                  f"per shape / torch.compile ({percent(REPORT_CONFIDENCE)})", "target",
+                  title="oneDNN weights packed per input shape against packed for batch 1 (CPU, sequential schedule, "
+                  "fused kernels, interleaved rounds)")
+    passed = True
+    for model in models:
+        loaded = load_model(model)
+        module, imported = loaded.module.eval(), import_model(loaded)
+        for batch in batches:
+            x = torch.randn(batch, *loaded.input_shape)
+            schedule = baseline_schedule(imported.graph, device="cpu", batch=batch, kernels="fused")
+            per_shape, batch_one = (ScheduleRunner(Programs(imported)("cpu", "fused"), schedule) for _ in range(2))
+            with torch.inference_mode():
+                batch_one(x[:1])  # packs every conv the schedule runs for batch 1 ...
+                for fn in batch_one.program.fns.values():
+                    if isinstance(fn, OneDnnConv):  # ... and uses those weights at this batch too
+                        fn.packed.update({(batch, *shape[1:]): weight for shape, weight in fn.packed.items()})
+            calls = {"per shape": per_shape, "batch 1": batch_one}
+            compiled, notes = compiled_variants(module, x, ("default",))
+            calls |= {v.name: v.forward for v in compiled}
+            for note in notes:
+                console.print(f"{model} bs{batch}: {note}")
+            samples = interleaved_samples_ms({n: (lambda c=c: c(x)) for n, c in calls.items()}, "cpu", 3, rounds)
+            versus_one = median_interval(ratios_of(samples["per shape"], samples["batch 1"]))
+            versus_compile = (median_interval(ratios_of(samples["per shape"], samples["torch.compile"]))
+                              if "torch.compile" in samples else None)
+            ok = versus_one.low is not None and versus_one.low <= 1
+            passed &= ok
+            medians = {name: summary_ms(times)[0] for name, times in samples.items()}
+            table.add_row(model, str(batch), *(f"{medians[n]:.2f}" if n in medians else "-" for n in (
+                "per shape", "batch 1", "torch.compile")), _cell(versus_one), _cell(versus_compile),
+                "PASS" if ok else "FAIL")
     return table, passed
 
 
@@ -138,17 +185,21 @@ def main() -> int:
     parser.add_argument("--models", default="inception_v3,squeezenet")
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--part", choices=("side-by-side", "ios-ray-bench"))
+    parser.add_argument("--part", choices=("side-by-side", "ios-ray-bench", "packing"))
     parser.add_argument("--folder", type=Path, help="the stores' folder, kept: a run again on it measures only what "
                         "its stores lack (default: a new temporary one)")
     args = parser.parse_args()
     folder = args.folder or Path(tempfile.mkdtemp(prefix="ios-ray-kernels-"))
     folder.mkdir(parents=True, exist_ok=True)
     models, batches = args.models.split(","), [int(b) for b in args.batches.split(",")]
-    return run_parts({
+    parts = {
         "side-by-side": lambda console: side_by_side(models, batches, args.rounds, folder, console),
         "ios-ray-bench": lambda console: bench_command(args.rounds, folder, console),
-    }, args.part, width=200)
+    }
+    if args.part == "packing":
+        _define_torchvision_schemas()
+        parts = {"packing": lambda console: packing(models, batches, args.rounds, console)}
+    return run_parts(parts, args.part, width=200)
 
 
 if __name__ == "__main__":

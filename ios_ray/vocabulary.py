@@ -50,6 +50,10 @@ DEFAULT_MEMORY_FORMAT = "contiguous"
 #: its activation in the same kernel); a schedule records its own, files before kernels were ``eager``.
 EAGER_KERNELS, FUSED_KERNELS = "eager", "fused"
 KERNEL_NAMES = (EAGER_KERNELS, FUSED_KERNELS)
+#: The version of a kernels' implementation (:mod:`~ios_ray.runtime.kernels`), where it is not the first: part of the
+#: identity of a device running stages with them, so rows measured with an earlier one are not reused. ``fused`` 2:
+#: oneDNN's weights packed per input shape (before: for batch 1, several times slower at some other batch sizes).
+KERNEL_VERSIONS = {FUSED_KERNELS: 2}
 #: What a search runs each setting's stages with: the kernels named, or ``auto``: on a measured device the faster
 #: of them as the sequential schedule runs whole (``eager`` unless ``fused`` is faster beyond noise), on ``sim:``
 #: ``eager`` (the sim model prices no kernels).

@@ -27,6 +27,7 @@ from ios_ray.runtime.kernels import (CudnnConvRelu, InGraphFormat, OneDnnConv, a
 from ios_ray.runtime.units import FoldedConv
 from ios_ray.schedule import read_schedule, save_schedule, schedule_from_json
 from ios_ray.store import LatencyStore
+from ios_ray.vocabulary import KERNEL_VERSIONS
 from tests.fake_cuda import FakeCuda
 from tests.helpers import relative_error
 from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
@@ -55,7 +56,7 @@ def test_fused_kernels_compute_what_eager_ones_do_under_every_schedule(strategy:
     assert relative_error(fused.run(x), expected) <= 1e-5
 
 
-def test_fused_kernels_bind_every_conv_to_one_onednn_call_with_its_weight_packed_once(
+def test_fused_kernels_bind_every_conv_to_one_onednn_call_with_its_weight_packed_once_per_input_shape(
         monkeypatch: pytest.MonkeyPatch) -> None:
     packs: list[list[int]] = []
     reorder = torch.ops.mkldnn._reorder_convolution_weight
@@ -65,12 +66,16 @@ def test_fused_kernels_bind_every_conv_to_one_onednn_call_with_its_weight_packed
     fused, _ = fused_and_eager(model, x)
     convs = [fn for fn in fused.fns.values() if folded(fn) is not None]
     assert convs and all(isinstance(fn, OneDnnConv) for fn in convs)
-    assert len(packs) == len(convs) and all(shape[0] == 1 for shape in packs)  # packed for a batch-1 input
     runner = ScheduleRunner(fused, make_schedule(fused.graph, BUILDERS["ios_like"], 2, kernels="fused"))
-    assert len(packs) == len(convs) + 1  # and the merged conv of the schedule's merge stage, when it is compiled
-    for batch in (2, 5):
+    assert packs == []  # binding packs nothing: the layout oneDNN picks depends on the input's whole shape
+    for batch in (5, 5, 5):
         runner(torch.randn(batch, *Tiny.input_shape))
-    assert len(packs) == len(convs) + 1  # nothing packed while running, whatever the batch
+    at_five = len(packs)
+    assert 0 < at_five <= len(convs) + 1  # each conv the schedule runs (a merged one too), once
+    assert {shape[0] for shape in packs} == {5}
+    for batch in (2, 5, 2):
+        runner(torch.randn(batch, *Tiny.input_shape))
+    assert len(packs) == 2 * at_five and {shape[0] for shape in packs[at_five:]} == {2}  # batch 2: once more each
 
 
 def activation_texts() -> list[str]:
@@ -163,6 +168,10 @@ def test_kernels_change_the_device_fingerprint_and_eager_keeps_the_old_one() -> 
     assert fused.fingerprint != identity.fingerprint and fused.info["kernels"] == fused.kernels == "fused"
     assert identity.running("eager") == identity and "kernels" not in identity.running("eager").info
     assert fused.running("eager").fingerprint == identity.fingerprint
+    # rows measured with an earlier implementation of the fused kernels (weights packed for batch 1) are not reused
+    assert fused.info["kernels_version"] == KERNEL_VERSIONS["fused"] == 2
+    earlier = {k: v for k, v in fused.info.items() if k != "kernels_version"}
+    assert fingerprint_of(earlier) != fused.fingerprint == fused.running("fused").fingerprint
 
 
 def test_a_schedule_file_records_its_kernels_and_older_files_are_eager(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from ios_ray.profiler.timing import Timing
 from ios_ray.schedule import Schedule
 from ios_ray.stage import Stage
 from ios_ray.vocabulary import (DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_SECONDS, DEFAULT_DTYPE,
-                                EAGER_KERNELS)
+                                EAGER_KERNELS, KERNEL_VERSIONS)
 
 Source = Literal["measured", "simulated"]
 
@@ -108,11 +108,14 @@ class DeviceIdentity:
         return str(self.info.get("kernels", EAGER_KERNELS))
 
     def running(self, kernels: str) -> "DeviceIdentity":
-        """The device running stages with ``kernels``: its info says so (eager: not at all, so rows measured before
-        kernels keep their fingerprint), and its fingerprint follows."""
-        info = {k: v for k, v in self.info.items() if k != "kernels"}
+        """The device running stages with ``kernels``: its info says so, with the kernels' version where it is not
+        the first (eager: not at all, so rows measured before kernels keep their fingerprint), and its fingerprint
+        follows."""
+        info = {k: v for k, v in self.info.items() if k not in ("kernels", "kernels_version")}
         if kernels != EAGER_KERNELS:
             info["kernels"] = kernels
+        if kernels in KERNEL_VERSIONS:
+            info["kernels_version"] = KERNEL_VERSIONS[kernels]
         return dataclasses.replace(self, fingerprint=fingerprint_of(info), info=info)
 
 

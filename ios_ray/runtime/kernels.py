@@ -7,9 +7,10 @@
 * ``fused``: the program's 4-D activations are channels-last whatever the graph's format (the input is converted
   on entry and the output back on exit, :class:`~ios_ray.runtime.program.Program`), and each conv (a merged one too)
   is one call that adds its bias and applies its activation inside the convolution: on a CPU oneDNN's
-  ``mkldnn._convolution_pointwise``, its weight reordered once, when the program is bound, into the blocked layout
-  oneDNN computes in (what Inductor's weight prepacking does for ``torch.compile`` on a CPU); on a GPU cuDNN's fused
-  convolution, bias and ReLU (``torch.cudnn_convolution_relu``) where the activation is a ReLU. A conv whose
+  ``mkldnn._convolution_pointwise``, its weight reordered once per input shape, at the first call with it, into the
+  blocked layout oneDNN computes in for that shape (what Inductor's weight prepacking does for ``torch.compile`` on
+  a CPU); on a GPU cuDNN's fused convolution, bias and ReLU (``torch.cudnn_convolution_relu``) where the activation
+  is a ReLU. A conv whose
   activation or dtype the fused op lacks runs as in ``eager``, channels-last. An ``opaque`` unit, which runs the
   model's own code, takes its inputs in the graph's format (:func:`in_layout`): that code may assume it.
 
@@ -21,7 +22,7 @@ with, which deploy it.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -69,21 +70,37 @@ def conv_binder(kernels: str, device: torch.device) -> ConvBinder:
 
 @dataclass(frozen=True)
 class OneDnnConv:
-    """A folded conv as one oneDNN call: convolution, bias and activation; the weight reordered into oneDNN's layout
-    once (``packed``), for a batch-1 input of the conv's shape (it computes any batch and size alike)."""
+    """A folded conv as one oneDNN call: convolution, bias and activation; the weight reordered into the layout
+    oneDNN computes in, once per input shape, at the first call with that shape (``packed``, by shape).
+
+    The layout oneDNN picks depends on the whole input shape, batch size included: a weight packed for another
+    shape computes the same but can run several times slower (ResNet-50's 1x1 convs of 256 to 1024 and of 1024 to
+    512 channels at 14x14, batch 8, ran 4.6x slower with weights packed for batch 1: bench/RESULTS.md, kernels). So
+    each shape a program runs with gets its own copy of the weight, as Inductor's frozen weights are packed for the
+    one shape they were compiled for."""
 
     conv: FoldedConv
-    packed: torch.Tensor
     attr: str
     scalars: list[Any]
     algorithm: str
+    packed: dict[tuple[int, ...], torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
 
     def __call__(self, inputs: list[torch.Tensor]) -> torch.Tensor:
         """Run the conv on its one input."""
         conv = self.conv
+        x = conv.prologue(inputs[0])
         return torch.ops.mkldnn._convolution_pointwise(
-            conv.prologue(inputs[0]), self.packed, conv.bias, list(conv.padding), list(conv.stride),
-            list(conv.dilation), conv.groups, self.attr, self.scalars, self.algorithm)
+            x, self.weight_for(tuple(x.shape)), conv.bias, list(conv.padding), list(conv.stride), list(conv.dilation),
+            conv.groups, self.attr, self.scalars, self.algorithm)
+
+    def weight_for(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """The weight in oneDNN's layout for an input of ``shape`` (reordered at the first call with it)."""
+        packed = self.packed.get(shape)
+        if packed is None:
+            conv = self.conv
+            packed = self.packed[shape] = torch.ops.mkldnn._reorder_convolution_weight(
+                conv.weight, list(conv.padding), list(conv.stride), list(conv.dilation), conv.groups, list(shape))
+        return packed
 
 
 @dataclass(frozen=True)
@@ -138,10 +155,8 @@ def _fused_cpu(conv: FoldedConv, input_shape: Shape) -> UnitFn:
     fused = _ONEDNN_ACTIVATIONS.get(name) if name != "none" else ("none", lambda _: [])
     if fused is None or not onednn_fuses(conv.weight.dtype):
         return conv
-    packed = torch.ops.mkldnn._reorder_convolution_weight(
-        conv.weight, list(conv.padding), list(conv.stride), list(conv.dilation), conv.groups, [1, *input_shape])
     algorithm = str(values[0]) if name == "gelu" else ""
-    return OneDnnConv(conv, packed, fused[0], fused[1](values), algorithm)
+    return OneDnnConv(conv, fused[0], fused[1](values), algorithm)
 
 
 def _fused_cuda(conv: FoldedConv, _input_shape: Shape) -> UnitFn:
