@@ -12,12 +12,16 @@ Two parts (``--part``):
   input shape (as deployed) against packed for batch 1 (as before 2026-11-27), beside ``torch.compile`` (default
   mode), no search (``--models`` may name library models: ``torchvision:resnet50``). Target: per shape never slower
   beyond noise than batch-1 packing.
+* ``residual`` (not run by default): the sequential schedule with fused kernels, each identity shortcut's sum (and
+  the activation after it) inside its conv's oneDNN call, as imported, against the same model imported with those
+  sums left as add units (as before 2026-11-27), beside ``torch.compile``, no search. Target: never slower beyond
+  noise.
 * ``ios-ray-bench``: what a user runs: ``ios-ray search`` (default kernels: ``auto``) and ``ios-ray bench`` on
   SqueezeNet at batch 1, in fresh processes. Target: the IOS row (named for its kernels) within 10% of
   ``torch.compile``'s median, or faster.
 
 Run: python bench/kernels.py [--models inception_v3,squeezenet] [--batches 1,8] [--rounds 30] [--folder DIR]
-[--part packing]
+[--part packing|residual]
 (on 2 cores with the defaults: about 40 minutes of searches on fresh stores, each Inception V3 search 7-9 minutes,
 then the rounds; a run again on the same --folder measures only what its stores lack; exit code 1 when a target is
 missed)
@@ -31,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import torch
 from rich.console import Console
@@ -131,6 +136,46 @@ def packing(models: list[str], batches: list[int], rounds: int, console: Console
     return table, passed
 
 
+def residual(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
+    """The sequential schedule with fused kernels, residual sums inside the convs against left as add units, beside
+    torch.compile, in interleaved rounds."""
+    table = Table("model", "batch", "residual convs", "sum in conv ms", "sum as a unit ms", "torch.compile ms",
+                  f"in conv / as a unit ({percent(REPORT_CONFIDENCE)})",
+                  f"in conv / torch.compile ({percent(REPORT_CONFIDENCE)})", "target",
+                  title="residual sums inside oneDNN's convolution against as add units (CPU, sequential schedule, "
+                  "fused kernels, interleaved rounds)")
+    passed = True
+    for model in models:
+        loaded = load_model(model)
+        module, fused_in = loaded.module.eval(), import_model(loaded)
+        with mock.patch("ios_ray.frontend.conv._residual", return_value=None):
+            as_units = import_model(loaded)
+        count = sum(1 for unit in fused_in.graph.units if unit.attrs.get("residual"))
+        for batch in batches:
+            x = torch.randn(batch, *loaded.input_shape)
+            calls = {name: ScheduleRunner(Programs(imported)("cpu", "fused"), baseline_schedule(
+                imported.graph, device="cpu", batch=batch, kernels="fused"))
+                for name, imported in (("in conv", fused_in), ("as a unit", as_units))}
+            compiled, notes = compiled_variants(module, x, ("default",))
+            calls |= {v.name: v.forward for v in compiled}
+            for note in notes:
+                console.print(f"{model} bs{batch}: {note}")
+            with torch.inference_mode():
+                expected = module(x)
+                error = max(relative_error(calls[name](x), expected) for name in ("in conv", "as a unit"))
+            samples = interleaved_samples_ms({n: (lambda c=c: c(x)) for n, c in calls.items()}, "cpu", 3, rounds)
+            versus_units = median_interval(ratios_of(samples["in conv"], samples["as a unit"]))
+            versus_compile = (median_interval(ratios_of(samples["in conv"], samples["torch.compile"]))
+                              if "torch.compile" in samples else None)
+            ok = versus_units.low is not None and versus_units.low <= 1 and error <= 1e-5
+            passed &= ok
+            medians = {name: summary_ms(times)[0] for name, times in samples.items()}
+            table.add_row(model, str(batch), str(count), *(f"{medians[n]:.2f}" if n in medians else "-" for n in (
+                "in conv", "as a unit", "torch.compile")), _cell(versus_units), _cell(versus_compile),
+                "PASS" if ok else "FAIL")
+    return table, passed
+
+
 def bench_command(rounds: int, folder: Path, console: Console) -> tuple[Table, bool]:
     """``ios-ray search`` and ``ios-ray bench`` on SqueezeNet at batch 1, as a user runs them."""
     store, out = folder / "cli-latency.duckdb", folder / "cli-schedules"
@@ -185,7 +230,7 @@ def main() -> int:
     parser.add_argument("--models", default="inception_v3,squeezenet")
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--part", choices=("side-by-side", "ios-ray-bench", "packing"))
+    parser.add_argument("--part", choices=("side-by-side", "ios-ray-bench", "packing", "residual"))
     parser.add_argument("--folder", type=Path, help="the stores' folder, kept: a run again on it measures only what "
                         "its stores lack (default: a new temporary one)")
     args = parser.parse_args()
@@ -196,9 +241,10 @@ def main() -> int:
         "side-by-side": lambda console: side_by_side(models, batches, args.rounds, folder, console),
         "ios-ray-bench": lambda console: bench_command(args.rounds, folder, console),
     }
-    if args.part == "packing":
+    if args.part in ("packing", "residual"):  # on demand, and on library models too
         _define_torchvision_schemas()
-        parts = {"packing": lambda console: packing(models, batches, args.rounds, console)}
+        parts = {"packing": lambda console: packing(models, batches, args.rounds, console),
+                 "residual": lambda console: residual(models, batches, args.rounds, console)}
     return run_parts(parts, args.part, width=200)
 
 

@@ -51,7 +51,7 @@ class Stage:
 
 def can_merge(graph: Graph, unit_ids: Sequence[str]) -> bool:
     """Whether these convs can run as one conv: same input, stride, dilation, output size, activations; groups 1;
-    no prologue batch-norm and no epilogue (those are per conv).
+    no prologue batch-norm, no residual sum and no epilogue (those are per conv).
 
     Smaller kernels are zero-padded and centred to the largest, so each conv's padding must sit at the same
     offset from the merged kernel's centre (e.g. 1x3 pad (0,1) with 3x1 pad (1,0), or 1x1 pad 0 with 3x3 pad 1).
@@ -61,7 +61,7 @@ def can_merge(graph: Graph, unit_ids: Sequence[str]) -> bool:
     units = [graph.unit(u) for u in unit_ids]
     first = units[0]
     if any(u.kind != "conv" or u.attrs["groups"] != 1 or "pre_norm" in u.attrs or "epilogue" in u.attrs
-           for u in units):
+           or "residual" in u.attrs for u in units):
         return False
     same = ("stride", "dilation", "act", "pre_act")
     if any(u.inputs != first.inputs or u.shape[1:] != first.shape[1:] for u in units):

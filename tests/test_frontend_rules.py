@@ -167,20 +167,33 @@ def test_every_spelling_of_an_activation_fuses_into_the_conv(text: str, spelling
     assert activation_fn(text)(torch.tensor([-3.0, 0.5])).shape == (2,)
 
 
-def test_activation_after_a_residual_add_fuses_into_the_add() -> None:
+def test_a_residual_sum_and_its_activation_are_the_convs_where_its_input_came_from_the_tensor_added() -> None:
     def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
         out = m.bn(m.c(x))
-        out += x
+        out += x                    # c's input is x: the sum and the ReLU after it are c's
         out = F.relu(out, inplace=True)
-        return m.d(out) + out       # read twice: the sum cannot fold into one reader
+        return m.d(out) + out       # d's input is out: this sum is d's too (no activation)
+    result = imported(Lambda(fn))
+    assert [(u.id, u.kind, u.attrs.get("residual"), u.attrs["act"], len(u.inputs)) for u in result.graph.units] == [
+        ("c", "conv", True, "relu", 2), ("d", "conv", True, None, 2)]
+    assert result.graph.unit("d").inputs[1] == result.graph.unit("d").inputs[0]  # the same tensor, twice
+
+
+def test_activation_after_a_sum_of_two_branches_fuses_into_the_add() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(m.bn(m.c(x)) + m.d(x))  # neither conv's input came from the other's output: side by side
     result = imported(Lambda(fn))
     add = [u for u in result.graph.units if u.kind == "add"]
     assert add[0].attrs["epilogue"] == ("relu",) and kinds(result)["opaque"] == 0
+    assert not any(u.attrs.get("residual") for u in result.graph.units)
 
 
 def test_activation_read_by_one_conv_is_its_pre_activation() -> None:
-    result = imported(Lambda(lambda m, x: m.d(torch.relu(m.c(x) + x))))
+    result = imported(Lambda(lambda m, x: m.d(torch.relu(m.c(x) + m.bn(x)))))  # a sum of two branches
     assert [u.attrs["pre_act"] for u in result.graph.units if u.id == "d"] == ["relu"]
+    result = imported(Lambda(lambda m, x: m.d(torch.relu(m.c(x) + x))))  # a residual sum: c's, with the ReLU
+    assert [(u.id, u.attrs["act"], u.attrs["pre_act"]) for u in result.graph.units] == [("c", "relu", None),
+                                                                                       ("d", None, None)]
 
 
 # ----------------------------------------------------------------------------------- epilogues and prologues

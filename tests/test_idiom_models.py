@@ -3,7 +3,10 @@
 * No opaque unit is an activation, an eval-mode identity or a size computation; a squeeze-excitation gate adds at
   most two units beyond its convs; a channel shuffle is one unit.
 * Every idiom model equals eager (fp32, relative error <= 1e-5) at batch 1 and 4 under the sequential schedule and
-  the DP's (the zoo models are checked the same way in ``test_runtime_models.py``).
+  the DP's, with eager and with fused kernels (the zoo models are checked the same way in
+  ``test_runtime_models.py``).
+* A residual sum of a tensor the conv's input was computed from is the conv's own (so fused kernels add it inside
+  the convolution); one of a branch the schedule may run beside the conv stays a unit.
 * The torchvision-style Inception V3 has no opaque unit and plans exactly as many distinct candidate stages as the
   zoo's ``inception_v3``.
 """
@@ -31,6 +34,7 @@ from tests.helpers import randomise_batchnorm, relative_error
 from tests.idiom_models import (
     SMALL,
     MobileNetStyle,
+    ResNetStyle,
     SqueezeExcitation,
     SqueezeExcite,
     attention_style,
@@ -69,14 +73,16 @@ class Case:
         self.imported: Imported = import_module(self.model, self.inputs[1])
 
     def check_schedules(self) -> None:
-        """The sequential and the DP's schedules, run as deployed, give the eager outputs."""
-        program = Program.from_imported(self.imported)
-        for strategy in ("sequential", "dp"):
-            for batch, x in self.inputs.items():
-                runner = ScheduleRunner(program, make_schedule(self.imported.graph, BUILDERS[strategy], batch),
-                                        torch.device("cpu"))
-                with torch.no_grad():
-                    assert relative_error(runner(x), self.expected[batch]) <= 1e-5, (strategy, batch)
+        """The sequential and the DP's schedules, run as deployed with eager and with fused kernels, give the eager
+        outputs."""
+        for kernels in ("eager", "fused"):
+            program = Program.from_imported(self.imported, "cpu", kernels)
+            for strategy in ("sequential", "dp"):
+                for batch, x in self.inputs.items():
+                    schedule = make_schedule(self.imported.graph, BUILDERS[strategy], batch, kernels=kernels)
+                    runner = ScheduleRunner(program, schedule, torch.device("cpu"))
+                    with torch.no_grad():
+                        assert relative_error(runner(x), self.expected[batch]) <= 1e-5, (kernels, strategy, batch)
 
 
 #: The op kinds that stay opaque, by model: only what no rule knows.
@@ -204,3 +210,13 @@ def test_a_block_with_too_many_states_runs_as_parts_cut_at_depth_levels_with_the
     assert any(len(stage.groups) > 1 for block in dp_blocks(split) for stage in block.stages)
     case.imported = dataclasses.replace(case.imported, graph=split)
     case.check_schedules()
+
+
+def test_a_residual_sum_is_the_convs_own_only_where_its_input_came_from_the_tensor_added() -> None:
+    graph = import_module(ResNetStyle().eval(), torch.randn(1, 3, 32, 32)).graph
+    residual = [u for u in graph.units if u.attrs.get("residual")]
+    # blocks 0 and 2 add their own input: their second conv reads it and applies the block's ReLU after the sum;
+    # block 1 adds its downsampling branch's conv, which may run beside conv2: that sum stays an add unit
+    assert [u.id for u in residual] == ["layers.0.conv2", "layers.2.conv2"]
+    assert all(u.attrs["act"] == "relu" and len(u.inputs) == 2 for u in residual)
+    assert [u.kind for u in graph.units].count("add") == 1

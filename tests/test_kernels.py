@@ -17,7 +17,7 @@ from ios_ray.app.search.api import SearchResult
 from ios_ray.dtypes import MEMORY_FORMATS
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_module
-from ios_ray.frontend.activations import ACTIVATIONS, activation_text
+from ios_ray.frontend.activations import ACTIVATIONS, activation_fn, activation_text
 from ios_ray.profiler.fingerprint import cpu_info, fingerprint_of
 from ios_ray.paired import least_rounds
 from ios_ray.profiler.jobs import local_identity
@@ -29,7 +29,8 @@ from ios_ray.schedule import read_schedule, save_schedule, schedule_from_json
 from ios_ray.store import LatencyStore
 from ios_ray.vocabulary import KERNEL_VERSIONS
 from tests.fake_cuda import FakeCuda
-from tests.helpers import relative_error
+from tests.idiom_models import ResNetStyle
+from tests.helpers import randomise_batchnorm, relative_error
 from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
 
 CPU = torch.device("cpu")
@@ -92,6 +93,22 @@ def test_onednn_applies_every_activation_of_the_vocabulary_as_torch_does(act: st
     fused = conv_binder("fused", CPU)(conv, (6, 9, 9))
     assert isinstance(fused, OneDnnConv) == onednn_fuses(torch.float32)
     assert relative_error(fused([x]), conv([x])) <= 1e-5
+
+
+@pytest.mark.parametrize("act, fused_call", [(None, True), ("relu", True), ("silu", False)])
+def test_a_conv_with_a_residual_sum_adds_it_inside_onednns_call_where_the_activation_after_it_allows(
+        act: str | None, fused_call: bool) -> None:
+    torch.manual_seed(0)
+    conv = FoldedConv(torch.randn(8, 6, 3, 3), torch.randn(8), (1, 1), (1, 1), (1, 1), 1, act=act, residual=True)
+    x, residual = torch.randn(2, 6, 9, 9), torch.randn(2, 8, 9, 9)
+    before = residual.clone()
+    expected = activation_fn(act)(F.conv2d(x, conv.weight, conv.bias, padding=1) + residual)
+    fused = conv_binder("fused", CPU)(conv, (6, 9, 9))
+    assert isinstance(fused, OneDnnConv) == (fused_call and onednn_fuses(torch.float32))  # oneDNN: then ReLU or none
+    for pair in ([x, residual], [x.contiguous(memory_format=torch.channels_last), residual]):
+        assert relative_error(fused(pair), expected) <= 1e-5
+        assert relative_error(conv(pair), expected) <= 1e-5
+    assert torch.equal(residual, before)  # the residual is read, never written (another unit may read it too)
 
 
 @pytest.mark.parametrize("stride, padding, dilation, groups, bias", [
@@ -221,6 +238,37 @@ def test_on_a_gpu_fused_kernels_run_cudnns_fused_relu_inside_captures_and_side_s
         expected = model(x)
     assert relative_error(got, expected) <= 1e-5
     assert calls.count(True) == len(relu_convs) and [g.captured for g in cuda.graphs] == [True]
+
+
+def test_on_a_gpu_a_residual_sum_and_its_relu_run_inside_cudnns_fused_convolution(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    cuda = FakeCuda().install(monkeypatch)
+    calls: list[bool] = []
+
+    def cudnn_convolution_add_relu(x, weight, z, alpha, bias, stride, padding, dilation, groups):  # noqa: ANN001, ANN202
+        assert weight.is_contiguous(memory_format=torch.channels_last) and alpha == 1.0
+        calls.append(cuda.capturing is not None)
+        cuda.launch(0.01)
+        return F.relu(F.conv2d(x, weight, bias, stride, padding, dilation, groups) + alpha * z)
+
+    monkeypatch.setattr(torch, "cudnn_convolution_add_relu", cudnn_convolution_add_relu)
+    monkeypatch.setattr(torch, "cudnn_convolution_relu", lambda x, w, b, *geometry: F.relu(F.conv2d(x, w, b, *geometry)))
+    model = randomise_batchnorm(ResNetStyle()).eval()
+    x = torch.randn(2, 3, 32, 32)
+    cpu = Program.from_imported(import_module(model, x[:1]), CPU, "eager")
+    bind = conv_binder("fused", CUDA)
+    fns = {u.id: bind(fn, cpu.graph.value_shape(u.inputs[0])) if isinstance(fn := cpu.fns[u.id], FoldedConv) else fn
+           for u in cpu.graph.units}
+    residual = [u.id for u in cpu.graph.units if u.attrs.get("residual")]
+    assert residual and all(isinstance(fns[u], CudnnConvRelu) for u in residual)
+    program = Program(cpu.graph, fns, CUDA, "fused")
+    runner = ScheduleRunner(program, make_schedule(program.graph, BUILDERS["sequential"], 2, kernels="fused"), CUDA,
+                            cuda_graph=True)
+    with torch.no_grad():
+        got = runner.captured(x)  # type: ignore[misc]  # the fake device runs nothing: the tensors stay on the CPU
+        expected = model(x)
+    assert relative_error(got, expected) <= 1e-5
+    assert calls.count(True) == len(residual)  # each captured once (and run uncaptured while the capture warms up)
 
 
 def search_tiny(store: Path, kernels: str, devices: tuple[str, ...] = ("cpu",)) -> SearchResult:

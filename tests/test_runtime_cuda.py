@@ -22,6 +22,7 @@ from ios_ray.runtime.stages import ParallelStage
 from ios_ray.runtime.streams import StreamFork
 from bench.gpu_steps import is_layout_transpose
 from tests.helpers import captured_shapes, randomise_batchnorm, relative_error, tf32
+from tests.idiom_models import ResNetStyle
 from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
 from ios_ray.zoo import ZOO
 
@@ -149,6 +150,24 @@ def test_scheduled_inception_with_fused_kernels_equals_eager_on_cuda(dtype: torc
         with torch.no_grad():
             got = scheduled(x)
             assert relative_error(got, model(x)) <= tolerance
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_a_resnet_with_fused_kernels_adds_its_identity_shortcuts_inside_cudnns_convolution(dtype: torch.dtype) -> None:
+    """A residual sum that completes a conv (its identity shortcut) runs in ``cudnn_convolution_add_relu``, in CUDA
+    graphs, and equals eager; the downsampling shortcut stays a sum of its own."""
+    torch.manual_seed(0)
+    model = randomise_batchnorm(ResNetStyle()).cuda().to(dtype).eval()
+    graph = import_module(model, example_input(model, (3, 32, 32))).graph
+    assert sum(1 for u in graph.units if u.attrs.get("residual")) == 2
+    name = str(dtype).removeprefix("torch.")
+    schedule = make_schedule(graph, BUILDERS["sequential"], 4, device="cuda", model="resnet_style", kernels="fused")
+    scheduled = ScheduledModule(model, [dataclasses.replace(schedule, dtype=name)])
+    tolerance = GPU_FLOAT32_TOLERANCE if dtype == torch.float32 else HALF_TOLERANCE[dtype]
+    for _ in range(2):
+        x = torch.randn(4, 3, 32, 32, device="cuda", dtype=dtype)
+        with torch.no_grad():
+            assert relative_error(scheduled(x), model(x)) <= tolerance
 
 
 def test_fused_kernels_launch_no_layout_transposes_on_cuda() -> None:

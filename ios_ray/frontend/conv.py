@@ -4,21 +4,29 @@
 * A depthwise conv whose only reader is a 1x1 conv is one ``sepconv`` unit with it.
 * Pre-activation: an activation only this conv reads is its ``pre_act``; an eval batch-norm only that activation
   (or the conv itself) reads is its prologue (``pre_norm``): DenseNet's BN -> ReLU -> conv is one unit.
+* A residual sum: where the conv's (or its batch-norm's) only reader adds a tensor that its own input was computed
+  from (ResNet's ``relu(bn3(conv3(...)) + identity)``), the sum and the activation after it are the conv's too
+  (``residual``; its second input), so a fused kernel adds it inside the convolution. A sum of a tensor the conv's
+  input does not come from (a downsampling branch's conv) stays a unit of its own: the conv would otherwise wait
+  for that branch, which the schedule may run beside it.
 
-The attributes ``act`` and ``pre_act`` hold canonical activation texts (None where there is none); ``pre_norm``
-appears only where there is a prologue batch-norm, so convs without one keep the stage keys they always had.
+The attributes ``act`` and ``pre_act`` hold canonical activation texts (None where there is none; ``act`` comes after
+the residual sum where there is one); ``pre_norm`` and ``residual`` appear only where there is a prologue batch-norm
+or a residual sum, so convs without them keep the stage keys they always had.
 """
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
+import torch
 import torch.fx as fx
 from torch import nn
 
 from ios_ray.frontend.activations import activation_of
 from ios_ray.frontend.match import Match, Scope
-from ios_ray.frontend.nodes import arg_node, eval_batch_norm, module_of, only_user
+from ios_ray.frontend.nodes import arg_node, calls, eval_batch_norm, full_shape, is_tensor, module_of, only_user
 
 
 def match_conv(scope: Scope, node: fx.Node) -> Match | None:
@@ -29,11 +37,15 @@ def match_conv(scope: Scope, node: fx.Node) -> Match | None:
             len(node.args) != 1 or not isinstance(node.args[0], fx.Node):
         return None
     kind, nodes, refs = _conv_body(gm, node, conv)
+    prologue, pre_act, pre_bn = _prologue(scope, node)
+    head = prologue[0] if prologue else node
+    residual = _residual(scope, nodes[-1], arg_node(head)) if kind == "conv" else None
+    if residual is not None:
+        nodes.append(only_user(nodes[-1]))  # type: ignore[arg-type]  # the sum
     act_node = only_user(nodes[-1])
     act = activation_of(gm, act_node) if scope.free(act_node) else None
     if act is not None and act_node is not None:
         nodes.append(act_node)
-    prologue, pre_act, pre_bn = _prologue(scope, node)
     out_conv = gm.get_submodule(refs["pointwise"]) if kind == "sepconv" else conv
     attrs: dict[str, Any] = {
         "in_channels": conv.in_channels, "out_channels": out_conv.out_channels,
@@ -44,8 +56,47 @@ def match_conv(scope: Scope, node: fx.Node) -> Match | None:
     if pre_bn is not None:
         attrs["pre_norm"] = True
         refs["pre_bn"] = pre_bn
-    head = prologue[0] if prologue else node
-    return Match(kind, refs["id"], [arg_node(head)], nodes[-1], nodes[-1], prologue + nodes, attrs, refs)
+    if residual is not None:
+        attrs["residual"] = True
+    inputs = [arg_node(head)] + ([residual] if residual is not None else [])
+    return Match(kind, refs["id"], inputs, nodes[-1], nodes[-1], prologue + nodes, attrs, refs)
+
+
+def _residual(scope: Scope, out: fx.Node, conv_input: fx.Node) -> fx.Node | None:
+    """The tensor that the only reader of ``out`` (a conv's output) adds to it, where that reader is a plain sum of
+    two tensors of one shape and dtype and the tensor is one ``conv_input`` was computed from (so the conv waits for
+    nothing new); else None."""
+    add = only_user(out)
+    if not scope.free(add) or not calls(add, (operator.add, torch.add), ("add",)) or len(add.args) != 2 \
+            or add.kwargs:
+        return None
+    other = add.args[1] if add.args[0] is out else add.args[0]
+    if other is out or not is_tensor(other) or other in scope.constants or other.op == "get_attr" \
+            or full_shape(other) != full_shape(out) or full_shape(add) != full_shape(out) \
+            or _dtype(other) != _dtype(out):
+        return None
+    return other if _computed_from(conv_input, other) else None
+
+
+def _computed_from(node: fx.Node, ancestor: fx.Node) -> bool:
+    """Whether ``node`` is ``ancestor`` or is computed (through any inputs) from it."""
+    order = {n: i for i, n in enumerate(node.graph.nodes)}
+    floor, seen, todo = order[ancestor], set(), [node]
+    while todo:
+        current = todo.pop()
+        if current is ancestor:
+            return True
+        if current in seen or order[current] < floor:  # nodes before the ancestor cannot come from it
+            continue
+        seen.add(current)
+        todo.extend(current.all_input_nodes)
+    return False
+
+
+def _dtype(node: fx.Node) -> object:
+    """The dtype of a node's tensor, as shape propagation recorded it (None where it did not)."""
+    meta = node.meta.get("tensor_meta")
+    return getattr(meta, "dtype", None)
 
 
 def _conv_body(gm: fx.GraphModule, node: fx.Node, conv: nn.Conv2d) -> tuple[str, list[fx.Node], dict[str, Any]]:

@@ -5,7 +5,8 @@ Nodes are visited in order, and each one is
 * part of a match (:mod:`~ios_ray.frontend.patterns`): the unit is added at the match's tail;
 * a sum or channel concatenation: folded into the input of the one unit that reads it (nested concatenations are
   flattened); one that several units read becomes an ``add`` or ``concat`` unit, and so does one read by a chain of
-  elementwise steps, which becomes its epilogue (ResNet's ``relu(out + identity)`` is one ``add`` unit);
+  elementwise steps, which becomes its epilogue (ResNet's ``relu(out + downsample(x))`` is one ``add`` unit; a sum
+  that completes a conv with its identity shortcut is the conv's own, :mod:`~ios_ray.frontend.conv`);
 * an elementwise step on a tensor that other units read too (so it cannot be their epilogue): an ``elementwise``
   unit of the chain of steps that starts there;
 * a constant, a size computation, or a ``chunk``/``split`` whose items are taken one by one: no unit;

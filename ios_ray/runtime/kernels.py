@@ -10,7 +10,8 @@
   ``mkldnn._convolution_pointwise``, its weight reordered once per input shape, at the first call with it, into the
   blocked layout oneDNN computes in for that shape (what Inductor's weight prepacking does for ``torch.compile`` on
   a CPU); on a GPU cuDNN's fused convolution, bias and ReLU (``torch.cudnn_convolution_relu``) where the activation
-  is a ReLU. A conv whose
+  is a ReLU. A conv with a residual sum adds it inside the same call where the activation after it is a ReLU or
+  none (oneDNN's binary post-op; cuDNN's ``cudnn_convolution_add_relu``, ReLU only). A conv whose
   activation or dtype the fused op lacks runs as in ``eager``, channels-last. An ``opaque`` unit, which runs the
   model's own code, takes its inputs in the graph's format (:func:`in_layout`): that code may assume it.
 
@@ -86,12 +87,17 @@ class OneDnnConv:
     packed: dict[tuple[int, ...], torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
 
     def __call__(self, inputs: list[torch.Tensor]) -> torch.Tensor:
-        """Run the conv on its one input."""
+        """Run the conv on its input (and add its residual, its second input, before the activation)."""
         conv = self.conv
         x = conv.prologue(inputs[0])
-        return torch.ops.mkldnn._convolution_pointwise(
-            x, self.weight_for(tuple(x.shape)), conv.bias, list(conv.padding), list(conv.stride), list(conv.dilation),
-            conv.groups, self.attr, self.scalars, self.algorithm)
+        weight, geometry = self.weight_for(tuple(x.shape)), (list(conv.padding), list(conv.stride),
+                                                              list(conv.dilation), conv.groups)
+        if conv.residual:  # oneDNN's binary post-op: the sum, then a ReLU or nothing (_fused_cpu checks which)
+            return torch.ops.mkldnn._convolution_pointwise.binary(
+                x, inputs[1], weight, conv.bias, *geometry, "add", None, None if self.attr == "none" else self.attr,
+                self.scalars, self.algorithm)
+        return torch.ops.mkldnn._convolution_pointwise(x, weight, conv.bias, *geometry, self.attr, self.scalars,
+                                                       self.algorithm)
 
     def weight_for(self, shape: tuple[int, ...]) -> torch.Tensor:
         """The weight in oneDNN's layout for an input of ``shape`` (reordered at the first call with it)."""
@@ -105,15 +111,20 @@ class OneDnnConv:
 
 @dataclass(frozen=True)
 class CudnnConvRelu:
-    """A folded conv whose activation is a ReLU as one cuDNN call: convolution, bias and ReLU."""
+    """A folded conv whose activation is a ReLU as one cuDNN call: convolution, bias, its residual where it has one
+    (its second input), and ReLU."""
 
     conv: FoldedConv
 
     def __call__(self, inputs: list[torch.Tensor]) -> torch.Tensor:
-        """Run the conv on its one input."""
+        """Run the conv on its input (and add its residual before the ReLU)."""
         conv = self.conv
-        return torch.cudnn_convolution_relu(conv.prologue(inputs[0]), conv.weight, conv.bias, conv.stride,
-                                            conv.padding, conv.dilation, conv.groups)
+        x = conv.prologue(inputs[0])
+        if conv.residual:
+            return torch.cudnn_convolution_add_relu(x, conv.weight, inputs[1], 1.0, conv.bias, conv.stride,
+                                                    conv.padding, conv.dilation, conv.groups)
+        return torch.cudnn_convolution_relu(x, conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation,
+                                            conv.groups)
 
 
 @dataclass(frozen=True)
@@ -149,18 +160,19 @@ def _channels_last(conv: FoldedConv) -> FoldedConv:
 
 
 def _fused_cpu(conv: FoldedConv, input_shape: Shape) -> UnitFn:
-    """oneDNN's fused conv where this torch has it for the conv's dtype and activation, else the conv channels-last."""
+    """oneDNN's fused conv where this torch has it for the conv's dtype and activation (after a residual sum: a ReLU
+    or none), else the conv channels-last."""
     conv = _channels_last(conv)
     name, values = activation_parts(conv.act) if conv.act is not None else ("none", ())
     fused = _ONEDNN_ACTIVATIONS.get(name) if name != "none" else ("none", lambda _: [])
-    if fused is None or not onednn_fuses(conv.weight.dtype):
+    if fused is None or not onednn_fuses(conv.weight.dtype) or (conv.residual and name not in ("none", "relu")):
         return conv
     algorithm = str(values[0]) if name == "gelu" else ""
     return OneDnnConv(conv, fused[0], fused[1](values), algorithm)
 
 
 def _fused_cuda(conv: FoldedConv, _input_shape: Shape) -> UnitFn:
-    """cuDNN's fused conv, bias and ReLU where the activation is a ReLU, else the conv channels-last."""
+    """cuDNN's fused conv, bias (residual) and ReLU where the activation is a ReLU, else the conv channels-last."""
     conv = _channels_last(conv)
     return CudnnConvRelu(conv) if conv.act == "relu" else conv
 

@@ -1,8 +1,8 @@
 """The callable of each unit, by kind: what a unit computes, bound to a module's weights on one device.
 
 * ``conv``: a :class:`FoldedConv`, its batch-norm folded into weight and bias (eval mode), a prologue batch-norm as
-  a per-channel scale and shift of its input, its activations by name, run by the program's kernels (a
-  :data:`ConvBinder`, :mod:`~ios_ray.runtime.kernels`); ``sepconv``: two of them.
+  a per-channel scale and shift of its input, its residual sum (a second input), its activations by name, run by
+  the program's kernels (a :data:`ConvBinder`, :mod:`~ios_ray.runtime.kernels`); ``sepconv``: two of them.
 * ``linear``, ``conv_transpose``, ``conv3d`` (the layer's own call), ``flatten``, ``shuffle`` (channels in groups,
   transposed), ``slice`` (a range of channels), ``scale`` (``x * gate``): the op itself; ``add``, ``concat`` and
   ``elementwise``: their input value as it is.
@@ -30,7 +30,8 @@ UnitFn = Callable[[list[torch.Tensor]], torch.Tensor]
 
 @dataclass
 class FoldedConv:
-    """A conv with its batch-norm folded in, its activations and prologue; callable on one input tensor."""
+    """A conv with its batch-norm folded in, its activations and prologue; callable on its input, and where it has a
+    ``residual`` on the tensor its output is summed with before the activation (its second input)."""
 
     weight: torch.Tensor
     bias: torch.Tensor | None
@@ -42,10 +43,13 @@ class FoldedConv:
     pre_act: str | None = None
     pre_scale: torch.Tensor | None = None
     pre_shift: torch.Tensor | None = None
+    residual: bool = False
 
     def __call__(self, inputs: list[torch.Tensor]) -> torch.Tensor:
         y = F.conv2d(self.prologue(inputs[0]), self.weight, self.bias, self.stride, self.padding, self.dilation,
                      self.groups)
+        if self.residual:
+            y = y.add_(inputs[1])  # the conv's own new tensor, read by nothing else yet
         return activation_fn(self.act)(y)
 
     def prologue(self, x: torch.Tensor) -> torch.Tensor:
@@ -224,7 +228,7 @@ def fold(conv: nn.Conv2d, bn: nn.BatchNorm2d | None, attrs: Mapping[str, Any],
         pre_scale, pre_shift = (t.reshape(1, -1, 1, 1).to(dtype) for t in _affine(pre_bn, wide))
     return FoldedConv(weight.to(dtype), bias.to(dtype) if bias is not None else None, _pair(conv.stride),
                       _pair(conv.padding), _pair(conv.dilation), conv.groups, attrs.get("act"), attrs.get("pre_act"),
-                      pre_scale, pre_shift)
+                      pre_scale, pre_shift, bool(attrs.get("residual", False)))
 
 
 def _pair(value: tuple[int, ...] | str) -> tuple[int, int]:
