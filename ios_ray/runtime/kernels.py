@@ -11,8 +11,8 @@
   blocked layout oneDNN computes in for that shape (what Inductor's weight prepacking does for ``torch.compile`` on
   a CPU); on a GPU cuDNN's fused convolution, bias and ReLU (``torch.cudnn_convolution_relu``) where the activation
   is a ReLU. A conv with a residual sum adds it inside the same call where the activation after it is a ReLU or
-  none (oneDNN's binary post-op; cuDNN's ``cudnn_convolution_add_relu``, ReLU only). A conv whose
-  activation or dtype the fused op lacks runs as in ``eager``, channels-last. An ``opaque`` unit, which runs the
+  none (oneDNN's binary post-op; cuDNN's ``cudnn_convolution_add_relu``, ReLU only). A conv whose activation or
+  dtype the fused op lacks runs as in ``eager``, channels-last. An ``opaque`` unit, which runs the
   model's own code, takes its inputs in the graph's format (:func:`in_layout`): that code may assume it.
 
 Neither changes what a unit computes, only how fast: which is faster depends on the device, the dtype and the
