@@ -295,6 +295,21 @@ def test_stages_run_with_other_kernels_are_other_measurements(ray_local: None, t
     assert rows.num_rows == fused.measured + eager.measured + again.measured  # none measured twice
 
 
+def test_a_resnet_searched_with_fused_kernels_deploys_its_residual_convs_and_equals_eager(
+        ray_local: None, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = randomise_batchnorm(ResNetStyle()).eval()
+    result = ios_ray.search(model, ["cpu"], [2], input_shape=(3, 32, 32), store=tmp_path / "store.duckdb",
+                            kernels="fused", warmup=0, repeat=2, check_rounds=least_rounds(), progress=False)
+    schedule = result["cpu", 2].schedule
+    graph = import_module(model, torch.randn(1, 3, 32, 32)).graph
+    assert graph.fingerprint == schedule.graph_fingerprint and schedule.kernels == "fused"
+    assert sum(1 for unit in graph.units if unit.attrs.get("residual")) == 2  # the stages measured and deployed
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert relative_error(result.deploy(model)(x), model(x)) <= 1e-5
+
+
 def test_auto_kernels_are_chosen_by_timing_the_sequential_schedule_whole(ray_local: None, tmp_path: Path) -> None:
     outcome = search_tiny(tmp_path / "store.duckdb", "auto")["cpu", 2]
     choice = outcome.schedule.params["kernels"]
