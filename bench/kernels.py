@@ -34,7 +34,9 @@ import json
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 from unittest import mock
 
 import torch
@@ -49,7 +51,7 @@ from bench.verdict import run_parts  # noqa: E402
 from ios_ray.app.cli.bench import compiled_variants  # noqa: E402
 from ios_ray.runtime.accuracy import relative_error  # noqa: E402
 from ios_ray.frontend import import_model, load_model  # noqa: E402
-from ios_ray.paired import REPORT_CONFIDENCE, median_interval, percent, ratios_of  # noqa: E402
+from ios_ray.paired import REPORT_CONFIDENCE, RatioInterval, median_interval, percent, ratios_of  # noqa: E402
 from ios_ray.runtime import Programs, ScheduleRunner  # noqa: E402
 from ios_ray.runtime.kernels import OneDnnConv  # noqa: E402
 from ios_ray.runtime.timing import interleaved_samples_ms, summary_ms  # noqa: E402
@@ -77,23 +79,13 @@ def side_by_side(models: list[str], batches: list[int], rounds: int, folder: Pat
             kept = {kernels: _search(model, batch, kernels, folder, console) for kernels in ("eager", "fused")}
             x = torch.randn(batch, *loaded.input_shape)
             calls = {"eager": module, **{f"IOS {k}": ScheduleRunner(programs("cpu", k), s) for k, s in kept.items()}}
-            compiled, notes = compiled_variants(module, x, ("default",))
-            calls |= {v.name: v.forward for v in compiled}
-            for note in notes:
-                console.print(f"{model} bs{batch}: {note}")
-            with torch.inference_mode():
-                expected = module(x)
-                error = max(relative_error(call(x), expected) for call in calls.values())
-            samples = interleaved_samples_ms({n: (lambda c=c: c(x)) for n, c in calls.items()}, "cpu", 3, rounds)
-            versus_eager = median_interval(ratios_of(samples["IOS fused"], samples["IOS eager"]))
-            versus_compile = (median_interval(ratios_of(samples["IOS fused"], samples["torch.compile"]))
-                              if "torch.compile" in samples else None)
-            ok = versus_eager.low is not None and versus_eager.low <= 1
+            timed = _Timed.of(calls, module, x, rounds, f"{model} bs{batch}", console)
+            versus_eager = timed.ratio("IOS fused", "IOS eager")
+            ok = versus_eager is not None and versus_eager.low is not None and versus_eager.low <= 1
             passed &= ok
-            medians = {name: summary_ms(times)[0] for name, times in samples.items()}
-            table.add_row(model, str(batch), *(f"{medians[n]:.2f}" if n in medians else "-" for n in (
-                "eager", "IOS eager", "IOS fused", "torch.compile")), _cell(versus_eager), _cell(versus_compile),
-                f"{error:.1e}", "PASS" if ok else "FAIL")
+            table.add_row(model, str(batch), *timed.cells("eager", "IOS eager", "IOS fused", "torch.compile"),
+                          _cell(versus_eager), _cell(timed.ratio("IOS fused", "torch.compile")),
+                          f"{max(timed.errors.values()):.1e}", "PASS" if ok else "FAIL")
     return table, passed
 
 
@@ -118,21 +110,13 @@ def packing(models: list[str], batches: list[int], rounds: int, console: Console
                 for fn in batch_one.program.fns.values():
                     if isinstance(fn, OneDnnConv):  # ... and uses those weights at this batch too
                         fn.packed.update({(batch, *shape[1:]): weight for shape, weight in fn.packed.items()})
-            calls = {"per shape": per_shape, "batch 1": batch_one}
-            compiled, notes = compiled_variants(module, x, ("default",))
-            calls |= {v.name: v.forward for v in compiled}
-            for note in notes:
-                console.print(f"{model} bs{batch}: {note}")
-            samples = interleaved_samples_ms({n: (lambda c=c: c(x)) for n, c in calls.items()}, "cpu", 3, rounds)
-            versus_one = median_interval(ratios_of(samples["per shape"], samples["batch 1"]))
-            versus_compile = (median_interval(ratios_of(samples["per shape"], samples["torch.compile"]))
-                              if "torch.compile" in samples else None)
-            ok = versus_one.low is not None and versus_one.low <= 1
+            timed = _Timed.of({"per shape": per_shape, "batch 1": batch_one}, module, x, rounds, f"{model} bs{batch}",
+                              console)
+            versus_one = timed.ratio("per shape", "batch 1")
+            ok = versus_one is not None and versus_one.low is not None and versus_one.low <= 1
             passed &= ok
-            medians = {name: summary_ms(times)[0] for name, times in samples.items()}
-            table.add_row(model, str(batch), *(f"{medians[n]:.2f}" if n in medians else "-" for n in (
-                "per shape", "batch 1", "torch.compile")), _cell(versus_one), _cell(versus_compile),
-                "PASS" if ok else "FAIL")
+            table.add_row(model, str(batch), *timed.cells("per shape", "batch 1", "torch.compile"), _cell(versus_one),
+                          _cell(timed.ratio("per shape", "torch.compile")), "PASS" if ok else "FAIL")
     return table, passed
 
 
@@ -156,23 +140,13 @@ def residual(models: list[str], batches: list[int], rounds: int, console: Consol
             calls = {name: ScheduleRunner(Programs(imported)("cpu", "fused"), baseline_schedule(
                 imported.graph, device="cpu", batch=batch, kernels="fused"))
                 for name, imported in (("in conv", fused_in), ("as a unit", as_units))}
-            compiled, notes = compiled_variants(module, x, ("default",))
-            calls |= {v.name: v.forward for v in compiled}
-            for note in notes:
-                console.print(f"{model} bs{batch}: {note}")
-            with torch.inference_mode():
-                expected = module(x)
-                error = max(relative_error(calls[name](x), expected) for name in ("in conv", "as a unit"))
-            samples = interleaved_samples_ms({n: (lambda c=c: c(x)) for n, c in calls.items()}, "cpu", 3, rounds)
-            versus_units = median_interval(ratios_of(samples["in conv"], samples["as a unit"]))
-            versus_compile = (median_interval(ratios_of(samples["in conv"], samples["torch.compile"]))
-                              if "torch.compile" in samples else None)
-            ok = versus_units.low is not None and versus_units.low <= 1 and error <= 1e-5
+            timed = _Timed.of(calls, module, x, rounds, f"{model} bs{batch}", console)
+            versus_units = timed.ratio("in conv", "as a unit")
+            ok = (versus_units is not None and versus_units.low is not None and versus_units.low <= 1
+                  and max(timed.errors["in conv"], timed.errors["as a unit"]) <= 1e-5)
             passed &= ok
-            medians = {name: summary_ms(times)[0] for name, times in samples.items()}
-            table.add_row(model, str(batch), str(count), *(f"{medians[n]:.2f}" if n in medians else "-" for n in (
-                "in conv", "as a unit", "torch.compile")), _cell(versus_units), _cell(versus_compile),
-                "PASS" if ok else "FAIL")
+            table.add_row(model, str(batch), str(count), *timed.cells("in conv", "as a unit", "torch.compile"),
+                          _cell(versus_units), _cell(timed.ratio("in conv", "torch.compile")), "PASS" if ok else "FAIL")
     return table, passed
 
 
@@ -207,6 +181,39 @@ def _search(model: str, batch: int, kernels: str, folder: Path, console: Console
     console.print(f"{model} bs{batch} {kernels}: {outcome.measured} stages measured in {outcome.wall_s:.0f} s; "
                   f"{outcome.end_to_end.decision if outcome.end_to_end else 'no check'}")
     return outcome.schedule
+
+
+@dataclass(frozen=True)
+class _Timed:
+    """Callables timed on one input beside torch.compile (default mode) of the model, in interleaved rounds: each
+    one's samples in ms and its output's relative error against the model's."""
+
+    samples: dict[str, list[float]]
+    errors: dict[str, float]
+
+    @staticmethod
+    def of(calls: dict[str, Callable[[torch.Tensor], object]], module: torch.nn.Module, x: torch.Tensor, rounds: int,
+           label: str, console: Console) -> "_Timed":
+        """Time ``calls`` and ``torch.compile(module)`` on ``x`` (a compiler failure is said under ``label``)."""
+        compiled, notes = compiled_variants(module, x, ("default",))
+        calls = {**calls, **{variant.name: variant.forward for variant in compiled}}
+        for note in notes:
+            console.print(f"{label}: {note}")
+        with torch.inference_mode():
+            expected = module(x)
+            errors = {name: relative_error(call(x), expected) for name, call in calls.items()}  # type: ignore[arg-type]
+        samples = interleaved_samples_ms({n: (lambda c=c: c(x)) for n, c in calls.items()}, "cpu", 3, rounds)
+        return _Timed(samples, errors)
+
+    def ratio(self, first: str, second: str) -> RatioInterval | None:
+        """The median of the per-round ratios first / second and its interval (None where one did not run)."""
+        if first not in self.samples or second not in self.samples:
+            return None
+        return median_interval(ratios_of(self.samples[first], self.samples[second]))
+
+    def cells(self, *names: str) -> list[str]:
+        """The median ms of each named callable, '-' for one that did not run."""
+        return [f"{summary_ms(self.samples[n])[0]:.2f}" if n in self.samples else "-" for n in names]
 
 
 def _cell(interval: object) -> str:
