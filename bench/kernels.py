@@ -81,7 +81,7 @@ def side_by_side(models: list[str], batches: list[int], rounds: int, folder: Pat
             calls = {"eager": module, **{f"IOS {k}": ScheduleRunner(programs("cpu", k), s) for k, s in kept.items()}}
             timed = _Timed.of(calls, module, x, rounds, f"{model} bs{batch}", console)
             versus_eager = timed.ratio("IOS fused", "IOS eager")
-            ok = versus_eager is not None and versus_eager.low is not None and versus_eager.low <= 1
+            ok = _not_slower(versus_eager)
             passed &= ok
             table.add_row(model, str(batch), *timed.cells("eager", "IOS eager", "IOS fused", "torch.compile"),
                           _cell(versus_eager), _cell(timed.ratio("IOS fused", "torch.compile")),
@@ -113,7 +113,7 @@ def packing(models: list[str], batches: list[int], rounds: int, console: Console
             timed = _Timed.of({"per shape": per_shape, "batch 1": batch_one}, module, x, rounds, f"{model} bs{batch}",
                               console)
             versus_one = timed.ratio("per shape", "batch 1")
-            ok = versus_one is not None and versus_one.low is not None and versus_one.low <= 1
+            ok = _not_slower(versus_one)
             passed &= ok
             table.add_row(model, str(batch), *timed.cells("per shape", "batch 1", "torch.compile"), _cell(versus_one),
                           _cell(timed.ratio("per shape", "torch.compile")), "PASS" if ok else "FAIL")
@@ -142,8 +142,7 @@ def residual(models: list[str], batches: list[int], rounds: int, console: Consol
                 for name, imported in (("in conv", fused_in), ("as a unit", as_units))}
             timed = _Timed.of(calls, module, x, rounds, f"{model} bs{batch}", console)
             versus_units = timed.ratio("in conv", "as a unit")
-            ok = (versus_units is not None and versus_units.low is not None and versus_units.low <= 1
-                  and max(timed.errors["in conv"], timed.errors["as a unit"]) <= 1e-5)
+            ok = _not_slower(versus_units) and max(timed.errors["in conv"], timed.errors["as a unit"]) <= 1e-5
             passed &= ok
             table.add_row(model, str(batch), str(count), *timed.cells("in conv", "as a unit", "torch.compile"),
                           _cell(versus_units), _cell(timed.ratio("in conv", "torch.compile")), "PASS" if ok else "FAIL")
@@ -214,6 +213,11 @@ class _Timed:
     def cells(self, *names: str) -> list[str]:
         """The median ms of each named callable, '-' for one that did not run."""
         return [f"{summary_ms(self.samples[n])[0]:.2f}" if n in self.samples else "-" for n in names]
+
+
+def _not_slower(interval: RatioInterval | None) -> bool:
+    """Whether a ratio's interval reaches 1 or below: not slower beyond noise (False where it has none)."""
+    return interval is not None and interval.low is not None and interval.low <= 1
 
 
 def _cell(interval: object) -> str:
