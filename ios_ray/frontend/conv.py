@@ -26,7 +26,8 @@ from torch import nn
 
 from ios_ray.frontend.activations import activation_of
 from ios_ray.frontend.match import Match, Scope
-from ios_ray.frontend.nodes import arg_node, calls, eval_batch_norm, full_shape, is_tensor, module_of, only_user
+from ios_ray.frontend.nodes import (ancestors, arg_node, calls, eval_batch_norm, full_shape, is_tensor, module_of,
+                                    only_user)
 
 
 def match_conv(scope: Scope, node: fx.Node) -> Match | None:
@@ -75,22 +76,7 @@ def _residual(scope: Scope, out: fx.Node, conv_input: fx.Node) -> fx.Node | None
             or full_shape(other) != full_shape(out) or full_shape(add) != full_shape(out) \
             or _dtype(other) != _dtype(out):
         return None
-    return other if _computed_from(conv_input, other) else None
-
-
-def _computed_from(node: fx.Node, ancestor: fx.Node) -> bool:
-    """Whether ``node`` is ``ancestor`` or is computed (through any inputs) from it."""
-    order = {n: i for i, n in enumerate(node.graph.nodes)}
-    floor, seen, todo = order[ancestor], set(), [node]
-    while todo:
-        current = todo.pop()
-        if current is ancestor:
-            return True
-        if current in seen or order[current] < floor:  # nodes before the ancestor cannot come from it
-            continue
-        seen.add(current)
-        todo.extend(current.all_input_nodes)
-    return False
+    return other if other in ancestors([conv_input]) else None
 
 
 def _dtype(node: fx.Node) -> object:

@@ -44,6 +44,8 @@ from torch import nn
 from torch._dynamo.source import AttrSource, LocalSource, NNModuleSource, TensorProperty, TensorPropertySource
 from torch.fx.operator_schemas import normalize_function
 
+from ios_ray.frontend.nodes import ancestors
+
 
 #: Methods whose sizes may start with the batch size: :func:`batch_read_back` reads it back there.
 _RESHAPES = ("view", "reshape", "expand")
@@ -176,8 +178,8 @@ def split_tail(graph: fx.GraphModule, batch: Any) -> tuple[fx.GraphModule, fx.Gr
     others = [r for r in results if isinstance(r, fx.Node) and not _feature_map(r, batch)]
     if not others:
         return graph, None
-    head_side = _ancestors(maps)
-    tail_nodes = _ancestors(others) - head_side
+    head_side = ancestors(maps)
+    tail_nodes = ancestors(others) - head_side
     tail_nodes = {n for n in tail_nodes if n.op != "placeholder"}
     read = {i for n in tail_nodes for i in n.all_input_nodes if i not in tail_nodes and i.op != "placeholder"}
     if any(r in head_side for r in others) or not all(_feature_map(n, batch) for n in read):
@@ -196,18 +198,6 @@ def _feature_map(value: Any, batch: Any) -> bool:
 def _size(size: Any) -> Any:
     """A size comparable across example values: an int, or a SymInt's expression."""
     return size.node.expr if isinstance(size, torch.SymInt) else size
-
-
-def _ancestors(nodes: Sequence[fx.Node]) -> set[fx.Node]:
-    """``nodes`` and every node they read, directly or not."""
-    seen: set[fx.Node] = set()
-    todo = list(nodes)
-    while todo:
-        node = todo.pop()
-        if node not in seen:
-            seen.add(node)
-            todo.extend(node.all_input_nodes)
-    return seen
 
 
 def _order(graph: fx.GraphModule) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from typing import Any, TypeGuard, TypeVar, cast
+from typing import Any, Sequence, TypeGuard, TypeVar, cast
 
 import torch
 import torch.fx as fx
@@ -136,6 +136,18 @@ def is_batch_size(node: fx.Node) -> bool:
 def readers(node: fx.Node) -> list[fx.Node]:
     """The nodes that read ``node``'s value: its users, less those that only take the batch size from it."""
     return [user for user in node.users if not is_batch_size(user)]
+
+
+def ancestors(nodes: Sequence[fx.Node]) -> set[fx.Node]:
+    """``nodes`` and every node they read, directly or not."""
+    seen: set[fx.Node] = set()
+    todo = list(nodes)
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(node.all_input_nodes)
+    return seen
 
 
 def only_user(node: fx.Node) -> fx.Node | None:

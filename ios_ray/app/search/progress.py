@@ -2,9 +2,9 @@
 bar per device (stages measured of those asked for, cached, rate, ETA).
 
 A search says first which Ray it runs on (its nodes and the devices they offer), then, per (device, batch), one
-line of which schedule it kept and why, and last where its time went, by phase
-(``searched in 39.7 s: start-up 3.2, import 4.1, ...``: :mod:`~ios_ray.app.search.phases`). A device's bar counts what the whole search measured on it (a lazy search's
-rounds add up), and ``cached`` what it found stored before it measured anything: the sums of the table's
+line of which schedule it kept and why, and last where its time went, by phase (``searched in 10.7 s: start-up 5.5,
+import 1.8, ...``: :mod:`~ios_ray.app.search.phases`). A device's bar counts what the whole search measured on it (a
+lazy search's rounds add up), and ``cached`` what it found stored before it measured anything: the sums of the table's
 ``measured`` and ``cached`` over the device's batches.
 
 Before the bars, a spinner says what the search is doing (importing the model and planning its stages, with the
