@@ -22,9 +22,9 @@ from ios_ray.profiler.fingerprint import cpu_info, fingerprint_of
 from ios_ray.paired import least_rounds
 from ios_ray.profiler.jobs import local_identity
 from ios_ray.runtime import Program, ScheduleRunner, ScheduledModule
-from ios_ray.runtime.kernels import (CudnnConvRelu, InGraphFormat, OneDnnConv, activation_layout, conv_binder,
-                                     folded, onednn_fuses)
-from ios_ray.runtime.units import FoldedConv
+from ios_ray.runtime.kernels import (CudnnConvRelu, InGraphFormat, OneDnnConv, OneDnnLinear, activation_layout,
+                                     conv_binder, folded, layout_free, linear_binder, onednn_fuses)
+from ios_ray.runtime.units import Dense, Epilogue, FoldedConv
 from ios_ray.schedule import read_schedule, save_schedule, schedule_from_json
 from ios_ray.store import LatencyStore
 from ios_ray.vocabulary import KERNEL_VERSIONS
@@ -147,13 +147,90 @@ class ViewsAFeatureMap(nn.Module):
         return self.fc(y.view(y.size(0), 8, 16))
 
 
-def test_the_models_own_code_takes_its_inputs_in_the_graphs_format() -> None:
-    model, x = ViewsAFeatureMap().eval(), torch.randn(2, 3, 4, 4)
+@torch.fx.wrap
+def first_channel_rows(x: torch.Tensor) -> torch.Tensor:
+    """An extension-like kernel that reads memory as NCHW: channel 0 of each sample, as its strides say it lies."""
+    return torch.as_strided(x, (x.shape[0], x.shape[2] * x.shape[3]), (x.stride(0), 1)).clone()
+
+
+class ReadsMemoryAsNchw(nn.Module):
+    """A model whose own function assumes its input is laid out NCHW (wrong, silently, on a channels-last one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return first_channel_rows(torch.relu(self.conv(x)))
+
+
+class ConvNeXtBlock(nn.Module):
+    """ConvNeXt's block: a depthwise conv, then channels-last (a permute) a LayerNorm, two linear layers with a GELU
+    between, a permute back and a layer scale, added to the block's input."""
+
+    def __init__(self, channels: int = 8) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 3, padding=1)
+        self.depthwise = nn.Conv2d(channels, channels, 7, padding=3, groups=channels)
+        self.norm = nn.LayerNorm(channels)
+        self.up, self.act, self.down = nn.Linear(channels, 4 * channels), nn.GELU(), nn.Linear(4 * channels, channels)
+        self.gamma = nn.Parameter(torch.rand(channels, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        y = self.norm(self.depthwise(x).permute(0, 2, 3, 1))
+        y = self.down(self.act(self.up(y))).permute(0, 3, 1, 2)
+        return x + self.gamma * y
+
+
+@pytest.mark.parametrize("model", [ViewsAFeatureMap(), ConvNeXtBlock()], ids=["view", "convnext"])
+def test_the_models_code_of_torchs_own_ops_takes_channels_last_inputs_as_they_come(model: nn.Module) -> None:
+    x = torch.randn(2, 3, 4, 4) if isinstance(model, ViewsAFeatureMap) else torch.randn(2, 3, 9, 9)
+    fused, _ = fused_and_eager(model.eval(), x)
+    opaque = [u.id for u in fused.graph.units if u.kind == "opaque"]
+    assert opaque and all(layout_free(fused.fns[u]) and not isinstance(fused.fns[u], InGraphFormat) for u in opaque)
+    with torch.no_grad():
+        assert relative_error(fused.run(x), model(x)) <= 1e-5
+
+
+def test_the_models_own_function_takes_its_inputs_in_the_graphs_format() -> None:
+    model, x = ReadsMemoryAsNchw().eval(), torch.randn(2, 3, 5, 5)
     fused, _ = fused_and_eager(model, x)
     opaque = [u.id for u in fused.graph.units if u.kind == "opaque"]
     assert opaque and all(isinstance(fused.fns[u], InGraphFormat) for u in opaque)
     with torch.no_grad():
         assert relative_error(fused.run(x), model(x)) <= 1e-5
+
+
+@pytest.mark.parametrize("act", [None, *activation_texts()])
+def test_onednn_runs_a_linear_layer_and_its_activation_as_torch_does_packed_once_per_row_count(
+        act: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    packs: list[int] = []
+    reorder = torch.ops.mkldnn._reorder_linear_weight
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight",
+                        lambda weight, rows: packs.append(rows) or reorder(weight, rows))
+    torch.manual_seed(0)
+    layer = Dense(torch.randn(12, 6), torch.randn(12), act)
+    fused = linear_binder("fused", CPU)(layer, (6,))
+    assert isinstance(fused, OneDnnLinear) == onednn_fuses(torch.float32)
+    for x in (torch.randn(5, 6), torch.randn(2, 3, 4, 6), torch.randn(2, 6, 3, 4).permute(0, 2, 3, 1),
+              torch.randn(5, 6)):  # rows 5, 24, 24 (a permuted view), 5 again
+        assert relative_error(fused([x]), activation_fn(act)(F.linear(x, layer.weight, layer.bias))) <= 1e-5
+    assert packs == ([5, 24] if onednn_fuses(torch.float32) else [])
+
+
+def test_a_linear_layers_activation_leaves_its_epilogue_for_the_kernels_and_float64_keeps_torchs_linear() -> None:
+    model, x = ConvNeXtBlock().eval(), torch.randn(2, 3, 9, 9)
+    for dtype in (torch.float32, torch.float64):
+        fused, eager = fused_and_eager(model.to(dtype), x.to(dtype))
+        up = fused.fns["up"]
+        assert isinstance(up, OneDnnLinear) == (dtype == torch.float32 and onednn_fuses(dtype))
+        plain = eager.fns["up"]
+        assert getattr(up, "layer", up).act == "gelu" and isinstance(plain, Dense) and plain.act == "gelu"
+        assert not any(isinstance(fn, Epilogue) for fn in (up, plain))  # the GELU was the epilogue's only step
+        with torch.no_grad():
+            assert relative_error(fused.run(x.to(dtype)), model(x.to(dtype))) <= 1e-5
+            assert relative_error(eager.run(x.to(dtype)), model(x.to(dtype))) <= 1e-12
 
 
 class Segmenter(nn.Module):
@@ -185,10 +262,12 @@ def test_kernels_change_the_device_fingerprint_and_eager_keeps_the_old_one() -> 
     assert fused.fingerprint != identity.fingerprint and fused.info["kernels"] == fused.kernels == "fused"
     assert identity.running("eager") == identity and "kernels" not in identity.running("eager").info
     assert fused.running("eager").fingerprint == identity.fingerprint
-    # rows measured with an earlier implementation of the fused kernels (weights packed for batch 1) are not reused
-    assert fused.info["kernels_version"] == KERNEL_VERSIONS["fused"] == 2
-    earlier = {k: v for k, v in fused.info.items() if k != "kernels_version"}
-    assert fingerprint_of(earlier) != fused.fingerprint == fused.running("fused").fingerprint
+    # rows measured with an earlier implementation of the fused kernels (the first had no version) are not reused
+    assert fused.info["kernels_version"] == KERNEL_VERSIONS["fused"] >= 3
+    first = {k: v for k, v in fused.info.items() if k != "kernels_version"}
+    earlier = {**fused.info, "kernels_version": KERNEL_VERSIONS["fused"] - 1}
+    assert len({fingerprint_of(first), fingerprint_of(earlier), fused.fingerprint}) == 3
+    assert fused.fingerprint == fused.running("fused").fingerprint
 
 
 def test_a_schedule_file_records_its_kernels_and_older_files_are_eager(tmp_path: Path) -> None:

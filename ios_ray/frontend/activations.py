@@ -89,6 +89,11 @@ def activation_fn(text: str | None) -> Callable[[torch.Tensor], torch.Tensor]:
     return functools.partial(fn, **{p: v for (p, _), v in zip(params, values)})
 
 
+def is_activation(text: str) -> bool:
+    """Whether a step's text (an epilogue's, say) is an activation's canonical text."""
+    return text.partition("(")[0] in ACTIVATIONS
+
+
 def activation_parts(text: str) -> tuple[str, tuple[Any, ...]]:
     """An activation's canonical text as its name and the value of each of its parameters, defaults filled in:
     ``leaky_relu(0.2)`` is ``("leaky_relu", (0.2,))``, ``gelu`` is ``("gelu", ("none",))``."""

@@ -13,7 +13,9 @@
   is a ReLU. A conv with a residual sum adds it inside the same call where the activation after it is a ReLU or
   none (oneDNN's binary post-op; cuDNN's ``cudnn_convolution_add_relu``, ReLU only). A conv whose activation or
   dtype the fused op lacks runs as in ``eager``, channels-last. An ``opaque`` unit, which runs the
-  model's own code, takes its inputs in the graph's format (:func:`in_layout`): that code may assume it.
+  model's own code, takes its inputs as they come where that code is torch's own ops, none of which reads how a
+  tensor is laid out (a permute and a LayerNorm: ConvNeXt's blocks), else in the graph's format (:func:`in_layout`):
+  a ``view`` of a feature map, or an extension's kernel, may assume it.
 
 Neither changes what a unit computes, only how fast: which is faster depends on the device, the dtype and the
 model, so a search measures it (``kernels="auto"``) and each schedule records the kernels its stages were measured
@@ -27,12 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+import torch.fx as fx
 
 from ios_ray.dtypes import in_memory_format
 from ios_ray.errors import UserError
 from ios_ray.frontend.activations import activation_parts
 from ios_ray.ir import Shape
-from ios_ray.runtime.units import ConvBinder, FoldedConv, UnitFn, eager_conv
+from ios_ray.runtime.units import (CodeCall, ConvBinder, Dense, Epilogue, FoldedConv, LinearBinder, UnitFn,
+                                  eager_conv, eager_linear)
 from ios_ray.vocabulary import EAGER_KERNELS, KERNEL_NAMES
 
 #: Activations oneDNN applies inside a convolution: canonical name -> (oneDNN's name, its parameters from ours).
@@ -67,6 +71,13 @@ def conv_binder(kernels: str, device: torch.device) -> ConvBinder:
     if checked_kernels(kernels) == EAGER_KERNELS:
         return eager_conv
     return _fused_cuda if device.type == "cuda" else _fused_cpu
+
+
+def linear_binder(kernels: str, device: torch.device) -> LinearBinder:
+    """How the kernels run a linear layer on ``device``."""
+    if checked_kernels(kernels) == EAGER_KERNELS or device.type == "cuda":
+        return eager_linear
+    return _fused_cpu_linear
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,28 @@ class OneDnnConv:
 
 
 @dataclass(frozen=True)
+class OneDnnLinear:
+    """A linear layer as one oneDNN call: matrix product, bias and activation; the weight reordered into the layout
+    oneDNN computes in, once per number of rows (the input's elements over its last dimension), at the first call
+    with it (``packed``)."""
+
+    layer: Dense
+    attr: str
+    scalars: list[Any]
+    algorithm: str
+    packed: dict[int, torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
+
+    def __call__(self, inputs: list[torch.Tensor]) -> torch.Tensor:
+        """Run the layer on its input."""
+        x = inputs[0]
+        rows = x.numel() // max(x.shape[-1], 1)
+        weight = self.packed.get(rows)
+        if weight is None:
+            weight = self.packed[rows] = torch.ops.mkldnn._reorder_linear_weight(self.layer.weight.detach(), rows)
+        return torch.ops.mkldnn._linear_pointwise(x, weight, self.layer.bias, self.attr, self.scalars, self.algorithm)
+
+
+@dataclass(frozen=True)
 class CudnnConvRelu:
     """A folded conv whose activation is a ReLU as one cuDNN call: convolution, bias, its residual where it has one
     (its second input), and ReLU."""
@@ -142,9 +175,54 @@ class InGraphFormat:
 
 def in_layout(kind: str, fn: UnitFn, layout: str, memory_format: str) -> UnitFn:
     """A unit's callable for a program whose activations are in ``layout`` and whose graph is in ``memory_format``:
-    an ``opaque`` unit (the model's own code) takes its inputs in the graph's format, every other unit (torch's own
-    layout-aware ops) takes them as they come."""
-    return InGraphFormat(fn, memory_format) if kind == "opaque" and layout != memory_format else fn
+    an ``opaque`` unit (the model's own code) takes its inputs in the graph's format unless its code is
+    :func:`layout_free`; every other unit (torch's own layout-aware ops) takes them as they come."""
+    if kind != "opaque" or layout == memory_format or layout_free(fn):
+        return fn
+    return InGraphFormat(fn, memory_format)
+
+
+#: What reads how a tensor is laid out, not only its values: a view's shape is only valid for some strides, a
+#: tensor's strides and storage are the layout itself.
+_LAYOUT_READERS = frozenset({
+    "view", "view_as", "_unsafe_view", "_reshape_alias", "as_strided", "as_strided_", "stride", "is_contiguous",
+    "data_ptr", "storage", "untyped_storage", "storage_offset", "set_", "numpy", "__array__"})
+#: Modules whose functions compute on a tensor's values whatever its layout (the Python operators, torch's own).
+_VALUE_MODULES = ("torch", "_operator", "operator", "builtins", "math")
+
+
+def layout_free(fn: UnitFn) -> bool:
+    """Whether a unit's code computes the same from its inputs in any memory format: every step of it (an
+    epilogue's too) is a torch module of ``torch.nn``, a tensor method, a Python operator or an ATen or torch
+    function, and none of them is a view or reads strides or storage (:data:`_LAYOUT_READERS`). An extension's op
+    or the model's own function is never layout-free: its kernel may read memory as NCHW."""
+    steps = [fn.body, *fn.steps] if isinstance(fn, Epilogue) else [fn]
+    return all(isinstance(step, CodeCall) and all(_reads_values_only(node, step.module) for node in step.nodes)
+               for step in steps)
+
+
+def _reads_values_only(node: fx.Node, module: torch.nn.Module) -> bool:
+    """Whether one fx node computes from its tensors' values alone, whatever their layout."""
+    if node.op == "call_module":
+        return all(type(part).__module__.startswith("torch.nn.")
+                   for part in module.get_submodule(str(node.target)).modules())
+    if node.op == "call_method":
+        return str(node.target) not in _LAYOUT_READERS
+    if node.op != "call_function":
+        return False
+    target = node.target
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        namespace, _, name = _qualified_name(target).partition("::")
+        return namespace == "aten" and name not in _LAYOUT_READERS
+    if getattr(target, "__name__", None) == "getattr":
+        return node.args[1] not in _LAYOUT_READERS
+    module_name = getattr(target, "__module__", None) or ""
+    return module_name.split(".")[0] in _VALUE_MODULES and getattr(target, "__name__", "") not in _LAYOUT_READERS
+
+
+def _qualified_name(op: torch._ops.OpOverload | torch._ops.OpOverloadPacket) -> str:
+    """An op's namespace and name without its overload (``aten::view`` for ``aten.view.default``)."""
+    return (op.overloadpacket if isinstance(op, torch._ops.OpOverload) else op)._qualified_op_name
 
 
 def folded(fn: UnitFn) -> FoldedConv | None:
@@ -163,12 +241,30 @@ def _fused_cpu(conv: FoldedConv, input_shape: Shape) -> UnitFn:
     """oneDNN's fused conv where this torch has it for the conv's dtype and activation (after a residual sum: a ReLU
     or none), else the conv channels-last."""
     conv = _channels_last(conv)
-    name, values = activation_parts(conv.act) if conv.act is not None else ("none", ())
-    fused = _ONEDNN_ACTIVATIONS.get(name) if name != "none" else ("none", lambda _: [])
-    if fused is None or not onednn_fuses(conv.weight.dtype) or (conv.residual and name not in ("none", "relu")):
+    post_op = _onednn_post_op(conv.act)
+    if post_op is None or not onednn_fuses(conv.weight.dtype) or (conv.residual and post_op[0] not in ("none", "relu")):
         return conv
-    algorithm = str(values[0]) if name == "gelu" else ""
-    return OneDnnConv(conv, fused[0], fused[1](values), algorithm)
+    return OneDnnConv(conv, *post_op)
+
+
+def _fused_cpu_linear(layer: Dense, input_shape: Shape) -> UnitFn:
+    """oneDNN's fused linear layer where this torch has it for the layer's dtype and activation, else the layer."""
+    post_op = _onednn_post_op(layer.act)
+    if post_op is None or not onednn_fuses(layer.weight.dtype):
+        return layer
+    return OneDnnLinear(layer, *post_op)
+
+
+def _onednn_post_op(act: str | None) -> tuple[str, list[Any], str] | None:
+    """The activation as oneDNN applies it after its op (its name, parameters and algorithm), or None where oneDNN
+    lacks it."""
+    if act is None:
+        return "none", [], ""
+    name, values = activation_parts(act)
+    fused = _ONEDNN_ACTIVATIONS.get(name)
+    if fused is None:
+        return None
+    return fused[0], fused[1](values), str(values[0]) if name == "gelu" else ""
 
 
 def _fused_cuda(conv: FoldedConv, _input_shape: Shape) -> UnitFn:

@@ -19,7 +19,7 @@ from ios_ray.dtypes import copied, in_memory_format
 from ios_ray.frontend import Imported
 from ios_ray.ir import GRAPH_INPUT, Graph, Shape, Unit, Value
 from ios_ray.runtime.allocator import keep_freed_memory
-from ios_ray.runtime.kernels import activation_layout, conv_binder, in_layout
+from ios_ray.runtime.kernels import activation_layout, conv_binder, in_layout, linear_binder
 from ios_ray.runtime.units import FoldedConv, UnitFn, bind_unit
 from ios_ray.vocabulary import EAGER_KERNELS
 
@@ -49,10 +49,10 @@ class Program:
         module = copied(imported.module).to(device).eval()
         constants = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in imported.constants.items()}
         nodes = {n.name: n for n in module.graph.nodes}
-        graph, conv = imported.graph, conv_binder(kernels, device)
+        graph, conv, linear = imported.graph, conv_binder(kernels, device), linear_binder(kernels, device)
         layout = activation_layout(kernels, graph.memory_format)
-        fns = {u.id: in_layout(u.kind, bind_unit(u, module, nodes, constants, _input_shape(graph, u), conv), layout,
-                               graph.memory_format) for u in graph.units}
+        fns = {u.id: in_layout(u.kind, bind_unit(u, module, nodes, constants, _input_shape(graph, u), conv, linear),
+                               layout, graph.memory_format) for u in graph.units}
         return Program(graph, fns, device, kernels)
 
     def bind_conv(self, conv: FoldedConv, input_shape: Shape) -> UnitFn:

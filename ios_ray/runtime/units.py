@@ -3,7 +3,9 @@
 * ``conv``: a :class:`FoldedConv`, its batch-norm folded into weight and bias (eval mode), a prologue batch-norm as
   a per-channel scale and shift of its input, its residual sum (a second input), its activations by name, run by
   the program's kernels (a :data:`ConvBinder`, :mod:`~ios_ray.runtime.kernels`); ``sepconv``: two of them.
-* ``linear``, ``conv_transpose``, ``conv3d`` (the layer's own call), ``flatten``, ``shuffle`` (channels in groups,
+* ``linear``: a :class:`Dense` (the layer's weight and bias, and the activation its epilogue starts with, where it
+  does), run by the program's kernels (a :data:`LinearBinder`).
+* ``conv_transpose``, ``conv3d`` (the layer's own call), ``flatten``, ``shuffle`` (channels in groups,
   transposed), ``slice`` (a range of channels), ``scale`` (``x * gate``): the op itself; ``add``, ``concat`` and
   ``elementwise``: their input value as it is.
 * ``pool``, ``upsample``, ``pad`` and ``opaque``: the original fx code (:class:`CodeCall`), with the unit's inputs
@@ -22,7 +24,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
 
-from ios_ray.frontend.activations import activation_fn
+from ios_ray.frontend.activations import activation_fn, is_activation
 from ios_ray.ir import Shape, Unit
 
 UnitFn = Callable[[list[torch.Tensor]], torch.Tensor]
@@ -57,6 +59,18 @@ class FoldedConv:
         if self.pre_scale is not None:
             x = torch.addcmul(self.pre_shift, x, self.pre_scale)  # type: ignore[arg-type]
         return activation_fn(self.pre_act)(x)
+
+
+@dataclass
+class Dense:
+    """A linear layer and the activation after it (None for none); callable on its input."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    act: str | None = None
+
+    def __call__(self, inputs: list[torch.Tensor]) -> torch.Tensor:
+        return activation_fn(self.act)(F.linear(inputs[0], self.weight, self.bias))
 
 
 @dataclass
@@ -121,17 +135,35 @@ class Epilogue:
 ConvBinder = Callable[[FoldedConv, Shape], UnitFn]
 
 
+#: Binds a linear layer, given its per-sample input shape, to the callable that runs it (the kernels' choice).
+LinearBinder = Callable[[Dense, Shape], UnitFn]
+
+
 def eager_conv(conv: FoldedConv, input_shape: Shape) -> UnitFn:
     """A folded conv as it is: torch's own convolution, then its activation."""
     return conv
 
 
+def eager_linear(layer: Dense, input_shape: Shape) -> UnitFn:
+    """A linear layer as it is: torch's own ``linear``, then its activation."""
+    return layer
+
+
 def bind_unit(unit: Unit, module: fx.GraphModule, nodes: Mapping[str, fx.Node], constants: Mapping[str, Any],
-              input_shape: Shape = (), conv: ConvBinder = eager_conv) -> UnitFn:
+              input_shape: Shape = (), conv: ConvBinder = eager_conv, linear: LinearBinder = eager_linear) -> UnitFn:
     """The callable of one unit, on ``module``'s weights (``nodes`` by name, ``constants`` by node name); a conv's
-    through ``conv``, given ``input_shape``, the per-sample shape of the unit's first input."""
-    body = _bind_body(unit, module, nodes, constants, input_shape, conv)
-    steps = unit.refs.get("epilogue", ())
+    through ``conv`` and a linear layer's through ``linear``, given ``input_shape``, the per-sample shape of the
+    unit's first input."""
+    steps = tuple(unit.refs.get("epilogue", ()))
+    if unit.kind == "linear":
+        layer = module.get_submodule(unit.refs["linear"])
+        texts = unit.attrs.get("epilogue", ())
+        act = texts[0] if texts and is_activation(texts[0]) else None
+        bias = layer.bias.detach() if layer.bias is not None else None
+        body = linear(Dense(layer.weight.detach(), bias, act), input_shape)
+        steps = steps[1:] if act is not None else steps
+    else:
+        body = _bind_body(unit, module, nodes, constants, input_shape, conv)
     if not steps:
         return body
     return Epilogue(body, tuple(_step(nodes[name], module, constants) for name in steps))
@@ -139,7 +171,7 @@ def bind_unit(unit: Unit, module: fx.GraphModule, nodes: Mapping[str, fx.Node], 
 
 def _bind_body(unit: Unit, module: fx.GraphModule, nodes: Mapping[str, fx.Node], constants: Mapping[str, Any],
                input_shape: Shape, conv: ConvBinder) -> UnitFn:
-    """The callable of a unit without its epilogue."""
+    """The callable of a unit without its epilogue (a linear unit's: :func:`bind_unit`)."""
     attrs, refs = unit.attrs, unit.refs
     if unit.kind == "conv":
         folded = fold(_conv(module, refs["conv"]), _bn(module, refs, "bn"), attrs, _bn(module, refs, "pre_bn"))
@@ -150,9 +182,6 @@ def _bind_body(unit: Unit, module: fx.GraphModule, nodes: Mapping[str, fx.Node],
         pointwise = fold(_conv(module, refs["pointwise"]), _bn(module, refs, "bn"), {"act": attrs["act"]})
         between = (depthwise.weight.shape[0], *unit.shape[1:])
         return FoldedSepConv(conv(depthwise, input_shape), conv(pointwise, between))
-    if unit.kind == "linear":
-        linear = module.get_submodule(refs["linear"])
-        return lambda inputs: linear(inputs[0])
     if unit.kind in ("conv_transpose", "conv3d"):
         layer = module.get_submodule(refs["module"])
         return lambda inputs: layer(inputs[0])
