@@ -1,6 +1,6 @@
 """Fused kernels on this CPU: IOS with fused kernels against IOS with eager ones (as before) and torch.compile.
 
-Two parts (``--part``):
+The parts (``--part``):
 
 * ``side-by-side``: for each model and batch size, a search with ``kernels="eager"`` (the IOS schedule as ios-ray
   found it before fused kernels) and one with ``kernels="fused"``, each on a store of its own; then, in one process
@@ -16,12 +16,17 @@ Two parts (``--part``):
   the activation after it) inside its conv's oneDNN call, as imported, against the same model imported with those
   sums left as add units (as before 2026-11-27), beside ``torch.compile``, no search. Target: never slower beyond
   noise.
+* ``linear-and-opaque`` (not run by default): the sequential schedule with fused kernels, linear layers as one oneDNN
+  call with their activation and opaque units of torch's own ops given channels-last inputs as they come (as
+  deployed), against the same model's program with linear layers as torch runs them and every opaque unit given the
+  graph's format (as before 2026-11-27, fused kernels' version 2), beside ``torch.compile``, no search. Target: never
+  slower beyond noise.
 * ``ios-ray-bench``: what a user runs: ``ios-ray search`` (default kernels: ``auto``) and ``ios-ray bench`` on
   SqueezeNet at batch 1, in fresh processes. Target: the IOS row (named for its kernels) within 10% of
   ``torch.compile``'s median, or faster.
 
 Run: python bench/kernels.py [--models inception_v3,squeezenet] [--batches 1,8] [--rounds 30] [--folder DIR]
-[--part packing|residual]
+[--part packing|residual|linear-and-opaque]
 (on 2 cores with the defaults: about 40 minutes of searches on fresh stores, each Inception V3 search 7-9 minutes,
 then the rounds; a run again on the same --folder measures only what its stores lack; exit code 1 when a target is
 missed)
@@ -53,8 +58,9 @@ from ios_ray.runtime.accuracy import relative_error  # noqa: E402
 from ios_ray.frontend import import_model, load_model  # noqa: E402
 from ios_ray.paired import REPORT_CONFIDENCE, RatioInterval, median_interval, percent, ratios_of  # noqa: E402
 from ios_ray.runtime import Programs, ScheduleRunner  # noqa: E402
-from ios_ray.runtime.kernels import OneDnnConv  # noqa: E402
+from ios_ray.runtime.kernels import OneDnnConv, OneDnnLinear, layout_free  # noqa: E402
 from ios_ray.runtime.timing import interleaved_samples_ms, summary_ms  # noqa: E402
+from ios_ray.runtime.units import Epilogue, eager_linear  # noqa: E402
 from ios_ray.schedule import Schedule  # noqa: E402
 from ios_ray.scheduler.baselines import baseline_schedule  # noqa: E402
 
@@ -146,6 +152,40 @@ def residual(models: list[str], batches: list[int], rounds: int, console: Consol
             passed &= ok
             table.add_row(model, str(batch), str(count), *timed.cells("in conv", "as a unit", "torch.compile"),
                           _cell(versus_units), _cell(timed.ratio("in conv", "torch.compile")), "PASS" if ok else "FAIL")
+    return table, passed
+
+
+def linear_and_opaque(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
+    """The sequential schedule with fused kernels, linear layers in oneDNN and layout-free opaque units on
+    channels-last inputs, against both as before, beside torch.compile, in interleaved rounds."""
+    table = Table("model", "batch", "oneDNN linears", "layout-free opaque units", "now ms", "before ms",
+                  "torch.compile ms", f"now / before ({percent(REPORT_CONFIDENCE)})",
+                  f"now / torch.compile ({percent(REPORT_CONFIDENCE)})", "target",
+                  title="linear layers in oneDNN and opaque units on channels-last inputs against before (CPU, "
+                  "sequential schedule, fused kernels, interleaved rounds)")
+    passed = True
+    for model in models:
+        loaded = load_model(model)
+        module, imported = loaded.module.eval(), import_model(loaded)
+        now = Programs(imported)("cpu", "fused")
+        with mock.patch("ios_ray.runtime.program.linear_binder", return_value=eager_linear), \
+                mock.patch("ios_ray.runtime.kernels.layout_free", return_value=False):
+            before = Programs(imported)("cpu", "fused")
+        linears = sum(1 for fn in now.fns.values() if isinstance(fn, OneDnnLinear) or
+                      isinstance(fn, Epilogue) and isinstance(fn.body, OneDnnLinear))
+        opaque = [unit.id for unit in imported.graph.units if unit.kind == "opaque"]
+        free = sum(1 for unit in opaque if layout_free(now.fns[unit]))
+        for batch in batches:
+            x = torch.randn(batch, *loaded.input_shape)
+            schedule = baseline_schedule(imported.graph, device="cpu", batch=batch, kernels="fused")
+            calls = {"now": ScheduleRunner(now, schedule), "before": ScheduleRunner(before, schedule)}
+            timed = _Timed.of(calls, module, x, rounds, f"{model} bs{batch}", console)
+            versus_before = timed.ratio("now", "before")
+            ok = _not_slower(versus_before) and max(timed.errors["now"], timed.errors["before"]) <= 1e-5
+            passed &= ok
+            table.add_row(model, str(batch), str(linears), f"{free} of {len(opaque)}",
+                          *timed.cells("now", "before", "torch.compile"), _cell(versus_before),
+                          _cell(timed.ratio("now", "torch.compile")), "PASS" if ok else "FAIL")
     return table, passed
 
 
@@ -241,7 +281,7 @@ def main() -> int:
     parser.add_argument("--models", default="inception_v3,squeezenet")
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--part", choices=("side-by-side", "ios-ray-bench", "packing", "residual"))
+    parser.add_argument("--part", choices=("side-by-side", "ios-ray-bench", "packing", "residual", "linear-and-opaque"))
     parser.add_argument("--folder", type=Path, help="the stores' folder, kept: a run again on it measures only what "
                         "its stores lack (default: a new temporary one)")
     args = parser.parse_args()
@@ -252,10 +292,11 @@ def main() -> int:
         "side-by-side": lambda console: side_by_side(models, batches, args.rounds, folder, console),
         "ios-ray-bench": lambda console: bench_command(args.rounds, folder, console),
     }
-    if args.part in ("packing", "residual"):  # on demand, and on library models too
+    if args.part in ("packing", "residual", "linear-and-opaque"):  # on demand, and on library models too
         _define_torchvision_schemas()
         parts = {"packing": lambda console: packing(models, batches, args.rounds, console),
-                 "residual": lambda console: residual(models, batches, args.rounds, console)}
+                 "residual": lambda console: residual(models, batches, args.rounds, console),
+                 "linear-and-opaque": lambda console: linear_and_opaque(models, batches, args.rounds, console)}
     return run_parts(parts, args.part, width=200)
 
 

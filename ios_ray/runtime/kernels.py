@@ -12,10 +12,11 @@
   a CPU); on a GPU cuDNN's fused convolution, bias and ReLU (``torch.cudnn_convolution_relu``) where the activation
   is a ReLU. A conv with a residual sum adds it inside the same call where the activation after it is a ReLU or
   none (oneDNN's binary post-op; cuDNN's ``cudnn_convolution_add_relu``, ReLU only). A conv whose activation or
-  dtype the fused op lacks runs as in ``eager``, channels-last. An ``opaque`` unit, which runs the
-  model's own code, takes its inputs as they come where that code is torch's own ops, none of which reads how a
-  tensor is laid out (a permute and a LayerNorm: ConvNeXt's blocks), else in the graph's format (:func:`in_layout`):
-  a ``view`` of a feature map, or an extension's kernel, may assume it.
+  dtype the fused op lacks runs as in ``eager``, channels-last. On a CPU a linear layer is one oneDNN call too
+  (``mkldnn._linear_pointwise``: bias and activation inside, the weight packed once per row count). An ``opaque``
+  unit, which runs the model's own code, takes its inputs as they come where that code is torch's own ops, none of
+  which reads how a tensor is laid out (a permute and a LayerNorm: ConvNeXt's blocks), else in the graph's format
+  (:func:`in_layout`): an extension's kernel, or the model's own function, may read memory as NCHW.
 
 Neither changes what a unit computes, only how fast: which is faster depends on the device, the dtype and the
 model, so a search measures it (``kernels="auto"``) and each schedule records the kernels its stages were measured
@@ -163,7 +164,7 @@ class CudnnConvRelu:
 @dataclass(frozen=True)
 class InGraphFormat:
     """A unit that runs the model's own code, given its 4-D inputs in the graph's memory format: the format that
-    code was written for (a ``.view`` of a feature map, an extension's kernel that assumes NCHW)."""
+    code was written for (an extension's kernel, or the model's own function, may read memory as NCHW)."""
 
     body: UnitFn
     memory_format: str

@@ -156,7 +156,7 @@ def bind_unit(unit: Unit, module: fx.GraphModule, nodes: Mapping[str, fx.Node], 
     unit's first input."""
     steps = tuple(unit.refs.get("epilogue", ()))
     if unit.kind == "linear":
-        layer = module.get_submodule(unit.refs["linear"])
+        layer = cast(nn.Linear, module.get_submodule(unit.refs["linear"]))  # torch's own forward: frontend.patterns
         texts = unit.attrs.get("epilogue", ())
         act = texts[0] if texts and is_activation(texts[0]) else None
         bias = layer.bias.detach() if layer.bias is not None else None
