@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
 
@@ -24,7 +25,7 @@ from ios_ray.profiler.jobs import local_identity
 from ios_ray.runtime import Program, ScheduleRunner, ScheduledModule
 from ios_ray.runtime.kernels import (CudnnConvRelu, InGraphFormat, OneDnnConv, OneDnnLinear, activation_layout,
                                      conv_binder, folded, layout_free, linear_binder, onednn_fuses)
-from ios_ray.runtime.units import Dense, Epilogue, FoldedConv
+from ios_ray.runtime.units import CodeCall, Dense, Epilogue, FoldedConv
 from ios_ray.schedule import read_schedule, save_schedule, schedule_from_json
 from ios_ray.store import LatencyStore
 from ios_ray.vocabulary import KERNEL_VERSIONS
@@ -200,6 +201,27 @@ def test_the_models_own_function_takes_its_inputs_in_the_graphs_format() -> None
     assert opaque and all(isinstance(fused.fns[u], InGraphFormat) for u in opaque)
     with torch.no_grad():
         assert relative_error(fused.run(x), model(x)) <= 1e-5
+
+
+def test_code_is_layout_free_only_where_every_step_is_torchs_own_and_reads_values_alone() -> None:
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    permuted = graph.call_function(torch.ops.aten.permute.default, (x, [0, 2, 3, 1]))
+    norm = graph.call_module("norm", (permuted,))
+    aten_view = graph.call_function(torch.ops.aten.view.default, (permuted, [-1]))
+    method_view, strides = graph.call_method("view", (x, -1)), graph.call_method("stride", (x,))
+    own = graph.call_function(first_channel_rows, (x,))
+    custom = graph.call_module("custom", (x,))
+    root = nn.Module()
+    root.norm, root.custom = nn.LayerNorm(4), ConvNeXtBlock()  # a torch layer; a model's own module
+    module = fx.GraphModule(root, graph)
+
+    def code(*nodes: fx.Node) -> CodeCall:
+        return CodeCall(nodes, module, ("x",), {})
+    assert layout_free(code(permuted, norm)) and layout_free(Epilogue(code(permuted), (code(norm),)))
+    for reader in (aten_view, method_view, strides, own, custom):
+        assert not layout_free(code(permuted, reader)) and not layout_free(Epilogue(code(permuted), (code(reader),)))
+    assert not layout_free(Dense(torch.randn(2, 2), None))  # not the model's code at all
 
 
 @pytest.mark.parametrize("act", [None, *activation_texts()])
