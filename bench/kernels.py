@@ -98,11 +98,8 @@ def side_by_side(models: list[str], batches: list[int], rounds: int, folder: Pat
 def packing(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
     """The sequential schedule with fused kernels, weights packed per input shape against packed for batch 1, beside
     torch.compile, in interleaved rounds."""
-    table = Table("model", "batch", "packed per shape ms", "packed for batch 1 ms", "torch.compile ms",
-                  f"per shape / batch 1 ({percent(REPORT_CONFIDENCE)})",
-                  f"per shape / torch.compile ({percent(REPORT_CONFIDENCE)})", "target",
-                  title="oneDNN weights packed per input shape against packed for batch 1 (CPU, sequential schedule, "
-                  "fused kernels, interleaved rounds)")
+    table = _versus_table("oneDNN weights packed per input shape against packed for batch 1", [], "per shape",
+                          "batch 1")
     passed = True
     for model in models:
         loaded = load_model(model)
@@ -118,22 +115,17 @@ def packing(models: list[str], batches: list[int], rounds: int, console: Console
                         fn.packed.update({(batch, *shape[1:]): weight for shape, weight in fn.packed.items()})
             timed = _Timed.of({"per shape": per_shape, "batch 1": batch_one}, module, x, rounds, f"{model} bs{batch}",
                               console)
-            versus_one = timed.ratio("per shape", "batch 1")
-            ok = _not_slower(versus_one)
+            ok = _not_slower(timed.ratio("per shape", "batch 1"))
             passed &= ok
-            table.add_row(model, str(batch), *timed.cells("per shape", "batch 1", "torch.compile"), _cell(versus_one),
-                          _cell(timed.ratio("per shape", "torch.compile")), "PASS" if ok else "FAIL")
+            table.add_row(model, str(batch), *timed.versus("per shape", "batch 1", ok))
     return table, passed
 
 
 def residual(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
     """The sequential schedule with fused kernels, residual sums inside the convs against left as add units, beside
     torch.compile, in interleaved rounds."""
-    table = Table("model", "batch", "residual convs", "sum in conv ms", "sum as a unit ms", "torch.compile ms",
-                  f"in conv / as a unit ({percent(REPORT_CONFIDENCE)})",
-                  f"in conv / torch.compile ({percent(REPORT_CONFIDENCE)})", "target",
-                  title="residual sums inside oneDNN's convolution against as add units (CPU, sequential schedule, "
-                  "fused kernels, interleaved rounds)")
+    table = _versus_table("residual sums inside oneDNN's convolution against as add units", ["residual convs"],
+                          "in conv", "as a unit")
     passed = True
     for model in models:
         loaded = load_model(model)
@@ -147,22 +139,18 @@ def residual(models: list[str], batches: list[int], rounds: int, console: Consol
                 imported.graph, device="cpu", batch=batch, kernels="fused"))
                 for name, imported in (("in conv", fused_in), ("as a unit", as_units))}
             timed = _Timed.of(calls, module, x, rounds, f"{model} bs{batch}", console)
-            versus_units = timed.ratio("in conv", "as a unit")
-            ok = _not_slower(versus_units) and max(timed.errors["in conv"], timed.errors["as a unit"]) <= 1e-5
+            ok = _not_slower(timed.ratio("in conv", "as a unit")) and \
+                max(timed.errors["in conv"], timed.errors["as a unit"]) <= 1e-5
             passed &= ok
-            table.add_row(model, str(batch), str(count), *timed.cells("in conv", "as a unit", "torch.compile"),
-                          _cell(versus_units), _cell(timed.ratio("in conv", "torch.compile")), "PASS" if ok else "FAIL")
+            table.add_row(model, str(batch), str(count), *timed.versus("in conv", "as a unit", ok))
     return table, passed
 
 
 def linear_and_opaque(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
     """The sequential schedule with fused kernels, linear layers in oneDNN and layout-free opaque units on
     channels-last inputs, against both as before, beside torch.compile, in interleaved rounds."""
-    table = Table("model", "batch", "oneDNN linears", "layout-free opaque units", "now ms", "before ms",
-                  "torch.compile ms", f"now / before ({percent(REPORT_CONFIDENCE)})",
-                  f"now / torch.compile ({percent(REPORT_CONFIDENCE)})", "target",
-                  title="linear layers in oneDNN and opaque units on channels-last inputs against before (CPU, "
-                  "sequential schedule, fused kernels, interleaved rounds)")
+    table = _versus_table("linear layers in oneDNN and opaque units on channels-last inputs against before",
+                          ["oneDNN linears", "layout-free opaque units"], "now", "before")
     passed = True
     for model in models:
         loaded = load_model(model)
@@ -180,12 +168,10 @@ def linear_and_opaque(models: list[str], batches: list[int], rounds: int, consol
             schedule = baseline_schedule(imported.graph, device="cpu", batch=batch, kernels="fused")
             calls = {"now": ScheduleRunner(now, schedule), "before": ScheduleRunner(before, schedule)}
             timed = _Timed.of(calls, module, x, rounds, f"{model} bs{batch}", console)
-            versus_before = timed.ratio("now", "before")
-            ok = _not_slower(versus_before) and max(timed.errors["now"], timed.errors["before"]) <= 1e-5
+            ok = _not_slower(timed.ratio("now", "before")) and max(timed.errors["now"], timed.errors["before"]) <= 1e-5
             passed &= ok
             table.add_row(model, str(batch), str(linears), f"{free} of {len(opaque)}",
-                          *timed.cells("now", "before", "torch.compile"), _cell(versus_before),
-                          _cell(timed.ratio("now", "torch.compile")), "PASS" if ok else "FAIL")
+                          *timed.versus("now", "before", ok))
     return table, passed
 
 
@@ -250,9 +236,24 @@ class _Timed:
             return None
         return median_interval(ratios_of(self.samples[first], self.samples[second]))
 
+    def versus(self, first: str, second: str, ok: bool) -> list[str]:
+        """The cells of a :func:`_versus_table` row after its counts: both medians, torch.compile's, the two ratios
+        and the verdict."""
+        return [*self.cells(first, second, "torch.compile"), _cell(self.ratio(first, second)),
+                _cell(self.ratio(first, "torch.compile")), "PASS" if ok else "FAIL"]
+
     def cells(self, *names: str) -> list[str]:
         """The median ms of each named callable, '-' for one that did not run."""
         return [f"{summary_ms(self.samples[n])[0]:.2f}" if n in self.samples else "-" for n in names]
+
+
+def _versus_table(title: str, counts: list[str], first: str, second: str) -> Table:
+    """A table of one variant against another and both beside torch.compile, per model and batch (the columns
+    :meth:`_Timed.versus` fills after ``counts``)."""
+    confidence = percent(REPORT_CONFIDENCE)
+    return Table("model", "batch", *counts, f"{first} ms", f"{second} ms", "torch.compile ms",
+                 f"{first} / {second} ({confidence})", f"{first} / torch.compile ({confidence})", "target",
+                 title=f"{title} (CPU, sequential schedule, fused kernels, interleaved rounds)")
 
 
 def _not_slower(interval: RatioInterval | None) -> bool:
