@@ -136,11 +136,15 @@ class OneDnnLinear:
     def __call__(self, inputs: list[torch.Tensor]) -> torch.Tensor:
         """Run the layer on its input."""
         x = inputs[0]
-        rows = x.numel() // max(x.shape[-1], 1)
-        weight = self.packed.get(rows)
-        if weight is None:
-            weight = self.packed[rows] = torch.ops.mkldnn._reorder_linear_weight(self.layer.weight.detach(), rows)
+        weight = self.weight_for(x.numel() // max(x.shape[-1], 1))
         return torch.ops.mkldnn._linear_pointwise(x, weight, self.layer.bias, self.attr, self.scalars, self.algorithm)
+
+    def weight_for(self, rows: int) -> torch.Tensor:
+        """The weight in oneDNN's layout for an input of ``rows`` rows (reordered at the first call with it)."""
+        packed = self.packed.get(rows)
+        if packed is None:
+            packed = self.packed[rows] = torch.ops.mkldnn._reorder_linear_weight(self.layer.weight, rows)
+        return packed
 
 
 @dataclass(frozen=True)
