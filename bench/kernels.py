@@ -21,12 +21,17 @@ The parts (``--part``):
   deployed), against the same model's program with linear layers as torch runs them and every opaque unit given the
   graph's format (as before 2026-11-27, fused kernels' version 2), beside ``torch.compile``, no search. Target: never
   slower beyond noise.
+* ``moved-linears`` (not run by default): the sequential schedule with fused kernels, a linear layer on a tensor whose
+  batch a transpose moved run before the transpose, as a linear unit (as imported:
+  :func:`~ios_ray.frontend.rewrites.linears_before_batch_moves`; ``nn.MultiheadAttention``'s in-projection), against
+  the same model imported without that pass (as before 2026-11-27: the projection computed again inside each unit
+  that reads it), beside ``torch.compile``, no search. Target: never slower beyond noise.
 * ``ios-ray-bench``: what a user runs: ``ios-ray search`` (default kernels: ``auto``) and ``ios-ray bench`` on
   SqueezeNet at batch 1, in fresh processes. Target: the IOS row (named for its kernels) within 10% of
   ``torch.compile``'s median, or faster.
 
 Run: python bench/kernels.py [--models inception_v3,squeezenet] [--batches 1,8] [--rounds 30] [--folder DIR]
-[--part packing|residual|linear-and-opaque]
+[--part packing|residual|linear-and-opaque|moved-linears]
 (on 2 cores with the defaults: about 40 minutes of searches on fresh stores, each Inception V3 search 7-9 minutes,
 then the rounds; a run again on the same --folder measures only what its stores lack; exit code 1 when a target is
 missed)
@@ -175,6 +180,31 @@ def linear_and_opaque(models: list[str], batches: list[int], rounds: int, consol
     return table, passed
 
 
+def moved_linears(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
+    """The sequential schedule with fused kernels, linear layers run before the transposes that move their input's
+    batch against imported without that pass, beside torch.compile, in interleaved rounds."""
+    table = _versus_table("linear layers before the transposes that move the batch against after them",
+                          ["moved linears"], "now", "before")
+    passed = True
+    for model in models:
+        loaded = load_model(model)
+        module, now = loaded.module.eval(), import_model(loaded)
+        with mock.patch("ios_ray.frontend.linears_before_batch_moves", side_effect=lambda gm: gm):
+            before = import_model(loaded)
+        moved = sum(1 for unit in now.graph.units if unit.kind == "linear") - \
+            sum(1 for unit in before.graph.units if unit.kind == "linear")
+        for batch in batches:
+            x = torch.randn(batch, *loaded.input_shape)
+            calls = {name: ScheduleRunner(Programs(imported)("cpu", "fused"), baseline_schedule(
+                imported.graph, device="cpu", batch=batch, kernels="fused"))
+                for name, imported in (("now", now), ("before", before))}
+            timed = _Timed.of(calls, module, x, rounds, f"{model} bs{batch}", console)
+            ok = _not_slower(timed.ratio("now", "before")) and max(timed.errors["now"], timed.errors["before"]) <= 1e-5
+            passed &= ok
+            table.add_row(model, str(batch), str(moved), *timed.versus("now", "before", ok))
+    return table, passed
+
+
 def bench_command(rounds: int, folder: Path, console: Console) -> tuple[Table, bool]:
     """``ios-ray search`` and ``ios-ray bench`` on SqueezeNet at batch 1, as a user runs them."""
     store, out = folder / "cli-latency.duckdb", folder / "cli-schedules"
@@ -276,13 +306,18 @@ def _ios_ray(*args: str) -> str:
     return done.stdout
 
 
+#: The parts run only when named, each ``(models, batches, rounds, console) -> (table, passed)``.
+ON_DEMAND = {"packing": packing, "residual": residual, "linear-and-opaque": linear_and_opaque,
+             "moved-linears": moved_linears}
+
+
 def main() -> int:
     """Run the parts; exit status 0 when every target of what ran is met."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="inception_v3,squeezenet")
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--part", choices=("side-by-side", "ios-ray-bench", "packing", "residual", "linear-and-opaque"))
+    parser.add_argument("--part", choices=("side-by-side", "ios-ray-bench", *ON_DEMAND))
     parser.add_argument("--folder", type=Path, help="the stores' folder, kept: a run again on it measures only what "
                         "its stores lack (default: a new temporary one)")
     args = parser.parse_args()
@@ -293,11 +328,9 @@ def main() -> int:
         "side-by-side": lambda console: side_by_side(models, batches, args.rounds, folder, console),
         "ios-ray-bench": lambda console: bench_command(args.rounds, folder, console),
     }
-    if args.part in ("packing", "residual", "linear-and-opaque"):  # on demand, and on library models too
+    if args.part in ON_DEMAND:  # and on library models too
         _define_torchvision_schemas()
-        parts = {"packing": lambda console: packing(models, batches, args.rounds, console),
-                 "residual": lambda console: residual(models, batches, args.rounds, console),
-                 "linear-and-opaque": lambda console: linear_and_opaque(models, batches, args.rounds, console)}
+        parts = {args.part: lambda console: ON_DEMAND[args.part](models, batches, args.rounds, console)}
     return run_parts(parts, args.part, width=200)
 
 

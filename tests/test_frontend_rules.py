@@ -285,6 +285,34 @@ def test_a_linear_subclass_calling_f_linear_is_a_linear_unit() -> None:
     assert linear.attrs == {"in_features": 288, "out_features": 10, "bias": True} and kinds(result)["opaque"] == 0
 
 
+class Tokens(nn.Module):
+    """Self-attention over six tokens of eight features (``nn.MultiheadAttention``, batch first), then a linear layer
+    on the tokens laid out batch second by ``order`` (which ``back`` undoes)."""
+
+    def __init__(self, order: tuple[int, ...], features: int) -> None:
+        super().__init__()
+        self.attention = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.order, self.back = order, tuple(order.index(d) for d in range(len(order)))
+        self.linear = nn.Linear(features, features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(x, x, x, need_weights=False)[0]
+        return self.linear(x.permute(*self.order)).permute(*self.back) * 2
+
+
+def test_a_linear_layer_on_a_tensor_whose_batch_a_transpose_moved_runs_before_it(capture: str) -> None:
+    result = imported(Tokens((1, 0, 2), 8), shape=(6, 8))  # batch second, features last: the linear moves
+    linears = [u for u in result.graph.units if u.kind == "linear"]
+    if capture == "export":  # the attention's in-projection too (torch.fx keeps nn.MultiheadAttention one call)
+        assert sorted(u.attrs["out_features"] for u in linears) == [8, 24]
+        in_projection = next(u.id for u in linears if u.attrs["out_features"] == 24)
+        assert sum(in_projection in u.sources for u in result.graph.units) == 3  # query, key and value read it
+    else:
+        assert [u.attrs["out_features"] for u in linears] == [8]
+    moved = imported(Tokens((2, 0, 1), 6), shape=(6, 8))  # features first: the linear stays where it is
+    assert all(u.attrs["out_features"] != 6 for u in moved.graph.units if u.kind == "linear")
+
+
 # ------------------------------------------------------------------------------ shuffles, slices and SE gates
 
 

@@ -21,6 +21,11 @@ checked and its Python code generated once for all of them, by the import's last
 * :func:`functional_linears_as_modules`: ``F.linear`` on a weight computed from parameters alone (a ``nn.Linear``
   subclass whose ``forward`` calls it, a linear in a graph torch.compile hands over) becomes a call of an
   ``nn.Linear``, a linear unit.
+* :func:`linears_before_batch_moves` (needs shapes): a linear layer on a transpose or permute that moves the batch
+  out of dimension 0 and keeps the last dimension last (``nn.MultiheadAttention`` as torch.export decomposes it:
+  ``in_proj(x.transpose(1, 0))``) runs before it instead, on the batch-first tensor: the same values (a linear layer
+  acts on each row of the last dimension alone), computed once by a linear unit, where it would otherwise be computed
+  again inside every unit that reads the moved tensor (the query's, the key's and the value's).
 * :func:`same_padding_as_torch_layers` (needs shapes): timm's TensorFlow-"SAME" layers (``Conv2dSame``,
   ``MaxPool2dSame``, ``AvgPool2dSame``; their ``forward`` branches on the input's size, so tracing keeps them whole)
   and convs with ``padding="same"`` or ``"valid"`` become the plain torch layer, a conv or pool unit, padded as
@@ -45,8 +50,8 @@ from torch import nn
 
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
-from ios_ray.frontend.nodes import (call_arguments, constant_nodes, evaluate_constant, full_shape, hashable,
-                                   module_of, pair, signature_of)
+from ios_ray.frontend.nodes import (batch_first, call_arguments, constant_nodes, evaluate_constant, full_shape,
+                                   hashable, module_of, pair, signature_of)
 
 _OUT_OF_PLACE_FUNCTIONS: dict[Any, Any] = {
     operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
@@ -243,6 +248,52 @@ def functional_linears_as_modules(gm: fx.GraphModule) -> fx.GraphModule:
         _replace_with_module(gm, node, arguments["input"], _owner(arguments["weight"], "linear"), linear)
     _drop_unread(gm, constants)
     return gm
+
+
+def linears_before_batch_moves(gm: fx.GraphModule) -> fx.GraphModule:
+    """``linear(x.transpose(...))``, where ``x`` holds the batch in dimension 0 and the transpose or permute moves it
+    elsewhere but keeps the last dimension last, becomes ``linear(x).transpose(...)``."""
+    for node in list(gm.graph.nodes):
+        moved = node.args[0] if node.op == "call_module" and len(node.args) == 1 and not node.kwargs else None
+        order = _batch_move(moved) if isinstance(moved, fx.Node) else None
+        if order is None or module_of(gm, node, nn.Linear) is None:
+            continue
+        source = moved.args[0]
+        with gm.graph.inserting_before(node):
+            linear = gm.graph.call_module(str(node.target), (source,))
+            permuted = gm.graph.call_method("permute", (linear, list(order)))
+        linear.meta = {key: value for key, value in node.meta.items() if key != "val"}
+        sizes = (*full_shape(source)[:-1], full_shape(node)[-1])
+        dtype = node.meta["tensor_meta"].dtype
+        linear.meta["tensor_meta"] = _extract_tensor_metadata(torch.empty(sizes, dtype=dtype, device="meta"))
+        linear.meta["batch_dims"] = source.meta["batch_dims"]
+        linear.meta["sample_shape"] = (*source.meta["sample_shape"][:-1], sizes[-1])
+        permuted.meta = dict(node.meta)
+        node.replace_all_uses_with(permuted)
+        gm.graph.erase_node(node)
+        if not moved.users:
+            gm.graph.erase_node(moved)
+    return gm
+
+
+def _batch_move(node: fx.Node) -> tuple[int, ...] | None:
+    """The dimension order of a transpose or permute that moves the batch of a batch-first tensor out of dimension 0
+    and keeps the last dimension last; None for any other node."""
+    source, rank = node.args[0] if node.args else None, len(full_shape(node) or ())
+    if node.op not in ("call_method", "call_function") or node.kwargs or not isinstance(source, fx.Node) or \
+            not batch_first(source.meta.get("batch_dims"), source.meta.get("sample_shape")) or \
+            batch_first(node.meta.get("batch_dims"), node.meta.get("sample_shape")):
+        return None
+    dims = node.args[1:]
+    order: list[int] = list(range(rank))
+    if node.target in ("permute", torch.permute):
+        order = list(dims[0]) if len(dims) == 1 and isinstance(dims[0], (list, tuple)) else list(dims)
+    elif node.target in ("transpose", torch.transpose) and len(dims) == 2 and all(isinstance(d, int) for d in dims):
+        order[dims[0]], order[dims[1]] = order[dims[1]], order[dims[0]]
+    if not all(isinstance(d, int) for d in order) or sorted(d % rank for d in order) != list(range(rank)):
+        return None
+    order = [d % rank for d in order]
+    return tuple(order) if rank >= 2 and order[-1] == rank - 1 and order[0] != 0 else None
 
 
 def _replace_with_module(gm: fx.GraphModule, node: fx.Node, source: fx.Node, near: str, module: nn.Module) -> None:
