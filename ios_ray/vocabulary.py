@@ -30,6 +30,9 @@ DEFAULT_CHECK_ROUNDS = 28
 DEFAULT_CHECK_CONFIDENCE = 0.999
 #: The end-to-end check goes on to its next look only where it would reach it within this many seconds.
 DEFAULT_CHECK_SECONDS = 60.0
+#: After the check, the schedule kept is timed against the model as is (its own forward, eager) in at most this many
+#: paired rounds, at 95% (a report, not a decision: the search warns where the kept schedule is slower).
+MODEL_AS_IS_ROUNDS = 10
 #: A memory budget: whole bytes or ``<factor>x`` of the sequential schedule's peak; none given, a GPU label keeps
 #: within its memory less the model's weights and this share of its memory (the CUDA context, cuDNN's workspaces
 #: and the caching allocator's fragmentation live there too).

@@ -17,7 +17,7 @@ from ios_ray.devices import parse_device
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_model
 from ios_ray.ir import Graph
-from ios_ray.paired import LookPlan
+from ios_ray.paired import REPORT_CONFIDENCE, LookPlan
 from ios_ray.profiler import CheckJob, DevicePool, MeasureJob, ModelSource
 from ios_ray.profiler.actors import Built
 from ios_ray.profiler.pool import Preparing
@@ -28,6 +28,7 @@ from ios_ray.schedule import BlockSchedule, Schedule
 from ios_ray.scheduler import greedy_stages, sequential_stages
 from ios_ray.stage import Stage, StageKeys
 from ios_ray.store.schema import STORE_SCHEMA, conform, rows_to_table
+from ios_ray.vocabulary import MODEL_AS_IS_ROUNDS
 from tests.helpers import HANG_S, actor_pid, spec_source
 
 #: The zoo's SqueezeNet, as actors build it.
@@ -119,11 +120,19 @@ def whole_schedules(graph: Graph, model: str) -> dict[str, Schedule]:
 def test_real_backend_times_two_whole_schedules_in_paired_rounds() -> None:
     graph = import_model("squeezenet").graph
     backend = RealBackend(parse_device("cpu"))
-    timing = backend.time_schedules(CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), "second", 2, rounds=8))
+    timing = backend.time_schedules(CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), "second", 2, rounds=8,
+                                             as_is_rounds=MODEL_AS_IS_ROUNDS))
     assert timing.rounds in LookPlan.planned(8).looks and len(timing.times_ms["second"]) == timing.rounds
     assert all(ms > 0 for ms in (*timing.times_ms["first"], *timing.times_ms["second"])) and timing.ratios["first"].rounds == timing.rounds
     # The same forward pass either way: greedy's threads may cost or gain, but not an order of magnitude.
     assert 0.2 < timing.ratios["first"].median < 5
+    # then the schedule kept (the baseline: 8 rounds at 99.9% cannot decide) against the model as is
+    assert timing.kept == "second" and timing.as_is is not None
+    assert timing.as_is.rounds in LookPlan.planned(MODEL_AS_IS_ROUNDS).looks and 0.2 < timing.as_is.ratio.median < 5
+    assert timing.as_is.ratio.confidence == REPORT_CONFIDENCE
+    alone = backend.time_schedules(CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), "second", 2,
+                                            rounds=2))
+    assert alone.as_is is None and alone.rounds == 2
 
     other = import_model("inception_v3").graph
     with pytest.raises(UserError, match="another graph"):

@@ -18,10 +18,12 @@ from ios_ray.errors import UserError
 from ios_ray.paired import RatioInterval
 from ios_ray.frontend import import_model
 from ios_ray.runtime import read_schedules
-from ios_ray.schedule import (SCHEDULE_VERSION, BlockSchedule, CandidateRun, EndToEnd, PeakMemory, Schedule,
-                              check_schedule, folder_name, load_schedule, read_schedule, save_schedule, schedule_path)
+from ios_ray.schedule import (SCHEDULE_VERSION, BlockSchedule, CandidateRun, EndToEnd, ModelAsIs, PeakMemory,
+                              Schedule, check_schedule, folder_name, load_schedule, read_schedule, save_schedule, schedule_path)
 from ios_ray.scheduler import SearchParams, optimize_graph, sequential
 from ios_ray.app.search.check import kept_schedule
+from ios_ray.app.search.outcome import SearchOutcome
+from ios_ray.app.search.phases import SearchTimes
 from ios_ray.stage import Stage
 from tests.helpers import HANG_S, ios_ray_here
 
@@ -77,6 +79,30 @@ def test_the_end_to_end_check_keeps_the_dp_schedule_only_where_it_is_faster_beyo
         "decision": "kept sequential: within noise, no interval"}
     save_schedule(squeezenet_schedule, path)
     assert json.loads(path.read_text())["end_to_end"] is None and read_schedule(path).end_to_end is None
+
+
+@pytest.mark.parametrize("low, high, slower", [(1.04, 1.10, True), (0.95, 1.02, False), (0.55, 0.61, False)])
+def test_the_model_as_is_round_trips_and_a_kept_schedule_slower_than_it_is_warned_of(
+        tmp_path: Path, squeezenet_schedule: Schedule, low: float, high: float, slower: bool) -> None:
+    ratio = RatioInterval((low + high) / 2, low, high, 0.95, 10)
+    check = EndToEnd(12, 3.9, 4.0, 3.5, 4.1, RatioInterval(0.96, 0.93, 0.99, 0.99, 12),
+                     as_is=ModelAsIs(4.0 / ratio.median, 10, ratio))
+    kept = kept_schedule({"dp": squeezenet_schedule, "sequential": squeezenet_schedule}, check)
+    save_schedule(kept, tmp_path / "bs8.json")
+    assert read_schedule(tmp_path / "bs8.json").end_to_end == check
+    assert json.loads((tmp_path / "bs8.json").read_text())["end_to_end"]["as_is"] == {
+        "ms": check.as_is.ms, "rounds": 10, "ratio": ratio.median, "ratio_low": low, "ratio_high": high,
+        "confidence": 0.95}
+    assert f"the model as is {check.as_is.ms:.3f} ms, kept / as is {ratio.median:.3f} ({low:.2f}-{high:.2f})" in \
+        check.summary()
+    outcome = SearchOutcome("cpu", 8, kept, 3.5, 4.1, 0, 0, SearchTimes(1.0, ()), None, "measured")
+    assert check.as_is.summary() in outcome.summary()
+    assert (outcome.slower_than_as_is is not None) == slower
+    if slower:
+        assert outcome.slower_than_as_is == (
+            f"warning: cpu batch 8: the schedule kept ran {ratio.median:.2f}x as long as the model as is "
+            f"({low:.2f}-{high:.2f}, 10 rounds): ios-ray does not speed squeezenet up there; run the model as is "
+            "on cpu")
 
 
 def test_a_schedule_file_from_before_paired_checks_still_loads_and_keeps_what_it_kept(

@@ -255,19 +255,19 @@ def linears_before_batch_moves(gm: fx.GraphModule) -> fx.GraphModule:
     elsewhere but keeps the last dimension last, becomes ``linear(x).transpose(...)``."""
     for node in list(gm.graph.nodes):
         moved = node.args[0] if node.op == "call_module" and len(node.args) == 1 and not node.kwargs else None
-        order = _batch_move(moved) if isinstance(moved, fx.Node) else None
-        if order is None or module_of(gm, node, nn.Linear) is None:
+        if not isinstance(moved, fx.Node) or module_of(gm, node, nn.Linear) is None:
             continue
-        source = moved.args[0]
+        order, source = _batch_move(moved), moved.args[0]
+        if order is None or not isinstance(source, fx.Node):
+            continue
         with gm.graph.inserting_before(node):
             linear = gm.graph.call_module(str(node.target), (source,))
             permuted = gm.graph.call_method("permute", (linear, list(order)))
+        sizes = (*(full_shape(source) or ())[:-1], (full_shape(node) or ())[-1])
+        example = torch.empty(sizes, dtype=node.meta["tensor_meta"].dtype, device="meta")
         linear.meta = {key: value for key, value in node.meta.items() if key != "val"}
-        sizes = (*full_shape(source)[:-1], full_shape(node)[-1])
-        dtype = node.meta["tensor_meta"].dtype
-        linear.meta["tensor_meta"] = _extract_tensor_metadata(torch.empty(sizes, dtype=dtype, device="meta"))
-        linear.meta["batch_dims"] = source.meta["batch_dims"]
-        linear.meta["sample_shape"] = (*source.meta["sample_shape"][:-1], sizes[-1])
+        linear.meta.update(tensor_meta=_extract_tensor_metadata(example), batch_dims=source.meta["batch_dims"],
+                           sample_shape=(*source.meta["sample_shape"][:-1], sizes[-1]))
         permuted.meta = dict(node.meta)
         node.replace_all_uses_with(permuted)
         gm.graph.erase_node(node)
@@ -284,16 +284,24 @@ def _batch_move(node: fx.Node) -> tuple[int, ...] | None:
             not batch_first(source.meta.get("batch_dims"), source.meta.get("sample_shape")) or \
             batch_first(node.meta.get("batch_dims"), node.meta.get("sample_shape")):
         return None
-    dims = node.args[1:]
-    order: list[int] = list(range(rank))
-    if node.target in ("permute", torch.permute):
-        order = list(dims[0]) if len(dims) == 1 and isinstance(dims[0], (list, tuple)) else list(dims)
-    elif node.target in ("transpose", torch.transpose) and len(dims) == 2 and all(isinstance(d, int) for d in dims):
-        order[dims[0]], order[dims[1]] = order[dims[1]], order[dims[0]]
-    if not all(isinstance(d, int) for d in order) or sorted(d % rank for d in order) != list(range(rank)):
+    order = _dimension_order(node.target, node.args[1:], rank)
+    return order if order is not None and order[0] != 0 and order[-1] == rank - 1 else None
+
+
+def _dimension_order(target: Any, dims: tuple[Any, ...], rank: int) -> tuple[int, ...] | None:
+    """The order of dimensions that a ``permute`` or ``transpose`` of a tensor of ``rank`` dimensions computes with
+    the arguments ``dims``; None for another op, or arguments that are not known whole numbers."""
+    if target in ("permute", torch.permute):
+        dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (list, tuple)) else dims
+    elif target not in ("transpose", torch.transpose) or len(dims) != 2:
         return None
-    order = [d % rank for d in order]
-    return tuple(order) if rank >= 2 and order[-1] == rank - 1 and order[0] != 0 else None
+    if rank < 2 or not all(isinstance(d, int) and -rank <= d < rank for d in dims):
+        return None
+    if target in ("transpose", torch.transpose):
+        first, second = (d % rank for d in dims)
+        return tuple(second if i == first else first if i == second else i for i in range(rank))
+    order = tuple(d % rank for d in dims)
+    return order if sorted(order) == list(range(rank)) else None
 
 
 def _replace_with_module(gm: fx.GraphModule, node: fx.Node, source: fx.Node, near: str, module: nn.Module) -> None:

@@ -78,7 +78,8 @@ class CheckJob:
     one named ``baseline`` (the search's check: :func:`~ios_ray.runtime.compare.contest`), until the interval of the
     ratio of the best of them over the baseline decides at ``confidence`` (shared among the candidates), after at
     most ``rounds`` rounds, or at the look past which ``max_seconds`` would run out. Each schedule runs with its own
-    kernels."""
+    kernels. Then the schedule kept runs against the model as is for at most ``as_is_rounds`` rounds (0: not at
+    all, as by default; a simulated device never does)."""
 
     model: ModelSource
     graph: Graph
@@ -90,6 +91,7 @@ class CheckJob:
     dtype: str = DEFAULT_DTYPE
     confidence: float = DEFAULT_CHECK_CONFIDENCE
     max_seconds: float | None = DEFAULT_CHECK_SECONDS
+    as_is_rounds: int = 0
 
 
 @dataclass(frozen=True)

@@ -14,15 +14,19 @@ import ray
 from torch import nn
 
 from ios_ray.errors import UserError, first_line
-from ios_ray.frontend import Imported, import_model, load_model
+from ios_ray.frontend import Imported, Model, import_model, load_model
 from ios_ray.profiler.jobs import ModelSource
 
 
 def import_source(source: ModelSource, dtype: str, memory_format: str) -> Imported:
     """Build (seeded, as on the driver) or fetch the model of a source and import it in ``dtype`` and
     ``memory_format`` (its graph can depend on both, as on the driver); UserError where it cannot."""
-    model = load_model(source.spec if source.spec is not None else _fetch(source), source.input_shape, source.name)
-    return import_model(model, dtype=dtype, memory_format=memory_format)
+    return import_model(load_source(source), dtype=dtype, memory_format=memory_format)
+
+
+def load_source(source: ModelSource) -> Model:
+    """Build (seeded, as on the driver) or fetch the model of a source; UserError where it cannot."""
+    return load_model(source.spec if source.spec is not None else _fetch(source), source.input_shape, source.name)
 
 
 def _fetch(source: ModelSource) -> nn.Module:

@@ -13,6 +13,7 @@ for all stages.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
@@ -20,19 +21,19 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from ios_ray.devices import DeviceSpec
-from ios_ray.dtypes import in_memory_format, torch_dtype
+from ios_ray.dtypes import converted, in_memory_format, torch_dtype
 from ios_ray.profiler.fingerprint import cuda_problem, device_fingerprint
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
-from ios_ray.paired import ContestTiming, LookPlan, contest_confidence
+from ios_ray.paired import REPORT_CONFIDENCE, ContestTiming, LookPlan, contest_confidence
 from ios_ray.profiler.jobs import (CheckJob, DeviceIdentity, MeasureJob, ModelSource, local_identity, make_row,
                                    refuse_another_graph)
-from ios_ray.profiler.model_source import import_source
+from ios_ray.profiler.model_source import import_source, load_source
 from ios_ray.profiler.timing import GRAPH_STAGES, time_stages
 from ios_ray.runtime.executor import ScheduleRunner
 from ios_ray.runtime.program import Program
 from ios_ray.runtime.stages import Lanes, compile_stage, make_lanes
-from ios_ray.runtime.compare import contest
+from ios_ray.runtime.compare import contest, paired_timing
 from ios_ray.runtime.timing import cpu_primer
 from ios_ray.stage import Stage
 from ios_ray.vocabulary import EAGER_KERNELS
@@ -50,6 +51,7 @@ class RealBackend:
         self.device = spec.torch_device()
         self.identity: DeviceIdentity | None = None
         self._programs: dict[tuple[str, str, str, str], Program] = {}
+        self._modules: dict[tuple[str, str, str], torch.nn.Module] = {}
         self._lanes: Lanes | None = None
         self._capture_stream: torch.cuda.Stream | None = None
         self._primer = cpu_primer() if self.device.type == "cpu" else None
@@ -101,7 +103,7 @@ class RealBackend:
     def time_schedules(self, job: CheckJob) -> ContestTiming:
         """The job's schedules, each run as deployed (a CUDA graph on a GPU, its own kernels) on one random batch of
         its dtype, timed in rounds against its baseline until the interval of the best over the baseline decides, or
-        the job's cap."""
+        the job's cap; then the one kept against the model as is (:meth:`_as_is`), on the same batch."""
         identity = self.identity or self.start()
         x = torch.randn(job.batch, *job.graph.input_shape, device=self.device, dtype=torch_dtype(job.dtype))
         x = in_memory_format(x, job.graph.memory_format)
@@ -110,7 +112,22 @@ class RealBackend:
             for name, s in job.schedules.items()}
         plan = LookPlan.planned(job.rounds, contest_confidence(job.confidence, len(runs) - 1))
         with _fits(self.spec.label, job.model.name, job.batch):
-            return contest(runs, job.baseline, self.device, plan, job.warmup, job.max_seconds)
+            timing = contest(runs, job.baseline, self.device, plan, job.warmup, job.max_seconds)
+            if job.as_is_rounds == 0:
+                return timing
+            module = self._as_is(job.model, job.dtype, job.graph.memory_format)
+            as_is = paired_timing(runs[timing.kept], functools.partial(module, x), self.device,
+                                  LookPlan.planned(job.as_is_rounds, REPORT_CONFIDENCE), job.warmup, job.max_seconds)
+        return dataclasses.replace(timing, as_is=as_is)
+
+    def _as_is(self, model: ModelSource, dtype: str, memory_format: str) -> torch.nn.Module:
+        """The model as a user runs it without ios-ray: its own module in eval mode on this device, in ``dtype`` and
+        ``memory_format``, built once per model, dtype and format."""
+        key = (model.key, dtype, memory_format)
+        if key not in self._modules:
+            module = converted(load_source(model).module, dtype, memory_format)
+            self._modules[key] = module.to(self.device).eval()
+        return self._modules[key]
 
     def _program(self, model: ModelSource, graph: Graph, host: str, dtype: str, kernels: str = EAGER_KERNELS
                  ) -> Program:

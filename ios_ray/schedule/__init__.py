@@ -21,9 +21,9 @@ from ios_ray.schedule.files import (check_schedule, folder_name, load_schedule, 
 from ios_ray.schedule.format import SCHEDULE_FORMAT, SCHEDULE_VERSION
 from ios_ray.schedule.graph_schedule import Schedule, schedule_defects, schedule_from_json, schedule_to_json
 from ios_ray.schedule.records import (CANDIDATES, MEMORY_FORMAT_TORCH_NAMES, BlockSchedule, CandidateRun, EndToEnd,
-                                      PeakMemory, megabytes)
+                                      ModelAsIs, PeakMemory, megabytes)
 
 __all__ = ["CANDIDATES", "MEMORY_FORMAT_TORCH_NAMES", "SCHEDULE_FORMAT", "SCHEDULE_VERSION", "BlockSchedule",
-           "CandidateRun", "EndToEnd", "PeakMemory", "Schedule", "check_schedule", "folder_name", "load_schedule",
+           "CandidateRun", "EndToEnd", "ModelAsIs", "PeakMemory", "Schedule", "check_schedule", "folder_name", "load_schedule",
            "megabytes", "read_schedule", "save_schedule", "schedule_defects", "schedule_from_json", "schedule_path",
            "schedule_to_json"]

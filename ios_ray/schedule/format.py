@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeGuard
 
 from ios_ray.paired import RatioInterval, valid_confidence
 from ios_ray.schedule.records import (CANDIDATES, MEMORY_FORMAT_TORCH_NAMES, BlockSchedule, CandidateRun, EndToEnd,
-                                      PeakMemory)
+                                      ModelAsIs, PeakMemory)
 from ios_ray.stage import Stage
 from ios_ray.vocabulary import (DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, DTYPE_NAMES, EAGER_KERNELS, KERNEL_NAMES,
                                 MAX_BATCH_SIZE, SOURCES, STRATEGIES)
@@ -206,6 +206,18 @@ CANDIDATE = Record((
 ), build=lambda v, check: CandidateRun(v["name"], v["ms"], v["rounds"], v["predicted_ms"], v["corrected_ms"],
                                        _interval(v, check.get("confidence"), v["rounds"])))
 
+def _model_as_is(values: Mapping[str, Any]) -> ModelAsIs | None:
+    """The model as is as read (None where the file has no ratio for it)."""
+    ratio = _interval(values, values["confidence"], values["rounds"])
+    return None if ratio is None else ModelAsIs(values["ms"], values["rounds"], ratio)
+
+
+AS_IS = Record((
+    Field("ms", **_MS),
+    Field("rounds", _rounds, required=True),
+    *_interval_fields(confidence=True),
+), build=lambda v, _: _model_as_is(v), rules=_interval_defects)
+
 END_TO_END = Record((
     Field("rounds", _rounds, required=True),
     Field("dp_ms", **_MS),
@@ -217,9 +229,10 @@ END_TO_END = Record((
           get=lambda check: check.candidates or ABSENT),
     Field("kept", _one_of(tuple(CANDIDATES))),
     Field("decision", _text, read=False),
+    Field("as_is", _object_or_null, record=AS_IS, get=lambda check: ABSENT if check.as_is is None else check.as_is),
 ), build=lambda v, _: EndToEnd(v["rounds"], v["dp_ms"], v["sequential_ms"], v["dp_predicted_ms"],
                                v["sequential_predicted_ms"], _interval(v, v["confidence"], v["rounds"]),
-                               v["candidates"], v["kept"] if v["candidates"] else None),
+                               v["candidates"], v["kept"] if v["candidates"] else None, v["as_is"]),
     rules=_interval_defects)
 
 MEMORY = Record((

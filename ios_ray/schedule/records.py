@@ -1,5 +1,6 @@
 """The parts of a schedule (:class:`~ios_ray.schedule.graph_schedule.Schedule`): each block's stages
-(:class:`BlockSchedule`), the end-to-end check that chose it (:class:`EndToEnd`, with each :class:`CandidateRun`)
+(:class:`BlockSchedule`), the end-to-end check that chose it (:class:`EndToEnd`, with each :class:`CandidateRun` and
+the model as is: :class:`ModelAsIs`)
 and its peak memory (:class:`PeakMemory`). Their file form is :mod:`ios_ray.schedule.format`.
 """
 
@@ -52,6 +53,25 @@ class CandidateRun:
 
 
 @dataclass(frozen=True)
+class ModelAsIs:
+    """The model as is (its own forward, eager, in the schedule's dtype and memory format) timed after the check in
+    paired rounds against the schedule kept: its median ms, the rounds, and the ratio kept / as is with its interval."""
+
+    ms: float
+    rounds: int
+    ratio: RatioInterval
+
+    @property
+    def slower(self) -> bool:
+        """Whether the kept schedule ran slower than the model as is beyond noise."""
+        return self.ratio.verdict == SLOWER
+
+    def summary(self) -> str:
+        """In words: ``the model as is 30.410 ms, kept / as is 0.612 (0.60-0.63)``."""
+        return f"the model as is {self.ms:.3f} ms, kept / as is {self.ratio.median:.3f} ({self.ratio.span})"
+
+
+@dataclass(frozen=True)
 class EndToEnd:
     """The search's end-to-end check: the IOS schedule, its alternatives, greedy and the sequential schedule timed
     whole in rounds on the device (:mod:`ios_ray.paired`), with the IOS schedule's (``dp_*``) and sequential's
@@ -59,7 +79,9 @@ class EndToEnd:
     interval, and each candidate that ran (``candidates``). The file keeps the candidate of the lowest median among
     those faster than sequential beyond noise (``kept_name``), else sequential. Files written before candidates ran
     only the IOS and the sequential schedule and keep the IOS schedule where its interval lies wholly below 1;
-    ``ratio`` is None in files written before checks were paired, which kept the lower median."""
+    ``ratio`` is None in files written before checks were paired, which kept the lower median. ``as_is``: the kept
+    schedule against the model as is, timed after the check (None in files before 2026-11-27, and on ``sim:``
+    devices)."""
 
     rounds: int
     dp_ms: float
@@ -69,6 +91,7 @@ class EndToEnd:
     ratio: RatioInterval | None = None
     candidates: tuple[CandidateRun, ...] = ()
     kept_name: str | None = None
+    as_is: ModelAsIs | None = None
 
     @property
     def kept(self) -> str:
@@ -124,15 +147,16 @@ class EndToEnd:
         return ", ".join(f"{CANDIDATES[c.name]} {c.ms:.3f}" for c in ran) + " ms"
 
     def summary(self) -> str:
-        """One line: both end-to-end times, the ratio with its interval and rounds, the other candidates, and the
-        decision."""
+        """One line: both end-to-end times, the ratio with its interval and rounds, the other candidates, the
+        decision, and the model as is."""
         times = f"IOS schedule {self.dp_ms:.3f} ms, sequential {self.sequential_ms:.3f} ms"
         others = "".join(f"; {CANDIDATES[c.name]} {c.ms:.3f} ms" for c in self.candidates
                          if c.name not in ("dp", "sequential"))
+        as_is = "" if self.as_is is None else f"; {self.as_is.summary()}"
         if self.ratio is None:
-            return f"{times}{others} ({self.rounds} rounds); {self.decision}"
+            return f"{times}{others} ({self.rounds} rounds); {self.decision}{as_is}"
         return (f"{times}{others}; IOS / sequential {self.ratio.median:.3f} ({percent(self.ratio.confidence)} "
-                f"interval {self.ratio.span}, {self.rounds} rounds); {self.decision}")
+                f"interval {self.ratio.span}, {self.rounds} rounds); {self.decision}{as_is}")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,10 @@ threads and streams, the same speed as far as the check can tell). The intervals
 planned looks, up to ``check_rounds``, only the candidate of the lowest median goes on beside sequential, and the
 check stops early once it decides or where the next look would end past ``check_seconds``.
 
+Then the schedule kept runs against the model as is (its own forward, eager) in a few paired rounds
+(:data:`~ios_ray.vocabulary.MODEL_AS_IS_ROUNDS`, at 95%): a report, not a decision (the search warns where the kept
+schedule is slower beyond noise, for then ios-ray does not speed the model up on that device).
+
 Every candidate that ran is a schedule timed whole on the device: the search stores it as a run
 (:meth:`~ios_ray.store.LatencyStore.put_runs`), from which later searches fit their correction of stage costs.
 """
@@ -22,8 +26,9 @@ from typing import TYPE_CHECKING, Any
 from ios_ray.errors import UserError
 from ios_ray.paired import ContestTiming, least_rounds, percent, valid_confidence
 from ios_ray.profiler import CheckJob, DevicePool, ModelSource
-from ios_ray.schedule import CandidateRun, EndToEnd, Schedule
+from ios_ray.schedule import CandidateRun, EndToEnd, ModelAsIs, Schedule
 from ios_ray.scheduler.correction import Correction
+from ios_ray.vocabulary import MODEL_AS_IS_ROUNDS
 
 if TYPE_CHECKING:
     from ios_ray.ir import Graph
@@ -61,7 +66,7 @@ def checked_end_to_end(
     runs to store (one per candidate that ran)."""
     dp = candidates["dp"]
     job = CheckJob(source, graph, candidates, BASELINE, dp.batch, settings.rounds, dtype=dp.dtype,
-                   confidence=settings.confidence, max_seconds=settings.seconds)
+                   confidence=settings.confidence, max_seconds=settings.seconds, as_is_rounds=MODEL_AS_IS_ROUNDS)
     timing = pool.time_schedules(dp.device, job)
     check = end_to_end(timing, candidates, correction)
     return kept_schedule(candidates, check), runs(timing, candidates, graph)
@@ -76,8 +81,10 @@ def end_to_end(timing: ContestTiming, candidates: dict[str, Schedule], correctio
            for name, times in timing.times_ms.items() if times]
     medians = {run.name: run.ms for run in ran}
     dp, plain = candidates["dp"], candidates[BASELINE]
+    as_is = None if timing.as_is is None else \
+        ModelAsIs(statistics.median(timing.as_is.second_ms), timing.as_is.rounds, timing.as_is.ratio)
     return EndToEnd(timing.rounds, medians["dp"], medians[BASELINE], dp.predicted_latency, plain.predicted_latency,
-                    timing.ratios["dp"], tuple(ran), timing.kept)
+                    timing.ratios["dp"], tuple(ran), timing.kept, as_is)
 
 
 def kept_schedule(candidates: dict[str, Schedule], check: EndToEnd) -> Schedule:

@@ -64,14 +64,27 @@ class SearchOutcome:
             return "kept IOS: simulated, so nothing to time end to end"
         return "kept IOS: not checked end to end (check_rounds=0)"
 
+    @property
+    def slower_than_as_is(self) -> str | None:
+        """Where the kept schedule ran slower than the model as is beyond noise, the warning that says so (else
+        None)."""
+        as_is = None if self.end_to_end is None else self.end_to_end.as_is
+        if as_is is None or not as_is.slower:
+            return None
+        return (f"warning: {self.device} batch {self.batch}: the schedule kept ran {as_is.ratio.median:.2f}x as long "
+                f"as the model as is ({as_is.ratio.span}, {as_is.rounds} rounds): ios-ray does not speed "
+                f"{self.schedule.model} up there; run the model as is on {self.device}")
+
     def summary(self) -> str:
-        """One line: the decision, the kernels, both predictions, what the check timed, and the peak memory."""
+        """One line: the decision, the kernels, both predictions, what the check timed (the model as is too), and the
+        peak memory."""
         check = self.end_to_end
         timed = ""
         if check is not None:
             deciding = check.deciding
             ratio = "" if deciding is None else f", ratio {deciding.median:.3f}"
             timed = f"; end to end {check.times()}{ratio} in {check.rounds} rounds"
+            timed += "" if check.as_is is None else f"; {check.as_is.summary()}"
         memory = "" if self.schedule.memory is None else f"; {self.schedule.memory.summary()}"
         return (f"{self.device} batch {self.batch}: {self.decision}; {self.kernels}; IOS {self.predicted_ms:.3f} ms, "
                 f"sequential {self.sequential_ms:.3f} ms predicted ({self.source}){timed}{memory}")

@@ -127,8 +127,10 @@ class RichSearchProgress:
                            "sequential)")
 
     def kept(self, outcome: SearchOutcome) -> None:
-        """Say which schedule a (device, batch) keeps and why."""
+        """Say which schedule a (device, batch) keeps and why, and warn where it is slower than the model as is."""
         self.console.print(outcome.summary(), highlight=False, soft_wrap=True)
+        if outcome.slower_than_as_is is not None:
+            self.console.print(outcome.slower_than_as_is, highlight=False, soft_wrap=True)
 
     def finished(self, times: SearchTimes) -> None:
         """Say where the search's time went."""
