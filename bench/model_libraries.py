@@ -131,7 +131,7 @@ def check_model(
     try:
         resolved = resolve_model(spec)
         torch.manual_seed(0)  # the same random weights and inputs on every run, so that rows compare run to run
-        model = _random_batch_norms(resolved.build())
+        model = _randomised(resolved.build())
         reference = None if dtype == torch.float64 else copy.deepcopy(model).double()
         model = to_memory_format(model.to(dtype), memory_format)
         imported = import_module(model, example_input(model, resolved.input_shape), spec)
@@ -191,10 +191,15 @@ def _nhwc_share(program: Program, x: torch.Tensor) -> float:
     return round(len(nhwc) / len(spatial), 3) if spatial else 1.0
 
 
-def _random_batch_norms(model: nn.Module) -> nn.Module:
-    """Random running statistics and affine parameters in every batch-norm, so that folding is exercised."""
+def _randomised(model: nn.Module) -> nn.Module:
+    """Random running statistics and affine parameters in every batch-norm, so that folding is exercised, and small
+    random values in every parameter initialised to zeros (torchvision's ViTs zero their head: their output would be
+    zeros whatever the layers before computed, and a check of it could not fail)."""
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.is_floating_point() and parameter.numel() > 1 and not parameter.any():
+                parameter.copy_(0.02 * torch.randn(parameter.shape, generator=generator))
         for bn in model.modules():
             if isinstance(bn, nn.modules.batchnorm._BatchNorm) and bn.running_mean is not None:
                 size = bn.running_mean.shape
