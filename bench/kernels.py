@@ -56,11 +56,11 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import ios_ray  # noqa: E402
-from bench.model_libraries import _define_torchvision_schemas  # noqa: E402
+from bench.model_libraries import _define_torchvision_schemas, randomised  # noqa: E402
 from bench.verdict import run_parts  # noqa: E402
 from ios_ray.app.cli.bench import compiled_variants  # noqa: E402
 from ios_ray.runtime.accuracy import relative_error  # noqa: E402
-from ios_ray.frontend import import_model, load_model  # noqa: E402
+from ios_ray.frontend import Model, import_model, load_model  # noqa: E402
 from ios_ray.paired import REPORT_CONFIDENCE, RatioInterval, median_interval, percent, ratios_of  # noqa: E402
 from ios_ray.runtime import Programs, ScheduleRunner  # noqa: E402
 from ios_ray.runtime.kernels import OneDnnConv, OneDnnLinear, layout_free  # noqa: E402
@@ -83,7 +83,7 @@ def side_by_side(models: list[str], batches: list[int], rounds: int, folder: Pat
                   title="fused kernels against eager ones and torch.compile (CPU, interleaved rounds)")
     passed = True
     for model in models:
-        loaded = load_model(model)
+        loaded = _loaded(model)
         module = loaded.module.eval()
         programs = Programs(import_model(loaded))
         for batch in batches:
@@ -107,7 +107,7 @@ def packing(models: list[str], batches: list[int], rounds: int, console: Console
                           "batch 1")
     passed = True
     for model in models:
-        loaded = load_model(model)
+        loaded = _loaded(model)
         module, imported = loaded.module.eval(), import_model(loaded)
         for batch in batches:
             x = torch.randn(batch, *loaded.input_shape)
@@ -133,7 +133,7 @@ def residual(models: list[str], batches: list[int], rounds: int, console: Consol
                           "in conv", "as a unit")
     passed = True
     for model in models:
-        loaded = load_model(model)
+        loaded = _loaded(model)
         module, fused_in = loaded.module.eval(), import_model(loaded)
         with mock.patch("ios_ray.frontend.conv._residual", return_value=None):
             as_units = import_model(loaded)
@@ -158,7 +158,7 @@ def linear_and_opaque(models: list[str], batches: list[int], rounds: int, consol
                           ["oneDNN linears", "layout-free opaque units"], "now", "before")
     passed = True
     for model in models:
-        loaded = load_model(model)
+        loaded = _loaded(model)
         module, imported = loaded.module.eval(), import_model(loaded)
         now = Programs(imported)("cpu", "fused")
         with mock.patch("ios_ray.runtime.program.linear_binder", return_value=eager_linear), \
@@ -187,7 +187,7 @@ def moved_linears(models: list[str], batches: list[int], rounds: int, console: C
                           ["moved linears"], "now", "before")
     passed = True
     for model in models:
-        loaded = load_model(model)
+        loaded = _loaded(model)
         module, now = loaded.module.eval(), import_model(loaded)
         with mock.patch("ios_ray.frontend.linears_before_batch_moves", side_effect=lambda gm: gm):
             before = import_model(loaded)
@@ -288,6 +288,14 @@ def _versus_table(title: str, counts: list[str], first: str, second: str) -> Tab
     return Table("model", "batch", *counts, f"{first} ms", f"{second} ms", "torch.compile ms", f"{AS_IS} ms",
                  f"{first} / {second} ({confidence})", f"{first} / torch.compile ({confidence})", "target",
                  title=f"{title} (CPU, sequential schedule, fused kernels, interleaved rounds)")
+
+
+def _loaded(model: str) -> Model:
+    """A model spec built as a search builds it, with random batch-norm statistics and no parameter left at zeros
+    (:func:`~bench.model_libraries.randomised`), so that the errors the tables check could fail."""
+    loaded = load_model(model)
+    randomised(loaded.module)
+    return loaded
 
 
 def _not_slower(interval: RatioInterval | None) -> bool:

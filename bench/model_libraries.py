@@ -131,7 +131,7 @@ def check_model(
     try:
         resolved = resolve_model(spec)
         torch.manual_seed(0)  # the same random weights and inputs on every run, so that rows compare run to run
-        model = _randomised(resolved.build())
+        model = randomised(resolved.build())
         reference = None if dtype == torch.float64 else copy.deepcopy(model).double()
         model = to_memory_format(model.to(dtype), memory_format)
         imported = import_module(model, example_input(model, resolved.input_shape), spec)
@@ -191,7 +191,7 @@ def _nhwc_share(program: Program, x: torch.Tensor) -> float:
     return round(len(nhwc) / len(spatial), 3) if spatial else 1.0
 
 
-def _randomised(model: nn.Module) -> nn.Module:
+def randomised(model: nn.Module) -> nn.Module:
     """Random running statistics and affine parameters in every batch-norm, so that folding is exercised, and small
     random values in every parameter initialised to zeros (torchvision's ViTs zero their head: their output would be
     zeros whatever the layers before computed, and a check of it could not fail)."""

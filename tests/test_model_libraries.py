@@ -210,3 +210,16 @@ def test_a_factory_spec_takes_the_input_shape_of_the_module_it_returns(tmp_path:
     assert import_model("tests.user_models:fixed_size").graph.input_shape == (3, 20, 20)
     shown = ios_ray_here("inspect", "--model", "tests.user_models:fixed_size", cwd=tmp_path)
     assert shown.returncode == 0 and "units" in shown.stdout, shown.stderr
+
+
+def test_the_library_sweep_leaves_no_parameter_at_zeros_so_that_its_check_can_fail() -> None:
+    from bench.model_libraries import randomised
+
+    head = torch.nn.Linear(8, 3)  # zeroed, as torchvision's ViTs zero their head: the output would be zeros
+    torch.nn.init.zeros_(head.weight), torch.nn.init.zeros_(head.bias)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8), head)
+    first = model[0].weight.clone()
+    assert not model(torch.randn(2, 4)).any()
+    randomised(model)
+    assert all(p.any() for p in model.parameters()) and torch.equal(model[0].weight, first)
+    assert model(torch.randn(2, 4)).abs().min() > 0
