@@ -120,8 +120,8 @@ def whole_schedules(graph: Graph, model: str) -> dict[str, Schedule]:
 def test_real_backend_times_two_whole_schedules_in_paired_rounds() -> None:
     graph = import_model("squeezenet").graph
     backend = RealBackend(parse_device("cpu"))
-    timing = backend.time_schedules(CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), "second", 2, rounds=8,
-                                             as_is_rounds=MODEL_AS_IS_ROUNDS))
+    timing = backend.time_schedules(CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), "second", 2,
+                                             rounds=8, as_is_rounds=MODEL_AS_IS_ROUNDS))
     assert timing.rounds in LookPlan.planned(8).looks and len(timing.times_ms["second"]) == timing.rounds
     assert all(ms > 0 for ms in (*timing.times_ms["first"], *timing.times_ms["second"])) and timing.ratios["first"].rounds == timing.rounds
     # The same forward pass either way: greedy's threads may cost or gain, but not an order of magnitude.

@@ -19,7 +19,8 @@ from ios_ray.paired import RatioInterval
 from ios_ray.frontend import import_model
 from ios_ray.runtime import read_schedules
 from ios_ray.schedule import (SCHEDULE_VERSION, BlockSchedule, CandidateRun, EndToEnd, ModelAsIs, PeakMemory,
-                              Schedule, check_schedule, folder_name, load_schedule, read_schedule, save_schedule, schedule_path)
+                              Schedule, check_schedule, folder_name, load_schedule, read_schedule, save_schedule,
+                              schedule_path)
 from ios_ray.scheduler import SearchParams, optimize_graph, sequential
 from ios_ray.app.search.check import kept_schedule
 from ios_ray.app.search.outcome import SearchOutcome

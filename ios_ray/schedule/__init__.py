@@ -24,6 +24,6 @@ from ios_ray.schedule.records import (CANDIDATES, MEMORY_FORMAT_TORCH_NAMES, Blo
                                       ModelAsIs, PeakMemory, megabytes)
 
 __all__ = ["CANDIDATES", "MEMORY_FORMAT_TORCH_NAMES", "SCHEDULE_FORMAT", "SCHEDULE_VERSION", "BlockSchedule",
-           "CandidateRun", "EndToEnd", "ModelAsIs", "PeakMemory", "Schedule", "check_schedule", "folder_name", "load_schedule",
-           "megabytes", "read_schedule", "save_schedule", "schedule_defects", "schedule_from_json", "schedule_path",
-           "schedule_to_json"]
+           "CandidateRun", "EndToEnd", "ModelAsIs", "PeakMemory", "Schedule", "check_schedule", "folder_name",
+           "load_schedule", "megabytes", "read_schedule", "save_schedule", "schedule_defects", "schedule_from_json",
+           "schedule_path", "schedule_to_json"]

@@ -206,6 +206,7 @@ CANDIDATE = Record((
 ), build=lambda v, check: CandidateRun(v["name"], v["ms"], v["rounds"], v["predicted_ms"], v["corrected_ms"],
                                        _interval(v, check.get("confidence"), v["rounds"])))
 
+
 def _model_as_is(values: Mapping[str, Any]) -> ModelAsIs | None:
     """The model as is as read (None where the file has no ratio for it)."""
     ratio = _interval(values, values["confidence"], values["rounds"])
