@@ -313,6 +313,23 @@ def test_a_linear_layer_on_a_tensor_whose_batch_a_transpose_moved_runs_before_it
     assert all(u.attrs["out_features"] != 6 for u in moved.graph.units if u.kind == "linear")
 
 
+class TableBias(nn.Module):
+    """A linear layer on a buffer, as Swin V2 computes its position bias (``cpb_mlp(relative_coords_table)``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.randn(6, 4))
+        self.mlp = nn.Linear(4, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(self.table).t()
+
+
+def test_a_linear_layer_on_a_constant_is_no_batch_move() -> None:
+    result = imported(TableBias(), shape=(8, 6))
+    assert kinds(result)["linear"] == 0  # computed from constants alone: a constant, no unit
+
+
 # ------------------------------------------------------------------------------ shuffles, slices and SE gates
 
 

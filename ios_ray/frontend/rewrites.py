@@ -50,7 +50,7 @@ from torch import nn
 
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
-from ios_ray.frontend.nodes import (batch_first, call_arguments, constant_nodes, evaluate_constant, full_shape,
+from ios_ray.frontend.nodes import (arg_node, batch_first, call_arguments, constant_nodes, evaluate_constant, full_shape,
                                    hashable, module_of, pair, signature_of)
 
 _OUT_OF_PLACE_FUNCTIONS: dict[Any, Any] = {
@@ -257,9 +257,10 @@ def linears_before_batch_moves(gm: fx.GraphModule) -> fx.GraphModule:
         moved = node.args[0] if node.op == "call_module" and len(node.args) == 1 and not node.kwargs else None
         if not isinstance(moved, fx.Node) or module_of(gm, node, nn.Linear) is None:
             continue
-        order, source = _batch_move(moved), moved.args[0]
-        if order is None or not isinstance(source, fx.Node):
+        order = _batch_move(moved)
+        if order is None:
             continue
+        source = arg_node(moved)
         with gm.graph.inserting_before(node):
             linear = gm.graph.call_module(str(node.target), (source,))
             permuted = gm.graph.call_method("permute", (linear, list(order)))
@@ -277,8 +278,8 @@ def linears_before_batch_moves(gm: fx.GraphModule) -> fx.GraphModule:
 
 
 def _batch_move(node: fx.Node) -> tuple[int, ...] | None:
-    """The dimension order of a transpose or permute that moves the batch of a batch-first tensor out of dimension 0
-    and keeps the last dimension last; None for any other node."""
+    """The dimension order of a transpose or permute that moves the batch of a batch-first tensor (a node, its first
+    argument) out of dimension 0 and keeps the last dimension last; None for any other node."""
     source, rank = node.args[0] if node.args else None, len(full_shape(node) or ())
     if node.op not in ("call_method", "call_function") or node.kwargs or not isinstance(source, fx.Node) or \
             not batch_first(source.meta.get("batch_dims"), source.meta.get("sample_shape")) or \
