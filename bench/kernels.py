@@ -46,7 +46,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 from unittest import mock
 
 import torch
@@ -60,7 +60,7 @@ from bench.model_libraries import _define_torchvision_schemas, randomised  # noq
 from bench.verdict import run_parts  # noqa: E402
 from ios_ray.app.cli.bench import compiled_variants  # noqa: E402
 from ios_ray.runtime.accuracy import relative_error  # noqa: E402
-from ios_ray.frontend import Model, import_model, load_model  # noqa: E402
+from ios_ray.frontend import Imported, Model, import_model, load_model  # noqa: E402
 from ios_ray.paired import REPORT_CONFIDENCE, RatioInterval, median_interval, percent, ratios_of  # noqa: E402
 from ios_ray.runtime import Programs, ScheduleRunner  # noqa: E402
 from ios_ray.runtime.kernels import OneDnnConv, OneDnnLinear, layout_free  # noqa: E402
@@ -134,20 +134,12 @@ def residual(models: list[str], batches: list[int], rounds: int, console: Consol
     passed = True
     for model in models:
         loaded = _loaded(model)
-        module, fused_in = loaded.module.eval(), import_model(loaded)
+        fused_in = import_model(loaded)
         with mock.patch("ios_ray.frontend.conv._residual", return_value=None):
             as_units = import_model(loaded)
         count = sum(1 for unit in fused_in.graph.units if unit.attrs.get("residual"))
-        for batch in batches:
-            x = torch.randn(batch, *loaded.input_shape)
-            calls = {name: ScheduleRunner(Programs(imported)("cpu", "fused"), baseline_schedule(
-                imported.graph, device="cpu", batch=batch, kernels="fused"))
-                for name, imported in (("in conv", fused_in), ("as a unit", as_units))}
-            timed = _Timed.of(calls, module, x, rounds, f"{model} bs{batch}", console)
-            ok = _not_slower(timed.ratio("in conv", "as a unit")) and \
-                max(timed.errors["in conv"], timed.errors["as a unit"]) <= 1e-5
-            passed &= ok
-            table.add_row(model, str(batch), str(count), *timed.versus("in conv", "as a unit", ok))
+        passed &= _two_imports(table, loaded, {"in conv": fused_in, "as a unit": as_units}, str(count), batches,
+                               rounds, console)
     return table, passed
 
 
@@ -188,21 +180,31 @@ def moved_linears(models: list[str], batches: list[int], rounds: int, console: C
     passed = True
     for model in models:
         loaded = _loaded(model)
-        module, now = loaded.module.eval(), import_model(loaded)
+        now = import_model(loaded)
         with mock.patch("ios_ray.frontend.linears_before_batch_moves", side_effect=lambda gm: gm):
             before = import_model(loaded)
         moved = sum(1 for unit in now.graph.units if unit.kind == "linear") - \
             sum(1 for unit in before.graph.units if unit.kind == "linear")
-        for batch in batches:
-            x = torch.randn(batch, *loaded.input_shape)
-            calls = {name: ScheduleRunner(Programs(imported)("cpu", "fused"), baseline_schedule(
-                imported.graph, device="cpu", batch=batch, kernels="fused"))
-                for name, imported in (("now", now), ("before", before))}
-            timed = _Timed.of(calls, module, x, rounds, f"{model} bs{batch}", console)
-            ok = _not_slower(timed.ratio("now", "before")) and max(timed.errors["now"], timed.errors["before"]) <= 1e-5
-            passed &= ok
-            table.add_row(model, str(batch), str(moved), *timed.versus("now", "before", ok))
+        passed &= _two_imports(table, loaded, {"now": now, "before": before}, str(moved), batches, rounds, console)
     return table, passed
+
+
+def _two_imports(table: Table, loaded: Model, imports: dict[str, Imported], count: str, batches: list[int],
+                 rounds: int, console: Console) -> bool:
+    """Add a row per batch size to ``table``: the sequential schedule with fused kernels of the first import against
+    the second's, beside torch.compile; whether every row met its target (never slower beyond noise, outputs within
+    1e-5 of the model)."""
+    (first, _), (second, _) = imports.items()
+    passed = True
+    for batch in batches:
+        x = torch.randn(batch, *loaded.input_shape)
+        calls = {name: ScheduleRunner(Programs(imported)("cpu", "fused"), baseline_schedule(
+            imported.graph, device="cpu", batch=batch, kernels="fused")) for name, imported in imports.items()}
+        timed = _Timed.of(calls, loaded.module.eval(), x, rounds, f"{loaded.name} bs{batch}", console)
+        ok = _not_slower(timed.ratio(first, second)) and max(timed.errors[first], timed.errors[second]) <= 1e-5
+        passed &= ok
+        table.add_row(loaded.spec or loaded.name, str(batch), count, *timed.versus(first, second, ok))
+    return passed
 
 
 def bench_command(rounds: int, folder: Path, console: Console) -> tuple[Table, bool]:
@@ -251,7 +253,7 @@ class _Timed:
     errors: dict[str, float]
 
     @staticmethod
-    def of(calls: dict[str, Callable[[torch.Tensor], object]], module: torch.nn.Module, x: torch.Tensor, rounds: int,
+    def of(calls: Mapping[str, Callable[[torch.Tensor], object]], module: torch.nn.Module, x: torch.Tensor, rounds: int,
            label: str, console: Console) -> "_Timed":
         """Time ``calls`` and ``torch.compile(module)`` on ``x`` (a compiler failure is said under ``label``)."""
         compiled, notes = compiled_variants(module, x, ("default",))
