@@ -140,6 +140,20 @@ def test_real_backend_times_two_whole_schedules_in_paired_rounds() -> None:
                                                rounds=8))
 
 
+def test_the_model_as_is_that_does_not_fit_beside_the_schedules_is_left_out_not_an_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = import_model("squeezenet").graph
+    backend = RealBackend(parse_device("cpu"))
+
+    def out_of_memory(*args: Any, **kwargs: Any) -> None:
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr("ios_ray.profiler.real.paired_timing", out_of_memory)
+    timing = backend.time_schedules(CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), "second", 2,
+                                             rounds=2, as_is_rounds=MODEL_AS_IS_ROUNDS))
+    assert timing.as_is is None and timing.rounds == 2 and timing.kept == "second"
+
+
 @pytest.mark.slow
 def test_pool_times_schedules_where_the_device_is_real(ray_local: None) -> None:
     graph = import_model("squeezenet").graph

@@ -25,7 +25,7 @@ from ios_ray.dtypes import converted, in_memory_format, torch_dtype
 from ios_ray.profiler.fingerprint import cuda_problem, device_fingerprint
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
-from ios_ray.paired import REPORT_CONFIDENCE, ContestTiming, LookPlan, contest_confidence
+from ios_ray.paired import REPORT_CONFIDENCE, ContestTiming, LookPlan, PairedTiming, contest_confidence
 from ios_ray.profiler.jobs import (CheckJob, DeviceIdentity, MeasureJob, ModelSource, local_identity, make_row,
                                    refuse_another_graph)
 from ios_ray.profiler.model_source import import_source, load_source
@@ -113,12 +113,22 @@ class RealBackend:
         plan = LookPlan.planned(job.rounds, contest_confidence(job.confidence, len(runs) - 1))
         with _fits(self.spec.label, job.model.name, job.batch):
             timing = contest(runs, job.baseline, self.device, plan, job.warmup, job.max_seconds)
-            if job.as_is_rounds == 0:
-                return timing
+        if job.as_is_rounds == 0:
+            return timing
+        return dataclasses.replace(timing, as_is=self._time_as_is(job, runs[timing.kept], x))
+
+    def _time_as_is(self, job: CheckJob, kept: Callable[[], object], x: torch.Tensor) -> PairedTiming | None:
+        """The kept schedule timed against the model as is on ``x``; None where the model as is does not fit in the
+        device's memory beside the schedules (a report: never a reason for the check to fail)."""
+        try:
             module = self._as_is(job.model, job.dtype, job.graph.memory_format)
-            as_is = paired_timing(runs[timing.kept], functools.partial(module, x), self.device,
-                                  LookPlan.planned(job.as_is_rounds, REPORT_CONFIDENCE), job.warmup, job.max_seconds)
-        return dataclasses.replace(timing, as_is=as_is)
+            return paired_timing(kept, functools.partial(module, x), self.device,
+                                 LookPlan.planned(job.as_is_rounds, REPORT_CONFIDENCE), job.warmup, job.max_seconds)
+        except torch.cuda.OutOfMemoryError:
+            self._modules.clear()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            return None
 
     def _as_is(self, model: ModelSource, dtype: str, memory_format: str) -> torch.nn.Module:
         """The model as a user runs it without ios-ray: its own module in eval mode on this device, in ``dtype`` and
