@@ -165,6 +165,26 @@ def calls(node: Any, functions: tuple[Any, ...] = (), methods: tuple[str, ...] =
     return node.op == "call_function" and any(node.target is f for f in functions)
 
 
+def dimension_order(node: Any) -> tuple[int, ...] | None:
+    """The order of its input's dimensions that a ``permute`` or ``transpose`` (``swapaxes``, ``swapdims``) node
+    computes, negative dimensions counted from the end (``permute(0, 2, 1)`` and ``transpose(1, -1)`` of a 3-d
+    tensor: ``(0, 2, 1)``); None for any other node, or dimensions that are not whole numbers in range."""
+    permute = calls(node, (torch.permute,), ("permute",))
+    if not permute and not calls(node, (torch.transpose, torch.swapaxes, torch.swapdims),
+                                 ("transpose", "swapaxes", "swapdims")):
+        return None
+    rank, dims = len(full_shape(node) or ()), node.args[1:]
+    if permute and len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+        dims = tuple(dims[0])
+    if rank < 2 or (not permute and len(dims) != 2) or not all(isinstance(d, int) and -rank <= d < rank for d in dims):
+        return None
+    if not permute:
+        first, second = (d % rank for d in dims)
+        return tuple(second if i == first else first if i == second else i for i in range(rank))
+    order = tuple(d % rank for d in dims)
+    return order if sorted(order) == list(range(rank)) else None
+
+
 def signature_of(target: Any) -> inspect.Signature | None:
     """A function's signature (looked up once per function), or None where Python can read none."""
     return _signature(target) if hashable(target) else _signature.__wrapped__(target)

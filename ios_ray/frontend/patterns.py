@@ -27,8 +27,8 @@ from torch import nn
 from ios_ray.frontend.conv import match_conv
 from ios_ray.frontend.elementwise import elementwise_chain
 from ios_ray.frontend.match import Match, Scope
-from ios_ray.frontend.nodes import (arg_node, calls, full_shape, is_tensor, is_tuple_of_tensors, module_of,
-                                    normalized_kwargs, numel, only_user, pair, shape)
+from ios_ray.frontend.nodes import (arg_node, calls, dimension_order, full_shape, is_tensor, is_tuple_of_tensors,
+                                    module_of, normalized_kwargs, numel, only_user, pair, shape)
 from ios_ray.frontend.spatial import match_pad, match_upsample
 
 Rule = Callable[[Scope, fx.Node], Match | None]
@@ -184,12 +184,8 @@ def match_shuffle(scope: Scope, node: fx.Node) -> Match | None:
 
 def _swaps_dims_1_2(node: Any) -> bool:
     """``transpose(1, 2)`` or ``permute(0, 2, 1, ...)``."""
-    if calls(node, (torch.transpose, torch.swapaxes, torch.swapdims), ("transpose", "swapaxes", "swapdims")):
-        return tuple(node.args[1:3]) in ((1, 2), (2, 1))
-    if calls(node, (torch.permute,), ("permute",)):
-        dims = node.args[1] if len(node.args) == 2 and isinstance(node.args[1], (tuple, list)) else node.args[1:]
-        return list(dims[:3]) == [0, 2, 1] and list(dims[3:]) == list(range(3, len(dims)))
-    return False
+    order = dimension_order(node)
+    return order is not None and order[:3] == (0, 2, 1) and order[3:] == tuple(range(3, len(order)))
 
 
 def match_slice(scope: Scope, node: fx.Node) -> Match | None:

@@ -50,8 +50,8 @@ from torch import nn
 
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
-from ios_ray.frontend.nodes import (arg_node, batch_first, call_arguments, constant_nodes, evaluate_constant, full_shape,
-                                   hashable, module_of, pair, signature_of)
+from ios_ray.frontend.nodes import (arg_node, batch_first, call_arguments, constant_nodes, dimension_order,
+                                   evaluate_constant, full_shape, hashable, module_of, pair, signature_of)
 
 _OUT_OF_PLACE_FUNCTIONS: dict[Any, Any] = {
     operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
@@ -280,29 +280,13 @@ def linears_before_batch_moves(gm: fx.GraphModule) -> fx.GraphModule:
 def _batch_move(node: fx.Node) -> tuple[int, ...] | None:
     """The dimension order of a transpose or permute that moves the batch of a batch-first tensor (a node, its first
     argument) out of dimension 0 and keeps the last dimension last; None for any other node."""
-    source, rank = node.args[0] if node.args else None, len(full_shape(node) or ())
-    if node.op not in ("call_method", "call_function") or node.kwargs or not isinstance(source, fx.Node) or \
+    source = node.args[0] if node.args else None
+    if node.kwargs or not isinstance(source, fx.Node) or \
             not batch_first(source.meta.get("batch_dims"), source.meta.get("sample_shape")) or \
             batch_first(node.meta.get("batch_dims"), node.meta.get("sample_shape")):
         return None
-    order = _dimension_order(node.target, node.args[1:], rank)
-    return order if order is not None and order[0] != 0 and order[-1] == rank - 1 else None
-
-
-def _dimension_order(target: Any, dims: tuple[Any, ...], rank: int) -> tuple[int, ...] | None:
-    """The order of dimensions that a ``permute`` or ``transpose`` of a tensor of ``rank`` dimensions computes with
-    the arguments ``dims``; None for another op, or arguments that are not known whole numbers."""
-    if target in ("permute", torch.permute):
-        dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (list, tuple)) else dims
-    elif target not in ("transpose", torch.transpose) or len(dims) != 2:
-        return None
-    if rank < 2 or not all(isinstance(d, int) and -rank <= d < rank for d in dims):
-        return None
-    if target in ("transpose", torch.transpose):
-        first, second = (d % rank for d in dims)
-        return tuple(second if i == first else first if i == second else i for i in range(rank))
-    order = tuple(d % rank for d in dims)
-    return order if sorted(order) == list(range(rank)) else None
+    order = dimension_order(node)
+    return order if order is not None and order[0] != 0 and order[-1] == len(order) - 1 else None
 
 
 def _replace_with_module(gm: fx.GraphModule, node: fx.Node, source: fx.Node, near: str, module: nn.Module) -> None:
