@@ -195,11 +195,12 @@ def _two_imports(table: Table, loaded: Model, imports: dict[str, Imported], coun
     the second's, beside torch.compile; whether every row met its target (never slower beyond noise, outputs within
     1e-5 of the model)."""
     (first, _), (second, _) = imports.items()
+    programs = {name: Programs(imported)("cpu", "fused") for name, imported in imports.items()}
     passed = True
     for batch in batches:
         x = torch.randn(batch, *loaded.input_shape)
-        calls = {name: ScheduleRunner(Programs(imported)("cpu", "fused"), baseline_schedule(
-            imported.graph, device="cpu", batch=batch, kernels="fused")) for name, imported in imports.items()}
+        calls = {name: ScheduleRunner(program, baseline_schedule(program.graph, device="cpu", batch=batch,
+                                                                 kernels="fused")) for name, program in programs.items()}
         timed = _Timed.of(calls, loaded.module.eval(), x, rounds, f"{loaded.name} bs{batch}", console)
         ok = _not_slower(timed.ratio(first, second)) and max(timed.errors[first], timed.errors[second]) <= 1e-5
         passed &= ok
