@@ -26,12 +26,17 @@ The parts (``--part``):
   :func:`~ios_ray.frontend.rewrites.linears_before_batch_moves`; ``nn.MultiheadAttention``'s in-projection), against
   the same model imported without that pass (as before 2026-11-27: the projection computed again inside each unit
   that reads it), beside ``torch.compile``, no search. Target: never slower beyond noise.
+* ``five-dims`` (not run by default): the sequential schedule with fused kernels, opaque units whose output has five
+  dimensions (a split of a conv's channels, a stack of paths: ResNeSt's and SKNet's split attention) given their
+  inputs in the graph's format (as deployed: :data:`~ios_ray.runtime.kernels.MOST_DIMS_AS_THEY_COME`), against
+  given them channels-last as they come (as before 2026-11-27, fused kernels' version 3), beside ``torch.compile``,
+  no search. Target: never slower beyond noise.
 * ``ios-ray-bench``: what a user runs: ``ios-ray search`` (default kernels: ``auto``) and ``ios-ray bench`` on
   SqueezeNet at batch 1, in fresh processes. Target: the IOS row (named for its kernels) within 10% of
   ``torch.compile``'s median, or faster.
 
 Run: python bench/kernels.py [--models inception_v3,squeezenet] [--batches 1,8] [--rounds 30] [--folder DIR]
-[--part packing|residual|linear-and-opaque|moved-linears]
+[--part packing|residual|linear-and-opaque|moved-linears|five-dims]
 (on 2 cores with the defaults: about 40 minutes of searches on fresh stores, each Inception V3 search 7-9 minutes,
 then the rounds; a run again on the same --folder measures only what its stores lack; exit code 1 when a target is
 missed)
@@ -62,7 +67,7 @@ from ios_ray.app.cli.bench import compiled_variants  # noqa: E402
 from ios_ray.runtime.accuracy import relative_error  # noqa: E402
 from ios_ray.frontend import Imported, Model, import_model, load_model  # noqa: E402
 from ios_ray.paired import REPORT_CONFIDENCE, RatioInterval, median_interval, percent, ratios_of  # noqa: E402
-from ios_ray.runtime import Programs, ScheduleRunner  # noqa: E402
+from ios_ray.runtime import Program, Programs, ScheduleRunner  # noqa: E402
 from ios_ray.runtime.kernels import OneDnnConv, OneDnnLinear, layout_free  # noqa: E402
 from ios_ray.runtime.timing import interleaved_samples_ms, summary_ms  # noqa: E402
 from ios_ray.runtime.units import Epilogue, eager_linear  # noqa: E402
@@ -189,13 +194,36 @@ def moved_linears(models: list[str], batches: list[int], rounds: int, console: C
     return table, passed
 
 
+def five_dims(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
+    """The sequential schedule with fused kernels, opaque units whose output has five dimensions given their inputs in
+    the graph's format against given them channels-last as they come, beside torch.compile, in interleaved rounds."""
+    table = _versus_table("opaque units with five-dimensional outputs on inputs in the graph's format against on "
+                          "channels-last ones", ["five-dimensional opaque units"], "now", "before")
+    passed = True
+    for model in models:
+        loaded = _loaded(model)
+        imported = import_model(loaded)
+        now = Programs(imported)("cpu", "fused")
+        with mock.patch("ios_ray.runtime.kernels.MOST_DIMS_AS_THEY_COME", sys.maxsize):
+            before = Programs(imported)("cpu", "fused")
+        count = sum(1 for unit in imported.graph.units if unit.kind == "opaque" and 1 + len(unit.shape) >= 5)
+        passed &= _two_programs(table, loaded, {"now": now, "before": before}, str(count), batches, rounds, console)
+    return table, passed
+
+
 def _two_imports(table: Table, loaded: Model, imports: dict[str, Imported], count: str, batches: list[int],
                  rounds: int, console: Console) -> bool:
-    """Add a row per batch size to ``table``: the sequential schedule with fused kernels of the first import against
-    the second's, beside torch.compile; whether every row met its target (never slower beyond noise, outputs within
-    1e-5 of the model)."""
-    (first, _), (second, _) = imports.items()
+    """:func:`_two_programs` of two imports of one model, each bound with fused kernels."""
     programs = {name: Programs(imported)("cpu", "fused") for name, imported in imports.items()}
+    return _two_programs(table, loaded, programs, count, batches, rounds, console)
+
+
+def _two_programs(table: Table, loaded: Model, programs: dict[str, Program], count: str, batches: list[int],
+                  rounds: int, console: Console) -> bool:
+    """Add a row per batch size to ``table``: the sequential schedule of the first program against the second's,
+    beside torch.compile; whether every row met its target (never slower beyond noise, outputs within 1e-5 of the
+    model)."""
+    (first, _), (second, _) = programs.items()
     passed = True
     for batch in batches:
         x = torch.randn(batch, *loaded.input_shape)
@@ -323,7 +351,7 @@ def _ios_ray(*args: str) -> str:
 
 #: The parts run only when named, each ``(models, batches, rounds, console) -> (table, passed)``.
 ON_DEMAND = {"packing": packing, "residual": residual, "linear-and-opaque": linear_and_opaque,
-             "moved-linears": moved_linears}
+             "moved-linears": moved_linears, "five-dims": five_dims}
 
 
 def main() -> int:

@@ -56,8 +56,9 @@ KERNEL_NAMES = (EAGER_KERNELS, FUSED_KERNELS)
 #: The version of a kernels' implementation (:mod:`~ios_ray.runtime.kernels`), where it is not the first: part of the
 #: identity of a device running stages with them, so rows measured with an earlier one are not reused. ``fused`` 2:
 #: oneDNN's weights packed per input shape (before: for batch 1, several times slower at some other batch sizes); 3:
-#: opaque units of torch's own ops take channels-last inputs as they come (before: converted to the graph's format).
-KERNEL_VERSIONS = {FUSED_KERNELS: 3}
+#: opaque units of torch's own ops take channels-last inputs as they come (before: converted to the graph's format);
+#: 4: not those whose output has five dimensions or more (before: as they came, and summed slowly).
+KERNEL_VERSIONS = {FUSED_KERNELS: 4}
 #: What a search runs each setting's stages with: the kernels named, or ``auto``: on a measured device the faster
 #: of them as the sequential schedule runs whole (``eager`` unless ``fused`` is faster beyond noise), on ``sim:``
 #: ``eager`` (the sim model prices no kernels).

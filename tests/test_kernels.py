@@ -203,6 +203,45 @@ def test_the_models_own_function_takes_its_inputs_in_the_graphs_format() -> None
         assert relative_error(fused.run(x), model(x)) <= 1e-5
 
 
+class SplitAttention(nn.Module):
+    """Split attention over two paths of a conv's channels, as SKNet (``stack``) and ResNeSt (a reshape that splits
+    the channels) write it: the paths summed, pooled, a softmax over the paths, and the paths weighted and summed."""
+
+    def __init__(self, stacked: bool, channels: int = 4) -> None:
+        super().__init__()
+        self.stacked, self.channels = stacked, channels
+        self.paths = nn.Conv2d(3, 2 * channels, 3, padding=1)
+        self.fc = nn.Conv2d(channels, 2 * channels, 1)
+        self.out = nn.Conv2d(channels, 6, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.paths(x))
+        if self.stacked:
+            y = torch.stack([y[:, :self.channels], y[:, self.channels:]], 1)
+        else:
+            y = y.reshape(y.size(0), 2, self.channels, y.size(2), y.size(3))
+        attention = self.fc(y.sum(1).mean((2, 3), keepdim=True))
+        attention = attention.reshape(attention.size(0), 2, self.channels, 1, 1).softmax(1)
+        return self.out((y * attention).sum(1))
+
+
+@pytest.mark.parametrize("stacked", [True, False], ids=["stack", "reshape"])
+def test_code_that_makes_a_five_dimensional_tensor_takes_its_inputs_in_the_graphs_format(stacked: bool) -> None:
+    model, x = SplitAttention(stacked).eval(), torch.randn(2, 3, 6, 6)
+    fused, _ = fused_and_eager(model, x)
+    opaque = {u.id: u for u in fused.graph.units if u.kind == "opaque"}
+    five = [u for u in opaque if len(opaque[u].shape) == 4]  # per sample: five with the batch
+    code = {u: fn.body if isinstance(fn, InGraphFormat) else fn for u, fn in fused.fns.items() if u in opaque}
+    assert five and all(layout_free(fn) for fn in code.values())  # torch's own ops, every one
+    assert all(isinstance(fused.fns[u], InGraphFormat) == (u in five) for u in opaque)
+    with torch.no_grad():
+        assert relative_error(fused.run(x), model(x)) <= 1e-5
+        for u in five:  # the split tensor reaches the sums over its paths as torch's NCHW code would make it
+            inputs = [torch.randn(2, *fused.graph.unit(s).shape).contiguous(memory_format=torch.channels_last)
+                      for s in opaque[u].sources]
+            assert fused.fns[u](inputs).is_contiguous()
+
+
 def test_code_is_layout_free_only_where_every_step_is_torchs_own_and_reads_values_alone() -> None:
     graph = fx.Graph()
     x = graph.placeholder("x")
@@ -285,7 +324,7 @@ def test_kernels_change_the_device_fingerprint_and_eager_keeps_the_old_one() -> 
     assert identity.running("eager") == identity and "kernels" not in identity.running("eager").info
     assert fused.running("eager").fingerprint == identity.fingerprint
     # rows measured with an earlier implementation of the fused kernels (the first had no version) are not reused
-    assert fused.info["kernels_version"] == KERNEL_VERSIONS["fused"] >= 3
+    assert fused.info["kernels_version"] == KERNEL_VERSIONS["fused"] >= 4
     first = {k: v for k, v in fused.info.items() if k != "kernels_version"}
     earlier = {**fused.info, "kernels_version": KERNEL_VERSIONS["fused"] - 1}
     assert len({fingerprint_of(first), fingerprint_of(earlier), fused.fingerprint}) == 3

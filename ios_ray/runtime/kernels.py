@@ -15,8 +15,10 @@
   dtype the fused op lacks runs as in ``eager``, channels-last. On a CPU a linear layer is one oneDNN call too
   (``mkldnn._linear_pointwise``: bias and activation inside, the weight packed once per row count). An ``opaque``
   unit, which runs the model's own code, takes its inputs as they come where that code is torch's own ops, none of
-  which reads how a tensor is laid out (a permute and a LayerNorm: ConvNeXt's blocks), else in the graph's format
-  (:func:`in_layout`): an extension's kernel, or the model's own function, may read memory as NCHW.
+  which reads how a tensor is laid out (a permute and a LayerNorm: ConvNeXt's blocks), and its output has at most
+  four dimensions; else in the graph's format (:func:`in_layout`): an extension's kernel, or the model's own
+  function, may read memory as NCHW, and torch's reductions run slowly over a five-dimensional tensor made from a
+  channels-last one (ResNeSt's and SKNet's split attention).
 
 Neither changes what a unit computes, only how fast: which is faster depends on the device, the dtype and the
 model, so a search measures it (``kernels="auto"``) and each schedule records the kernels its stages were measured
@@ -35,7 +37,7 @@ import torch.fx as fx
 from ios_ray.dtypes import in_memory_format
 from ios_ray.errors import UserError
 from ios_ray.frontend.activations import activation_parts
-from ios_ray.ir import Shape
+from ios_ray.ir import Shape, Unit
 from ios_ray.runtime.units import (CodeCall, ConvBinder, Dense, Epilogue, FoldedConv, LinearBinder, UnitFn,
                                   eager_conv, eager_linear)
 from ios_ray.vocabulary import EAGER_KERNELS, KERNEL_NAMES
@@ -178,11 +180,21 @@ class InGraphFormat:
         return self.body([in_memory_format(t, self.memory_format) for t in inputs])
 
 
-def in_layout(kind: str, fn: UnitFn, layout: str, memory_format: str) -> UnitFn:
+#: The most dimensions (batch included) of an opaque unit's output where the unit takes channels-last inputs as they
+#: come. A tensor of five made from a channels-last one (a reshape that splits its channels, a stack of several)
+#: keeps strides that torch's reductions walk slowly: ResNeSt's and SKNet's split attention, a sum over the split,
+#: ran 6-15x slower on this CPU than on the same tensor made from NCHW (bench/RESULTS.md, kernels).
+MOST_DIMS_AS_THEY_COME = 4
+
+
+def in_layout(unit: Unit, fn: UnitFn, layout: str, memory_format: str) -> UnitFn:
     """A unit's callable for a program whose activations are in ``layout`` and whose graph is in ``memory_format``:
     an ``opaque`` unit (the model's own code) takes its inputs in the graph's format unless its code is
-    :func:`layout_free`; every other unit (torch's own layout-aware ops) takes them as they come."""
-    if kind != "opaque" or layout == memory_format or layout_free(fn):
+    :func:`layout_free` and its output has at most :data:`MOST_DIMS_AS_THEY_COME` dimensions; every other unit
+    (torch's own layout-aware ops) takes them as they come."""
+    if unit.kind != "opaque" or layout == memory_format:
+        return fn
+    if layout_free(fn) and 1 + len(unit.shape) <= MOST_DIMS_AS_THEY_COME:
         return fn
     return InGraphFormat(fn, memory_format)
 

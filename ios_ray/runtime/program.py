@@ -51,7 +51,7 @@ class Program:
         nodes = {n.name: n for n in module.graph.nodes}
         graph, conv, linear = imported.graph, conv_binder(kernels, device), linear_binder(kernels, device)
         layout = activation_layout(kernels, graph.memory_format)
-        fns = {u.id: in_layout(u.kind, bind_unit(u, module, nodes, constants, _input_shape(graph, u), conv, linear),
+        fns = {u.id: in_layout(u, bind_unit(u, module, nodes, constants, _input_shape(graph, u), conv, linear),
                                layout, graph.memory_format) for u in graph.units}
         return Program(graph, fns, device, kernels)
 
