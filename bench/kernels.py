@@ -31,12 +31,16 @@ The parts (``--part``):
   inputs in the graph's format (as deployed: :data:`~ios_ray.runtime.kernels.MOST_DIMS_AS_THEY_COME`), against
   given them channels-last as they come (as before 2026-11-27, fused kernels' version 3), beside ``torch.compile``,
   no search. Target: never slower beyond noise.
+* ``versus-compile`` (not run by default): where a model still runs slower with ios-ray than with ``torch.compile``:
+  the sequential schedule with eager and with fused kernels beside ``torch.compile`` (default mode) and the model as
+  is, no search (the probe behind bench/RESULTS.md's tables of library models against ``torch.compile``). Target:
+  fused never slower than ``torch.compile`` beyond noise, outputs within 1e-5 of the model.
 * ``ios-ray-bench``: what a user runs: ``ios-ray search`` (default kernels: ``auto``) and ``ios-ray bench`` on
   SqueezeNet at batch 1, in fresh processes. Target: the IOS row (named for its kernels) within 10% of
   ``torch.compile``'s median, or faster.
 
 Run: python bench/kernels.py [--models inception_v3,squeezenet] [--batches 1,8] [--rounds 30] [--folder DIR]
-[--part packing|residual|linear-and-opaque|moved-linears|five-dims]
+[--part packing|residual|linear-and-opaque|moved-linears|five-dims|versus-compile]
 (on 2 cores with the defaults: about 40 minutes of searches on fresh stores, each Inception V3 search 7-9 minutes,
 then the rounds; a run again on the same --folder measures only what its stores lack; exit code 1 when a target is
 missed)
@@ -211,6 +215,32 @@ def five_dims(models: list[str], batches: list[int], rounds: int, console: Conso
     return table, passed
 
 
+def versus_compile(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
+    """The sequential schedule with eager and with fused kernels beside torch.compile and the model as is, in
+    interleaved rounds: where a library model still runs slower with ios-ray than with the tool users have."""
+    confidence = percent(REPORT_CONFIDENCE)
+    table = Table("model", "batch", f"{AS_IS} ms", "eager kernels ms", "fused kernels ms", "torch.compile ms",
+                  f"fused / torch.compile ({confidence})", f"fused / {AS_IS} ({confidence})", "target",
+                  title="the sequential schedule against torch.compile and the model as is (CPU, interleaved rounds)")
+    passed = True
+    for model in models:
+        loaded = _loaded(model)
+        imported = import_model(loaded)
+        programs = {kernels: Programs(imported)("cpu", kernels) for kernels in ("eager", "fused")}
+        for batch in batches:
+            x = torch.randn(batch, *loaded.input_shape)
+            calls = {kernels: ScheduleRunner(program, baseline_schedule(imported.graph, device="cpu", batch=batch,
+                                                                        kernels=kernels))
+                     for kernels, program in programs.items()}
+            timed = _Timed.of(calls, loaded.module.eval(), x, rounds, f"{model} bs{batch}", console)
+            ok = _not_slower(timed.ratio("fused", "torch.compile")) and timed.errors["fused"] <= 1e-5
+            passed &= ok
+            table.add_row(model, str(batch), *timed.cells(AS_IS, "eager", "fused", "torch.compile"),
+                          _cell(timed.ratio("fused", "torch.compile")), _cell(timed.ratio("fused", AS_IS)),
+                          "PASS" if ok else "FAIL")
+    return table, passed
+
+
 def _two_imports(table: Table, loaded: Model, imports: dict[str, Imported], count: str, batches: list[int],
                  rounds: int, console: Console) -> bool:
     """:func:`_two_programs` of two imports of one model, each bound with fused kernels."""
@@ -351,7 +381,7 @@ def _ios_ray(*args: str) -> str:
 
 #: The parts run only when named, each ``(models, batches, rounds, console) -> (table, passed)``.
 ON_DEMAND = {"packing": packing, "residual": residual, "linear-and-opaque": linear_and_opaque,
-             "moved-linears": moved_linears, "five-dims": five_dims}
+             "moved-linears": moved_linears, "five-dims": five_dims, "versus-compile": versus_compile}
 
 
 def main() -> int:
