@@ -323,7 +323,10 @@ def test_the_whole_pipeline_runs_on_the_cpu_with_tiny_repeats(
                                        "cpu bs1 float16 channels_last", "cpu bs1 float16 channels_last again"}
     for first in ("cpu bs1", "cpu bs1 float16 channels_last"):
         again = report["searches"][f"{first} again"]
-        assert again["new_stages"] == 0
+        # priced as the first search was, the search again measures nothing; priced by a fitted correction, the lazy
+        # search may ask for stages the corrected costs newly need (a burst of load during the first check fits a
+        # steep one: CI, 2026-11-27, one new stage after a check that ran a 0.3-ms model in 28 ms)
+        assert again["new_stages"] == 0 or again["corrected"]
         # fitted from the first search's check, unless a burst of load put every run beyond belief (the fit leaves
         # those out, scheduler.correction.plausible): then neither the DP's nor sequential's run may be plausible
         ran = report["searches"][first]
