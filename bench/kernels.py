@@ -31,6 +31,10 @@ The parts (``--part``):
   inputs in the graph's format (as deployed: :data:`~ios_ray.runtime.kernels.MOST_DIMS_AS_THEY_COME`), against
   given them channels-last as they come (as before 2026-11-27, fused kernels' version 3), beside ``torch.compile``,
   no search. Target: never slower beyond noise.
+* ``path-sums`` (not run by default): the sequential schedule with fused kernels, split attention's sums over paths
+  imported as sums of the paths (as imported: :func:`~ios_ray.frontend.paths.path_sums`), against the same model
+  imported without that pass (as before 2026-11-27: a five-dimensional tensor of paths, summed over dimension 1),
+  beside ``torch.compile``, no search. Target: never slower beyond noise.
 * ``versus-compile`` (not run by default): where a model still runs slower with ios-ray than with ``torch.compile``:
   the sequential schedule with eager and with fused kernels beside ``torch.compile`` (default mode) and the model as
   is, no search (the probe behind bench/RESULTS.md's tables of library models against ``torch.compile``). Target:
@@ -40,7 +44,8 @@ The parts (``--part``):
   ``torch.compile``'s median, or faster.
 
 Run: python bench/kernels.py [--models inception_v3,squeezenet] [--batches 1,8] [--rounds 30] [--folder DIR]
-[--part packing|residual|linear-and-opaque|moved-linears|five-dims|versus-compile]
+[--part packing|residual|linear-and-opaque|moved-linears|five-dims|path-sums|
+versus-compile]
 (on 2 cores with the defaults: about 40 minutes of searches on fresh stores, each Inception V3 search 7-9 minutes,
 then the rounds; a run again on the same --folder measures only what its stores lack; exit code 1 when a target is
 missed)
@@ -215,6 +220,24 @@ def five_dims(models: list[str], batches: list[int], rounds: int, console: Conso
     return table, passed
 
 
+def path_sums(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
+    """The sequential schedule with fused kernels, split attention's sums over paths imported as sums of the paths,
+    against the same model imported without that pass, beside torch.compile, in interleaved rounds."""
+    table = _versus_table("split attention summed path by path against over a tensor of paths",
+                          ["products of a path and its attention"], "now", "before")
+    passed = True
+    for model in models:
+        loaded = _loaded(model)
+        now = import_model(loaded)
+        with mock.patch("ios_ray.frontend.path_sums", side_effect=lambda gm: gm):
+            before = import_model(loaded)
+        products = sum(1 for unit in now.graph.units if unit.kind == "scale") - \
+            sum(1 for unit in before.graph.units if unit.kind == "scale")
+        passed &= _two_imports(table, loaded, {"now": now, "before": before}, str(products), batches, rounds,
+                               console)
+    return table, passed
+
+
 def versus_compile(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
     """The sequential schedule with eager and with fused kernels beside torch.compile and the model as is, in
     interleaved rounds: where a library model still runs slower with ios-ray than with the tool users have."""
@@ -381,7 +404,8 @@ def _ios_ray(*args: str) -> str:
 
 #: The parts run only when named, each ``(models, batches, rounds, console) -> (table, passed)``.
 ON_DEMAND = {"packing": packing, "residual": residual, "linear-and-opaque": linear_and_opaque,
-             "moved-linears": moved_linears, "five-dims": five_dims, "versus-compile": versus_compile}
+             "moved-linears": moved_linears, "five-dims": five_dims, "path-sums": path_sums,
+             "versus-compile": versus_compile}
 
 
 def main() -> int:

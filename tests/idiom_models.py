@@ -5,7 +5,7 @@ dropout, ``out += identity`` then a shared ``nn.ReLU(inplace=True)``, pre-activa
 features, squeeze-excitation gates, stochastic depth (an fx-wrapped function, as torchvision's), timm's
 ``BatchNormAct2d`` (``F.batch_norm`` on parameters, then an activation), size arithmetic on ``x.size()``, a channel
 shuffle, ``permute``/``LayerNorm``, a layer scale, timm's TensorFlow-"SAME" convs and pools, weight-standardised and
-functional convs, attention with the batch folded into its heads, and a segmentation head that returns a dict. All
+functional convs, attention with the batch folded into its heads, split attention over paths (SKNet's and ResNeSt's), and a segmentation head that returns a dict. All
 but the Inception V3 are small, for quick tests.
 """
 
@@ -671,6 +671,30 @@ class AttentionStyle(nn.Module):
 
 
 # ----------------------------------------------------------------- convs on computed weights (timm's BiT and NFNets)
+
+
+class SplitAttention(nn.Module):
+    """Split attention over ``paths`` paths of a conv's channels, as SKNet (``torch.stack``) and ResNeSt (a reshape
+    that splits the channels) write it: the paths summed, pooled, a softmax over the paths, and the paths weighted and
+    summed; ``largest_too`` adds the paths' largest value, so that something other than a sum reads them."""
+
+    def __init__(self, stacked: bool, paths: int = 2, channels: int = 4, largest_too: bool = False) -> None:
+        super().__init__()
+        self.stacked, self.paths, self.channels, self.largest_too = stacked, paths, channels, largest_too
+        self.conv = nn.Conv2d(3, paths * channels, 3, padding=1)
+        self.fc = nn.Conv2d(channels, paths * channels, 1)
+        self.out = nn.Conv2d(channels, 6, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(x))
+        if self.stacked:
+            y = torch.stack([y[:, i * self.channels:(i + 1) * self.channels] for i in range(self.paths)], 1)
+        else:
+            y = y.reshape(y.size(0), self.paths, self.channels, y.size(2), y.size(3))
+        attention = self.fc(y.sum(1).mean((2, 3), keepdim=True))
+        attention = attention.reshape(attention.size(0), self.paths, self.channels, 1, 1).softmax(1)
+        out = self.out((y * attention).sum(1))
+        return out + y.amax(1).mean(1, keepdim=True) if self.largest_too else out
 
 
 class StdConv2d(nn.Conv2d):

@@ -21,7 +21,7 @@ from ios_ray.frontend.activations import activation_fn
 from ios_ray.frontend.rewrites import drop_eval_identities, functionalize
 from ios_ray.runtime import Program
 from tests.helpers import randomise_batchnorm, relative_error
-from tests.idiom_models import DropPath, StochasticDepth, channel_shuffle
+from tests.idiom_models import DropPath, SplitAttention, StochasticDepth, channel_shuffle
 
 SHAPE = (8, 6, 6)
 CAPTURE = {"method": "export"}
@@ -328,6 +328,24 @@ class TableBias(nn.Module):
 def test_a_linear_layer_on_a_constant_is_no_batch_move() -> None:
     result = imported(TableBias(), shape=(8, 6))
     assert kinds(result)["linear"] == 0  # computed from constants alone: a constant, no unit
+
+
+@pytest.mark.parametrize("paths", [2, 3])
+@pytest.mark.parametrize("stacked", [True, False], ids=["stack", "reshape"])
+def test_split_attentions_sums_over_paths_are_sums_of_the_paths(stacked: bool, paths: int) -> None:
+    result = imported(SplitAttention(stacked, paths), shape=(3, 6, 6))
+    spatial = [u.id for u in result.graph.units if len(u.shape) == 4 and u.shape[2:] != (1, 1)]
+    assert spatial == []  # no tensor of paths made, none summed: the paths' slices, products and sums
+    assert kinds(result)["scale"] == paths  # each path times its attention
+    with torch.no_grad():  # the same values, in float64
+        model, x = SplitAttention(stacked, paths).double().eval(), torch.randn(3, 3, 6, 6, dtype=torch.float64)
+        program = Program.from_imported(import_module(model, x[:1], capture=CAPTURE["method"]))
+        assert relative_error(program.run(x), model(x)) <= 1e-12
+
+
+def test_paths_read_by_anything_but_a_sum_stay_one_tensor() -> None:
+    result = imported(SplitAttention(stacked=False, largest_too=True), shape=(3, 6, 6))
+    assert [u.shape for u in result.graph.units if len(u.shape) == 4 and u.shape[2:] != (1, 1)] == [(2, 4, 6, 6)]
 
 
 # ------------------------------------------------------------------------------ shuffles, slices and SE gates

@@ -30,7 +30,7 @@ from ios_ray.schedule import read_schedule, save_schedule, schedule_from_json
 from ios_ray.store import LatencyStore
 from ios_ray.vocabulary import KERNEL_VERSIONS
 from tests.fake_cuda import FakeCuda
-from tests.idiom_models import ResNetStyle
+from tests.idiom_models import ResNetStyle, SplitAttention
 from tests.helpers import randomise_batchnorm, relative_error
 from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
 
@@ -203,31 +203,10 @@ def test_the_models_own_function_takes_its_inputs_in_the_graphs_format() -> None
         assert relative_error(fused.run(x), model(x)) <= 1e-5
 
 
-class SplitAttention(nn.Module):
-    """Split attention over two paths of a conv's channels, as SKNet (``stack``) and ResNeSt (a reshape that splits
-    the channels) write it: the paths summed, pooled, a softmax over the paths, and the paths weighted and summed."""
-
-    def __init__(self, stacked: bool, channels: int = 4) -> None:
-        super().__init__()
-        self.stacked, self.channels = stacked, channels
-        self.paths = nn.Conv2d(3, 2 * channels, 3, padding=1)
-        self.fc = nn.Conv2d(channels, 2 * channels, 1)
-        self.out = nn.Conv2d(channels, 6, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.relu(self.paths(x))
-        if self.stacked:
-            y = torch.stack([y[:, :self.channels], y[:, self.channels:]], 1)
-        else:
-            y = y.reshape(y.size(0), 2, self.channels, y.size(2), y.size(3))
-        attention = self.fc(y.sum(1).mean((2, 3), keepdim=True))
-        attention = attention.reshape(attention.size(0), 2, self.channels, 1, 1).softmax(1)
-        return self.out((y * attention).sum(1))
-
-
 @pytest.mark.parametrize("stacked", [True, False], ids=["stack", "reshape"])
 def test_code_that_makes_a_five_dimensional_tensor_takes_its_inputs_in_the_graphs_format(stacked: bool) -> None:
-    model, x = SplitAttention(stacked).eval(), torch.randn(2, 3, 6, 6)
+    # the paths' largest value too, besides their sums: the import keeps the paths as one five-dimensional tensor
+    model, x = SplitAttention(stacked, largest_too=True).eval(), torch.randn(2, 3, 6, 6)
     fused, _ = fused_and_eager(model, x)
     opaque = {u.id: u for u in fused.graph.units if u.kind == "opaque"}
     five = [u for u in opaque if len(opaque[u].shape) == 4]  # per sample: five with the batch

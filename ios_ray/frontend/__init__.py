@@ -51,6 +51,7 @@ from ios_ray.frontend.report import OPAQUE_WARNING_SHARE, OpaqueReport, opaque_r
 from ios_ray.frontend.rewrites import (batch_norms_as_modules, drop_eval_identities, functional_convs_as_modules,
                                       functional_linears_as_modules, functionalize, linears_before_batch_moves,
                                       same_padding_as_torch_layers, views_as_reshapes)
+from ios_ray.frontend.paths import path_sums
 from ios_ray.frontend.outputs import BARE, OutputStructure, one_output, output_structure, output_tensor
 from ios_ray.frontend.sizes import fold_sizes
 from ios_ray.frontend.trace import defaulted_arguments, propagate, record_batch_layout, trace
@@ -89,7 +90,7 @@ def import_module(module: nn.Module, example_input: torch.Tensor, name: str | No
         gm, output = capture_forward(module, example_input, name, capture)
         gm = views_as_reshapes(drop_eval_identities(functionalize(gm)))
         gm = functional_linears_as_modules(functional_convs_as_modules(batch_norms_as_modules(gm)))
-        gm = same_padding_as_torch_layers(linears_before_batch_moves(gm))
+        gm = path_sums(same_padding_as_torch_layers(linears_before_batch_moves(gm)))
         gm = fold_sizes(gm)
         graph, constants = build_graph(gm, name, tuple(example_input.shape[1:]))
     return Imported(dataclasses.replace(graph, memory_format=module_memory_format(module)), gm, constants, output)
