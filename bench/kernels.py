@@ -189,18 +189,8 @@ def linear_and_opaque(models: list[str], batches: list[int], rounds: int, consol
 def moved_linears(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
     """The sequential schedule with fused kernels, linear layers run before the transposes that move their input's
     batch against imported without that pass, beside torch.compile, in interleaved rounds."""
-    table = _versus_table("linear layers before the transposes that move the batch against after them",
-                          ["moved linears"], "now", "before")
-    passed = True
-    for model in models:
-        loaded = _loaded(model)
-        now = import_model(loaded)
-        with mock.patch("ios_ray.frontend.linears_before_batch_moves", side_effect=lambda gm: gm):
-            before = import_model(loaded)
-        moved = sum(1 for unit in now.graph.units if unit.kind == "linear") - \
-            sum(1 for unit in before.graph.units if unit.kind == "linear")
-        passed &= _two_imports(table, loaded, {"now": now, "before": before}, str(moved), batches, rounds, console)
-    return table, passed
+    return _pass_on_and_off("linears_before_batch_moves", "linear", "linear layers before the transposes that move "
+                            "the batch against after them", "moved linears", models, batches, rounds, console)
 
 
 def five_dims(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
@@ -223,18 +213,23 @@ def five_dims(models: list[str], batches: list[int], rounds: int, console: Conso
 def path_sums(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
     """The sequential schedule with fused kernels, split attention's sums over paths imported as sums of the paths,
     against the same model imported without that pass, beside torch.compile, in interleaved rounds."""
-    table = _versus_table("split attention summed path by path against over a tensor of paths",
-                          ["products of a path and its attention"], "now", "before")
+    return _pass_on_and_off("path_sums", "scale", "split attention summed path by path against over a tensor of "
+                            "paths", "products of a path and its attention", models, batches, rounds, console)
+
+
+def _pass_on_and_off(name: str, kind: str, title: str, count: str, models: list[str], batches: list[int],
+                     rounds: int, console: Console) -> tuple[Table, bool]:
+    """Each model imported as now against imported without the import pass ``name`` (of :mod:`ios_ray.frontend`),
+    the units of ``kind`` it adds counted, in a :func:`_versus_table` titled ``title``."""
+    table = _versus_table(title, [count], "now", "before")
     passed = True
     for model in models:
         loaded = _loaded(model)
         now = import_model(loaded)
-        with mock.patch("ios_ray.frontend.path_sums", side_effect=lambda gm: gm):
+        with mock.patch(f"ios_ray.frontend.{name}", side_effect=lambda gm: gm):
             before = import_model(loaded)
-        products = sum(1 for unit in now.graph.units if unit.kind == "scale") - \
-            sum(1 for unit in before.graph.units if unit.kind == "scale")
-        passed &= _two_imports(table, loaded, {"now": now, "before": before}, str(products), batches, rounds,
-                               console)
+        added = sum(u.kind == kind for u in now.graph.units) - sum(u.kind == kind for u in before.graph.units)
+        passed &= _two_imports(table, loaded, {"now": now, "before": before}, str(added), batches, rounds, console)
     return table, passed
 
 
