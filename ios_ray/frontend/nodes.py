@@ -75,10 +75,16 @@ def sample_layout(node: fx.Node) -> tuple[tuple[int, ...], tuple[bool, ...]]:
     return (sizes, batch_dims(node)) if sizes is not None else ((1, *shape(node)), batch_dims(node))
 
 
+def holds_batch_first(node: fx.Node) -> bool:
+    """Whether a tensor node holds the batch exactly in dimension 0, as recorded at import (False where nothing was
+    recorded)."""
+    return batch_first(node.meta.get("batch_dims"), node.meta.get("sample_shape"))
+
+
 def is_batch_folded(node: fx.Node) -> bool:
     """A tensor computed from the input whose batch is not exactly its dimension 0: folded into another dimension
     (``x.reshape(B * heads, ...)``), moved, or reduced away. Such a tensor never passes between units."""
-    return "batch_dims" in node.meta and not batch_first(node.meta["batch_dims"], node.meta.get("sample_shape"))
+    return "batch_dims" in node.meta and not holds_batch_first(node)
 
 
 def is_tensor(node: Any) -> TypeGuard[fx.Node]:

@@ -20,7 +20,7 @@ import torch
 import torch.fx as fx
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
-from ios_ray.frontend.nodes import batch_first, calls, full_shape
+from ios_ray.frontend.nodes import calls, full_shape, holds_batch_first
 
 _SUMS = (torch.sum,)
 _PRODUCTS = (operator.mul, torch.mul)
@@ -57,17 +57,17 @@ def _paths(node: fx.Node) -> tuple[fx.Node, int, int] | tuple[list[fx.Node], int
     into (B, R, C, H, W), ``(paths, R, C)`` for a stack in dimension 1 of R batch-first 4-D paths of C channels;
     None for any other node."""
     shape = full_shape(node)
-    if shape is None or len(shape) != 5 or shape[1] < 2 or not _batch_first(node):
+    if shape is None or len(shape) != 5 or shape[1] < 2 or not holds_batch_first(node):
         return None
     if calls(node, _RESHAPES, ("reshape",)) and isinstance(node.args[0], fx.Node):
         source = node.args[0]
-        if full_shape(source) == (shape[0], shape[1] * shape[2], *shape[3:]) and _batch_first(source):
+        if full_shape(source) == (shape[0], shape[1] * shape[2], *shape[3:]) and holds_batch_first(source):
             return source, shape[1], shape[2]
         return None
     if calls(node, _STACKS, ("stack",)) and _stack_dim(node) == 1 and isinstance(node.args[0], (list, tuple)):
         parts = list(node.args[0])
         if len(parts) == shape[1] and all(isinstance(p, fx.Node) and full_shape(p) == (shape[0], *shape[2:])
-                                          and _batch_first(p) for p in parts):
+                                          and holds_batch_first(p) for p in parts):
             return parts, shape[1], shape[2]
     return None
 
@@ -88,7 +88,7 @@ def _sum_of(paths: fx.Node, reader: fx.Node) -> tuple[fx.Node, fx.Node | None] |
     total = next(iter(reader.users))
     shape, weights = full_shape(paths), full_shape(attention)
     if not isinstance(attention, fx.Node) or attention is paths or weights is None or shape is None or \
-            len(weights) != 5 or weights[1] != shape[1] or not _batch_first(attention) or \
+            len(weights) != 5 or weights[1] != shape[1] or not holds_batch_first(attention) or \
             full_shape(reader) != shape or not _sums_paths(total, reader):
         return None
     return total, attention
@@ -137,11 +137,6 @@ def _meta_tensor(node: fx.Node) -> torch.Tensor:
     """A meta tensor of a node's recorded shape and dtype."""
     meta = node.meta["tensor_meta"]
     return torch.empty(meta.shape, dtype=meta.dtype, device="meta")
-
-
-def _batch_first(node: fx.Node) -> bool:
-    """Whether a node's tensor holds the batch in dimension 0 and nowhere else, as recorded at import."""
-    return batch_first(node.meta.get("batch_dims"), node.meta.get("sample_shape"))
 
 
 def _erase_with_unread_arguments(gm: fx.GraphModule, node: fx.Node) -> None:

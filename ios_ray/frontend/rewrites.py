@@ -50,8 +50,8 @@ from torch import nn
 
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
-from ios_ray.frontend.nodes import (arg_node, batch_first, call_arguments, constant_nodes, dimension_order,
-                                   evaluate_constant, full_shape, hashable, module_of, pair, signature_of)
+from ios_ray.frontend.nodes import (arg_node, call_arguments, constant_nodes, dimension_order, evaluate_constant,
+                                   full_shape, hashable, holds_batch_first, module_of, pair, signature_of)
 
 _OUT_OF_PLACE_FUNCTIONS: dict[Any, Any] = {
     operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
@@ -281,9 +281,7 @@ def _batch_move(node: fx.Node) -> tuple[int, ...] | None:
     """The dimension order of a transpose or permute that moves the batch of a batch-first tensor (a node, its first
     argument) out of dimension 0 and keeps the last dimension last; None for any other node."""
     source = node.args[0] if node.args else None
-    if node.kwargs or not isinstance(source, fx.Node) or \
-            not batch_first(source.meta.get("batch_dims"), source.meta.get("sample_shape")) or \
-            batch_first(node.meta.get("batch_dims"), node.meta.get("sample_shape")):
+    if node.kwargs or not isinstance(source, fx.Node) or not holds_batch_first(source) or holds_batch_first(node):
         return None
     order = dimension_order(node)
     return order if order is not None and order[0] != 0 and order[-1] == len(order) - 1 else None
