@@ -77,7 +77,7 @@ from ios_ray.runtime.accuracy import relative_error  # noqa: E402
 from ios_ray.frontend import Imported, Model, import_model, load_model  # noqa: E402
 from ios_ray.paired import REPORT_CONFIDENCE, RatioInterval, median_interval, percent, ratios_of  # noqa: E402
 from ios_ray.runtime import Program, Programs, ScheduleRunner  # noqa: E402
-from ios_ray.runtime.kernels import OneDnnConv, OneDnnLinear, layout_free  # noqa: E402
+from ios_ray.runtime.kernels import InGraphFormat, OneDnnConv, OneDnnLinear, layout_free  # noqa: E402
 from ios_ray.runtime.timing import interleaved_samples_ms, summary_ms  # noqa: E402
 from ios_ray.runtime.units import Epilogue, eager_linear  # noqa: E402
 from ios_ray.schedule import Schedule  # noqa: E402
@@ -152,7 +152,7 @@ def residual(models: list[str], batches: list[int], rounds: int, console: Consol
         with mock.patch("ios_ray.frontend.conv._residual", return_value=None):
             as_units = import_model(loaded)
         count = sum(1 for unit in fused_in.graph.units if unit.attrs.get("residual"))
-        passed &= _two_imports(table, loaded, {"in conv": fused_in, "as a unit": as_units}, str(count), batches,
+        passed &= _two_imports(table, loaded, {"in conv": fused_in, "as a unit": as_units}, [str(count)], batches,
                                rounds, console)
     return table, passed
 
@@ -165,7 +165,7 @@ def linear_and_opaque(models: list[str], batches: list[int], rounds: int, consol
     passed = True
     for model in models:
         loaded = _loaded(model)
-        module, imported = loaded.module.eval(), import_model(loaded)
+        imported = import_model(loaded)
         now = Programs(imported)("cpu", "fused")
         with mock.patch("ios_ray.runtime.program.linear_binder", return_value=eager_linear), \
                 mock.patch("ios_ray.runtime.kernels.layout_free", return_value=False):
@@ -174,15 +174,8 @@ def linear_and_opaque(models: list[str], batches: list[int], rounds: int, consol
                       isinstance(fn, Epilogue) and isinstance(fn.body, OneDnnLinear))
         opaque = [unit.id for unit in imported.graph.units if unit.kind == "opaque"]
         free = sum(1 for unit in opaque if layout_free(now.fns[unit]))
-        for batch in batches:
-            x = torch.randn(batch, *loaded.input_shape)
-            schedule = baseline_schedule(imported.graph, device="cpu", batch=batch, kernels="fused")
-            calls = {"now": ScheduleRunner(now, schedule), "before": ScheduleRunner(before, schedule)}
-            timed = _Timed.of(calls, module, x, rounds, f"{model} bs{batch}", console)
-            ok = _not_slower(timed.ratio("now", "before")) and max(timed.errors["now"], timed.errors["before"]) <= 1e-5
-            passed &= ok
-            table.add_row(model, str(batch), str(linears), f"{free} of {len(opaque)}",
-                          *timed.versus("now", "before", ok))
+        counts = [str(linears), f"{free} of {len(opaque)}"]
+        passed &= _two_programs(table, loaded, {"now": now, "before": before}, counts, batches, rounds, console)
     return table, passed
 
 
@@ -205,8 +198,9 @@ def five_dims(models: list[str], batches: list[int], rounds: int, console: Conso
         now = Programs(imported)("cpu", "fused")
         with mock.patch("ios_ray.runtime.kernels.MOST_DIMS_AS_THEY_COME", sys.maxsize):
             before = Programs(imported)("cpu", "fused")
-        count = sum(1 for unit in imported.graph.units if unit.kind == "opaque" and 1 + len(unit.shape) >= 5)
-        passed &= _two_programs(table, loaded, {"now": now, "before": before}, str(count), batches, rounds, console)
+        count = sum(isinstance(now.fns[unit], InGraphFormat) and not isinstance(before.fns[unit], InGraphFormat)
+                    for unit in now.fns)
+        passed &= _two_programs(table, loaded, {"now": now, "before": before}, [str(count)], batches, rounds, console)
     return table, passed
 
 
@@ -229,7 +223,7 @@ def _pass_on_and_off(name: str, kind: str, title: str, count: str, models: list[
         with mock.patch(f"ios_ray.frontend.{name}", side_effect=lambda gm: gm):
             before = import_model(loaded)
         added = sum(u.kind == kind for u in now.graph.units) - sum(u.kind == kind for u in before.graph.units)
-        passed &= _two_imports(table, loaded, {"now": now, "before": before}, str(added), batches, rounds, console)
+        passed &= _two_imports(table, loaded, {"now": now, "before": before}, [str(added)], batches, rounds, console)
     return table, passed
 
 
@@ -259,28 +253,29 @@ def versus_compile(models: list[str], batches: list[int], rounds: int, console: 
     return table, passed
 
 
-def _two_imports(table: Table, loaded: Model, imports: dict[str, Imported], count: str, batches: list[int],
+def _two_imports(table: Table, loaded: Model, imports: dict[str, Imported], counts: list[str], batches: list[int],
                  rounds: int, console: Console) -> bool:
     """:func:`_two_programs` of two imports of one model, each bound with fused kernels."""
     programs = {name: Programs(imported)("cpu", "fused") for name, imported in imports.items()}
-    return _two_programs(table, loaded, programs, count, batches, rounds, console)
+    return _two_programs(table, loaded, programs, counts, batches, rounds, console)
 
 
-def _two_programs(table: Table, loaded: Model, programs: dict[str, Program], count: str, batches: list[int],
+def _two_programs(table: Table, loaded: Model, programs: dict[str, Program], counts: list[str], batches: list[int],
                   rounds: int, console: Console) -> bool:
-    """Add a row per batch size to ``table``: the sequential schedule of the first program against the second's,
-    beside torch.compile; whether every row met its target (never slower beyond noise, outputs within 1e-5 of the
-    model)."""
+    """Add a row per batch size to ``table`` (``counts`` in its count columns): the sequential schedule of the first
+    program against the second's, beside torch.compile; whether every row met its target (never slower beyond noise,
+    outputs within 1e-5 of the model)."""
     (first, _), (second, _) = programs.items()
     passed = True
     for batch in batches:
         x = torch.randn(batch, *loaded.input_shape)
         calls = {name: ScheduleRunner(program, baseline_schedule(program.graph, device="cpu", batch=batch,
-                                                                 kernels="fused")) for name, program in programs.items()}
+                                                                 kernels="fused"))
+                 for name, program in programs.items()}
         timed = _Timed.of(calls, loaded.module.eval(), x, rounds, f"{loaded.name} bs{batch}", console)
         ok = _not_slower(timed.ratio(first, second)) and max(timed.errors[first], timed.errors[second]) <= 1e-5
         passed &= ok
-        table.add_row(loaded.spec or loaded.name, str(batch), count, *timed.versus(first, second, ok))
+        table.add_row(loaded.spec or loaded.name, str(batch), *counts, *timed.versus(first, second, ok))
     return passed
 
 
