@@ -35,6 +35,15 @@ The parts (``--part``):
   imported as sums of the paths (as imported: :func:`~ios_ray.frontend.paths.path_sums`), against the same model
   imported without that pass (as before 2026-11-27: a five-dimensional tensor of paths, summed over dimension 1),
   beside ``torch.compile``, no search. Target: never slower beyond noise.
+* ``scales`` (not run by default): the sequential schedule with fused kernels, a multiply by a number before or after
+  a conv (NF-ResNet's ``x * beta`` and ``x * alpha``) folded into its weights, so the residual sum after it is the
+  conv's too (as imported: :mod:`~ios_ray.frontend.conv`), against the same model imported with those multiplies
+  left as steps (as before 2026-11-27), beside ``torch.compile``, no search. Target: never slower beyond noise.
+* ``concatenated-convs`` (not run by default): the sequential schedule with fused kernels, concatenations of convs
+  as imported (:mod:`~ios_ray.frontend.concats`: alike convs on equal channel slices of one tensor as one grouped
+  conv, a batch-norm and activation after a concatenation of convs folded into each conv; MixNet's mixed convs),
+  against the same model imported without those passes (as before 2026-11-27), beside ``torch.compile``, no search.
+  Target: never slower beyond noise.
 * ``versus-compile`` (not run by default): where a model still runs slower with ios-ray than with ``torch.compile``:
   the sequential schedule with eager and with fused kernels beside ``torch.compile`` (default mode) and the model as
   is, no search (the probe behind bench/RESULTS.md's tables of library models against ``torch.compile``). Target:
@@ -45,7 +54,7 @@ The parts (``--part``):
 
 Run: python bench/kernels.py [--models inception_v3,squeezenet] [--batches 1,8] [--rounds 30] [--folder DIR]
 [--part packing|residual|linear-and-opaque|moved-linears|five-dims|path-sums|
-versus-compile]
+scales|concatenated-convs|versus-compile]
 (on 2 cores with the defaults: about 40 minutes of searches on fresh stores, each Inception V3 search 7-9 minutes,
 then the rounds; a run again on the same --folder measures only what its stores lack; exit code 1 when a target is
 missed)
@@ -54,13 +63,14 @@ missed)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, ContextManager, Mapping
 from unittest import mock
 
 import torch
@@ -143,18 +153,11 @@ def packing(models: list[str], batches: list[int], rounds: int, console: Console
 def residual(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
     """The sequential schedule with fused kernels, residual sums inside the convs against left as add units, beside
     torch.compile, in interleaved rounds."""
-    table = _versus_table("residual sums inside oneDNN's convolution against as add units", ["residual convs"],
-                          "in conv", "as a unit")
-    passed = True
-    for model in models:
-        loaded = _loaded(model)
-        fused_in = import_model(loaded)
-        with mock.patch("ios_ray.frontend.conv._residual", return_value=None):
-            as_units = import_model(loaded)
-        count = sum(1 for unit in fused_in.graph.units if unit.attrs.get("residual"))
-        passed &= _two_imports(table, loaded, {"in conv": fused_in, "as a unit": as_units}, [str(count)], batches,
-                               rounds, console)
-    return table, passed
+    return _imports_on_and_off(
+        "residual sums inside oneDNN's convolution against as add units", "residual convs",
+        lambda: mock.patch("ios_ray.frontend.conv._residual", return_value=None),
+        lambda now, _: sum(1 for unit in now.graph.units if unit.attrs.get("residual")),
+        models, batches, rounds, console, names=("in conv", "as a unit"))
 
 
 def linear_and_opaque(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
@@ -211,19 +214,58 @@ def path_sums(models: list[str], batches: list[int], rounds: int, console: Conso
                             "paths", "products of a path and its attention", models, batches, rounds, console)
 
 
+def scales(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
+    """The sequential schedule with fused kernels, multiplies by numbers before and after convs folded into their
+    weights against left as steps of their own, beside torch.compile, in interleaved rounds."""
+    return _imports_on_and_off(
+        "multiplies by numbers folded into the convs' weights against run as steps", "convs with a multiply",
+        lambda: mock.patch("ios_ray.frontend.conv.scalar_multiple", return_value=None),
+        lambda now, _: sum(1 for unit in now.graph.units if {"in_scale", "out_scale"} & set(unit.attrs)),
+        models, batches, rounds, console)
+
+
+def concatenated_convs(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
+    """The sequential schedule with fused kernels, concatenations of convs imported by the passes of
+    :mod:`ios_ray.frontend.concats` (alike convs on equal channel slices as one grouped conv; a batch-norm and
+    activation after the concatenation folded into each conv) against imported without them, beside torch.compile,
+    in interleaved rounds."""
+    def off() -> ContextManager[object]:
+        stack = contextlib.ExitStack()
+        for name in ("split_convs_as_grouped", "norms_into_concatenated_convs"):
+            stack.enter_context(mock.patch(f"ios_ray.frontend.{name}", side_effect=lambda gm: gm))
+        return stack
+    return _imports_on_and_off(
+        "concatenated convs as grouped convs and with their batch-norm against as imported before", "units now / before",
+        off, lambda now, before: f"{len(now.graph.units)} / {len(before.graph.units)}", models, batches, rounds,
+        console)
+
+
 def _pass_on_and_off(name: str, kind: str, title: str, count: str, models: list[str], batches: list[int],
                      rounds: int, console: Console) -> tuple[Table, bool]:
     """Each model imported as now against imported without the import pass ``name`` (of :mod:`ios_ray.frontend`),
-    the units of ``kind`` it adds counted, in a :func:`_versus_table` titled ``title``."""
-    table = _versus_table(title, [count], "now", "before")
+    the units of ``kind`` it adds counted."""
+    return _imports_on_and_off(
+        title, count, lambda: mock.patch(f"ios_ray.frontend.{name}", side_effect=lambda gm: gm),
+        lambda now, before: sum(u.kind == kind for u in now.graph.units) - sum(u.kind == kind for u in
+                                                                                before.graph.units),
+        models, batches, rounds, console)
+
+
+def _imports_on_and_off(title: str, count: str, off: Callable[[], ContextManager[object]],
+                        counted: Callable[[Imported, Imported], object], models: list[str], batches: list[int],
+                        rounds: int, console: Console, names: tuple[str, str] = ("now", "before")
+                        ) -> tuple[Table, bool]:
+    """Each model imported as now against imported with ``off()`` patched in (a rule or pass of the import off), in
+    a :func:`_versus_table` titled ``title`` whose ``count`` column holds ``counted(now, before)``."""
+    table = _versus_table(title, [count], *names)
     passed = True
     for model in models:
         loaded = _loaded(model)
         now = import_model(loaded)
-        with mock.patch(f"ios_ray.frontend.{name}", side_effect=lambda gm: gm):
+        with off():
             before = import_model(loaded)
-        added = sum(u.kind == kind for u in now.graph.units) - sum(u.kind == kind for u in before.graph.units)
-        passed &= _two_imports(table, loaded, {"now": now, "before": before}, [str(added)], batches, rounds, console)
+        passed &= _two_imports(table, loaded, dict(zip(names, (now, before))), [str(counted(now, before))], batches,
+                               rounds, console)
     return table, passed
 
 
@@ -394,7 +436,8 @@ def _ios_ray(*args: str) -> str:
 
 #: The parts run only when named, each ``(models, batches, rounds, console) -> (table, passed)``.
 ON_DEMAND = {"packing": packing, "residual": residual, "linear-and-opaque": linear_and_opaque,
-             "moved-linears": moved_linears, "five-dims": five_dims, "path-sums": path_sums,
+             "moved-linears": moved_linears, "five-dims": five_dims, "path-sums": path_sums, "scales": scales,
+             "concatenated-convs": concatenated_convs,
              "versus-compile": versus_compile}
 
 

@@ -734,6 +734,39 @@ class StdConvStyle(nn.Module):
         return self.head((self.left(x) + self.right(x)).mean((2, 3)))
 
 
+class NormFreeBlock(nn.Module):
+    """timm's NF-ResNet bottleneck in small: no batch-norm; its input's activation times ``beta`` feeds the convs (and
+    the downsampling conv, where it has one), its last conv's output times ``alpha`` is summed with the shortcut."""
+
+    def __init__(self, channels: int, beta: float, alpha: float = 0.2, downsample: bool = False) -> None:
+        super().__init__()
+        self.beta, self.alpha = beta, alpha
+        self.downsample = nn.Conv2d(channels, channels, 1) if downsample else None
+        self.conv1 = nn.Conv2d(channels, channels // 2, 1)
+        self.conv2 = nn.Conv2d(channels // 2, channels // 2, 3, padding=1)
+        self.conv3 = nn.Conv2d(channels // 2, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(x) * self.beta
+        shortcut = self.downsample(out) if self.downsample is not None else x
+        out = self.conv3(F.relu(self.conv2(F.relu(self.conv1(out)))))
+        return out.mul_(self.alpha) + shortcut
+
+
+class NormFreeStyle(nn.Module):
+    """A stem, three normaliser-free blocks (the first with a downsampling conv), a pooled head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.blocks = nn.Sequential(NormFreeBlock(16, 1.0, downsample=True), NormFreeBlock(16, 0.98),
+                                    NormFreeBlock(16, 0.96))
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(F.relu(self.blocks(self.stem(x))).mean((2, 3)))
+
+
 # ------------------------------------------------------------------------ parallel branches long as well as many
 
 
@@ -849,6 +882,11 @@ def std_conv_style() -> nn.Module:
     return StdConvStyle().eval()
 
 
+def norm_free_style() -> nn.Module:
+    """Factory: NF-ResNet's scaled blocks without batch-norms."""
+    return NormFreeStyle().eval()
+
+
 def multi_resolution_style() -> nn.Module:
     """Factory: three long branches side by side (HRNet-like)."""
     return MultiResolutionStyle().eval()
@@ -866,7 +904,8 @@ def segmentation_style() -> nn.Module:
 
 inception_v3_style.input_shape = (3, 299, 299)  # type: ignore[attr-defined]
 for _factory in (resnet_style, densenet_style, mobilenet_v3_style, efficientnet_style, timm_style, shufflenet_style,
-                 convnext_style, attention_style, std_conv_style, multi_resolution_style, segmentation_style):
+                 convnext_style, attention_style, std_conv_style, norm_free_style, multi_resolution_style,
+                 segmentation_style):
     _factory.input_shape = (3, 32, 32)  # type: ignore[attr-defined]
 tf_same_style.input_shape = (3, 33, 30)  # type: ignore[attr-defined]
 
@@ -875,5 +914,6 @@ SMALL: dict[str, Callable[[], nn.Module]] = {
     "resnet": resnet_style, "densenet": densenet_style, "mobilenet_v3": mobilenet_v3_style,
     "efficientnet": efficientnet_style, "timm": timm_style, "shufflenet": shufflenet_style,
     "convnext": convnext_style, "tf_same": tf_same_style, "attention": attention_style,
-    "std_conv": std_conv_style, "multi_resolution": multi_resolution_style, "segmentation": segmentation_style,
+    "std_conv": std_conv_style, "norm_free": norm_free_style, "multi_resolution": multi_resolution_style,
+    "segmentation": segmentation_style,
 }

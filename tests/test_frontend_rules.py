@@ -246,6 +246,44 @@ def test_functional_batch_norm_folds_like_the_module() -> None:
     assert [(u.kind, u.attrs["act"], "bn" in u.refs) for u in result.graph.units] == [("conv", "silu", True)]
 
 
+SCALINGS: list[Callable[[torch.Tensor], torch.Tensor]] = [
+    lambda x: x * 0.5, lambda x: 0.5 * x, lambda x: x.mul(0.5), lambda x: torch.mul(x, 0.5), lambda x: x / 2,
+    lambda x: x.mul_(0.5)]
+
+
+@pytest.mark.parametrize("spelling", SCALINGS)
+def test_multiplies_by_a_number_before_and_after_a_conv_fold_into_its_weights(spelling: Callable) -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.c(spelling(F.relu(x)))                    # c: its pre-activation, then the multiply
+        return F.relu(spelling(m.bn(m.d(y))) + y)       # d: after its batch-norm; the sum after it is d's too
+    result = imported(Lambda(fn))
+    assert [(u.id, u.attrs.get("in_scale"), u.attrs.get("out_scale"), u.attrs["pre_act"], u.attrs.get("residual"),
+             u.attrs["act"]) for u in result.graph.units] == [("c", 0.5, None, "relu", None, None),
+                                                              ("d", None, 0.5, None, True, "relu")]
+
+
+@pytest.mark.parametrize("fn", [
+    lambda m, x: m.c(x) * 100.0,                            # beyond what the weights absorb: a step
+    lambda m, x: m.c(x) * m.gamma,                          # a constant tensor: a step
+    lambda m, x: (lambda y: y * 0.5 + y)(m.c(x)),           # the conv's output read by more than the multiply
+    lambda m, x: (lambda z: m.c(z) + z)(x * 0.5),           # the product read by more than the conv
+], ids=["large", "tensor", "output-read-twice", "product-read-twice"])
+def test_a_multiply_that_the_weights_cannot_absorb_alone_stays_a_step(fn: Callable) -> None:
+    module = Lambda(fn)
+    module.gamma = nn.Parameter(torch.rand(8, 1, 1))
+    result = imported(module)
+    assert not any({"in_scale", "out_scale"} & set(u.attrs) for u in result.graph.units)
+
+
+def test_a_multiply_by_one_is_dropped_where_it_keeps_the_dtype() -> None:
+    def multiplies(fn: Callable) -> int:
+        gm = drop_eval_identities(captured(Lambda(fn)))
+        return sum(n.op in ("call_function", "call_method") and "mul" in str(n.target) for n in gm.graph.nodes)
+    assert multiplies(lambda m, x: m.c(x) * 1.0 + m.d(x).mul(1)) == 0
+    assert multiplies(lambda m, x: (m.c(x) > 0) * 1.0 + x) == 1  # a bool tensor times 1.0 is a float one
+    imported(Lambda(lambda m, x: m.c(x) * 1.0 + (m.d(x) > 0) * 1.0))
+
+
 class SamePaddedConv(nn.Conv2d):
     """A conv subclass that only sets its padding, as Hugging Face's EfficientNet depthwise conv does."""
 
@@ -328,6 +366,60 @@ class TableBias(nn.Module):
 def test_a_linear_layer_on_a_constant_is_no_batch_move() -> None:
     result = imported(TableBias(), shape=(8, 6))
     assert kinds(result)["linear"] == 0  # computed from constants alone: a constant, no unit
+
+
+class MixedConv(nn.Module):
+    """timm's ``MixedConv2d`` in small: the input's channels split into parts (``splits``), each part convolved with a
+    kernel of its own size (``kernels``), concatenated, then a batch-norm and an activation (``act``) and a 1x1 conv."""
+
+    def __init__(self, act: nn.Module, splits: tuple[int, int] = (3, 5), kernels: tuple[int, int] = (3, 5),
+                 read_again: bool = False) -> None:
+        super().__init__()
+        self.splits, self.read_again = list(splits), read_again
+        self.parts = nn.ModuleList(nn.Conv2d(c, c, k, padding=k // 2, bias=False) for c, k in zip(splits, kernels))
+        self.bn, self.act, self.out = nn.BatchNorm2d(8), act, nn.Conv2d(8, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        split = torch.split(x, self.splits, 1)
+        parts = [conv(split[i]) for i, conv in enumerate(self.parts)]  # as timm indexes them (a trace cannot iterate)
+        y = self.out(self.act(self.bn(torch.cat(parts, 1))))
+        return y + parts[0].mean() if self.read_again else y
+
+
+def fused_equals(result: Imported, module: nn.Module) -> bool:
+    """Whether the import's program with fused kernels computes what the module does, at batch 4."""
+    x = torch.randn(4, *SHAPE)
+    with torch.no_grad():
+        return relative_error(Program.from_imported(result, "cpu", "fused").run(x), module(x)) <= 1e-5
+
+
+@pytest.mark.parametrize("act", [nn.ReLU(), nn.SiLU(inplace=True), nn.Identity()], ids=["relu", "silu", "none"])
+def test_a_batch_norm_and_activation_after_concatenated_convs_fold_into_each_conv(act: nn.Module) -> None:
+    module = MixedConv(act)
+    result = imported(module)
+    convs = [u for u in result.graph.units if u.kind == "conv"]
+    text = None if isinstance(act, nn.Identity) else type(act).__name__.lower()
+    assert [("bn" in u.refs, u.attrs["act"]) for u in convs[:2]] == [(True, text)] * 2
+    assert "pre_norm" not in convs[2].attrs and convs[2].attrs["pre_act"] is None and kinds(result)["conv"] == 3
+    assert kinds(result)["elementwise"] == 0 and kinds(result)["opaque"] == 0, kinds(result)
+    assert module.bn.num_features == 8, "the user's batch-norm stays as it was"
+    assert fused_equals(result, module)
+
+
+def test_a_batch_norm_after_a_concatenation_of_convs_read_elsewhere_stays_whole() -> None:
+    result = imported(MixedConv(nn.ReLU(), read_again=True))
+    assert not any("bn" in u.refs for u in result.graph.units if u.kind == "conv")
+
+
+def test_alike_convs_on_equal_channel_slices_concatenated_are_one_grouped_conv() -> None:
+    module = MixedConv(nn.ReLU(), splits=(4, 4), kernels=(3, 3))
+    result = imported(module)
+    assert [(u.kind, u.attrs["groups"], u.attrs["in_channels"], "bn" in u.refs, u.attrs["act"])
+            for u in result.graph.units] == [("conv", 2, 8, True, "relu"), ("conv", 1, 8, False, None)]
+    assert fused_equals(result, module)
+    for unlike in (MixedConv(nn.ReLU(), splits=(4, 4), kernels=(3, 5)), MixedConv(nn.ReLU(), splits=(3, 5),
+                                                                                    kernels=(3, 3))):
+        assert kinds(imported(unlike))["conv"] == 3, "kernels or slices that differ stay convs of their own"
 
 
 @pytest.mark.parametrize("paths", [2, 3])

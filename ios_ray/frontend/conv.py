@@ -4,6 +4,10 @@
 * A depthwise conv whose only reader is a 1x1 conv is one ``sepconv`` unit with it.
 * Pre-activation: an activation only this conv reads is its ``pre_act``; an eval batch-norm only that activation
   (or the conv itself) reads is its prologue (``pre_norm``): DenseNet's BN -> ReLU -> conv is one unit.
+* A multiply by a number (NF-ResNet's ``x * beta`` before its convs and ``x * alpha`` after them): after the conv
+  (and its batch-norm) ``out_scale``, before it (after its pre-activation) ``in_scale``, where the conv alone reads
+  it; both scale the folded weights (and ``out_scale`` the bias), so no pass over the tensor remains and the residual
+  sum after an ``out_scale`` is the conv's too.
 * A residual sum: where the conv's (or its batch-norm's) only reader adds a tensor that its own input was computed
   from (ResNet's ``relu(bn3(conv3(...)) + identity)``), the sum and the activation after it are the conv's too
   (``residual``; its second input), so a fused kernel adds it inside the convolution. A sum of a tensor the conv's
@@ -12,7 +16,8 @@
 
 The attributes ``act`` and ``pre_act`` hold canonical activation texts (None where there is none; ``act`` comes after
 the residual sum where there is one); ``pre_norm`` and ``residual`` appear only where there is a prologue batch-norm
-or a residual sum, so convs without them keep the stage keys they always had.
+or a residual sum, and ``in_scale`` and ``out_scale`` (numbers) only where there is a multiply, so convs without them
+keep the stage keys they always had.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import torch.fx as fx
 from torch import nn
 
 from ios_ray.frontend.activations import activation_of
+from ios_ray.frontend.elementwise import scalar_multiple
 from ios_ray.frontend.match import Match, Scope
 from ios_ray.frontend.nodes import (ancestors, arg_node, calls, eval_batch_norm, full_shape, is_tensor, module_of,
                                     only_user)
@@ -38,9 +44,11 @@ def match_conv(scope: Scope, node: fx.Node) -> Match | None:
             len(node.args) != 1 or not isinstance(node.args[0], fx.Node):
         return None
     kind, nodes, refs = _conv_body(gm, node, conv)
-    prologue, pre_act, pre_bn = _prologue(scope, node)
-    head = prologue[0] if prologue else node
-    residual = _residual(scope, nodes[-1], arg_node(head)) if kind == "conv" else None
+    source, prologue, pre_act, pre_bn, in_scale = _prologue(scope, node, scalable=kind == "conv")
+    out_scale = _out_scale(scope, nodes[-1]) if kind == "conv" else None
+    if out_scale is not None:
+        nodes.append(only_user(nodes[-1]))  # type: ignore[arg-type]  # the multiply
+    residual = _residual(scope, nodes[-1], source) if kind == "conv" else None
     if residual is not None:
         nodes.append(only_user(nodes[-1]))  # type: ignore[arg-type]  # the sum
     act_node = only_user(nodes[-1])
@@ -59,7 +67,8 @@ def match_conv(scope: Scope, node: fx.Node) -> Match | None:
         refs["pre_bn"] = pre_bn
     if residual is not None:
         attrs["residual"] = True
-    inputs = [arg_node(head)] + ([residual] if residual is not None else [])
+    attrs.update({key: value for key, value in (("in_scale", in_scale), ("out_scale", out_scale)) if value is not None})
+    inputs = [source] + ([residual] if residual is not None else [])
     return Match(kind, refs["id"], inputs, nodes[-1], nodes[-1], prologue + nodes, attrs, refs)
 
 
@@ -104,18 +113,31 @@ def _conv_body(gm: fx.GraphModule, node: fx.Node, conv: nn.Conv2d) -> tuple[str,
     return kind, nodes, refs
 
 
-def _prologue(scope: Scope, conv_node: fx.Node) -> tuple[list[fx.Node], str | None, str | None]:
-    """The batch-norm and activation before a conv that only it reads: (nodes, pre_act, batch-norm path)."""
-    gm, nodes, pre_act = scope.gm, list[fx.Node](), None
+def _prologue(scope: Scope, conv_node: fx.Node, scalable: bool
+              ) -> tuple[fx.Node, list[fx.Node], str | None, str | None, float | None]:
+    """The batch-norm, activation and multiply by a number (where ``scalable``) before a conv that only it reads:
+    (the unit's input, nodes, pre_act, batch-norm path, in_scale)."""
+    gm, nodes, pre_act, in_scale = scope.gm, list[fx.Node](), None, None
     x = arg_node(conv_node)
+    scaled = scalar_multiple(x) if scalable and _only_for(x, scope) else None
+    if scaled is not None and scaled[0] not in scope.constants and scaled[0].op != "get_attr":
+        nodes.insert(0, x)
+        x, in_scale = scaled
     if _only_for(x, scope) and (text := activation_of(gm, x)) is not None and _reads_a_tensor(x):
         pre_act = text
         nodes.insert(0, x)
         x = arg_node(x)
     if _only_for(x, scope) and eval_batch_norm(gm, x) is not None and _reads_a_tensor(x):
         nodes.insert(0, x)
-        return nodes, pre_act, str(x.target)
-    return nodes, pre_act, None
+        return arg_node(x), nodes, pre_act, str(x.target), in_scale
+    return x, nodes, pre_act, None, in_scale
+
+
+def _out_scale(scope: Scope, out: fx.Node) -> float | None:
+    """The number the only reader of ``out`` (a conv's output) multiplies it by, where it is one (and unclaimed)."""
+    reader = only_user(out)
+    scaled = scalar_multiple(reader) if scope.free(reader) else None
+    return scaled[1] if scaled is not None and scaled[0] is out else None
 
 
 def _only_for(node: Any, scope: Scope) -> bool:

@@ -40,6 +40,9 @@ _UNARY_FUNCTIONS = {getattr(torch, name): name for name in _UNARY if hasattr(tor
 #: Functional steps that read constant weights besides their input (by name).
 _NORM_FUNCTIONS = {F.prelu: "prelu", F.group_norm: "group_norm", F.instance_norm: "instance_norm"}
 _COMMUTATIVE = ("add", "mul")
+#: The numbers a conv's weights absorb a multiply by (:func:`scalar_multiple`): far from 0 and from float16's range
+#: so the folded weights round as the model's own products do.
+FOLDED_SCALES = (2.0 ** -6, 2.0 ** 6)
 
 
 def elementwise_step(gm: fx.GraphModule, node: Any, source: fx.Node, constants: set[fx.Node]) -> str | None:
@@ -88,6 +91,20 @@ def elementwise_chain(scope: Scope, tail: fx.Node) -> list[tuple[fx.Node, str]]:
             return chain
         chain.append((user, step))  # type: ignore[arg-type]
         node = user  # type: ignore[assignment]
+
+
+def scalar_multiple(node: Any) -> tuple[fx.Node, float] | None:
+    """The tensor a node multiplies by a number and the number (``x * c``, ``c * x``, ``x.mul(c)``, ``x / c`` as
+    ``1 / c``), where the number's magnitude is within :data:`FOLDED_SCALES`; else None."""
+    if not isinstance(node, fx.Node) or node.kwargs or len(node.args) != 2 or _op_name(node) not in ("mul", "div"):
+        return None
+    tensor, number = node.args
+    if not isinstance(tensor, fx.Node) and _op_name(node) == "mul":
+        tensor, number = number, tensor
+    if not isinstance(tensor, fx.Node) or isinstance(number, bool) or not isinstance(number, (int, float)) \
+            or not FOLDED_SCALES[0] <= abs(number) <= FOLDED_SCALES[1]:
+        return None
+    return tensor, float(number) if _op_name(node) == "mul" else 1.0 / number
 
 
 def _op_name(node: fx.Node) -> str | None:

@@ -190,23 +190,35 @@ def _swaps_dims_1_2(node: Any) -> bool:
 
 def match_slice(scope: Scope, node: fx.Node) -> Match | None:
     """A channel slice: an item of ``chunk``/``split`` along dim 1, ``x[:, a:b]``, ``narrow(1, a, n)``."""
+    found = channel_slice(node)
+    if found is None:
+        return None
+    source, start, stop = found
+    return Match("slice", node.name, [source], node, node, [node], {"start": start, "stop": stop}, {})
+
+
+def channel_slice(node: Any) -> tuple[fx.Node, int, int] | None:
+    """The tensor a node takes channels ``start`` to ``stop`` of, and those bounds, where it is a channel slice (an item
+    of ``chunk``/``split`` along dim 1, ``x[:, a:b]``, ``narrow(1, a, n)``); else None."""
+    if not isinstance(node, fx.Node):
+        return None
     if node.op != "call_function" or node.target is not operator.getitem or not is_tensor(node):
-        return _match_narrow(node)
+        return _narrowed(node)
     source, index = node.args
     if isinstance(source, fx.Node) and is_tuple_of_tensors(source) and calls(source, **_SPLITS) \
             and _split_dim(source) == 1 and isinstance(index, int):
         sizes = [m.shape[1] for m in source.meta["tensor_meta"]]
         start = sum(sizes[:index % len(sizes)])
-        return _slice(node, source.args[0], start, start + sizes[index % len(sizes)])
+        return _sliced(node, source.args[0], start, start + sizes[index % len(sizes)])
     if is_tensor(source) and isinstance(index, tuple) and len(index) >= 2 and index[0] == slice(None) \
             and isinstance(index[1], slice) and all(i in (slice(None), Ellipsis) for i in index[2:]):
         start, stop, step = index[1].indices(shape(source)[0])
         if step == 1 and all(isinstance(v, int) or v is None for v in (index[1].start, index[1].stop)):
-            return _slice(node, source, start, stop)
+            return _sliced(node, source, start, stop)
     return None
 
 
-def _match_narrow(node: fx.Node) -> Match | None:
+def _narrowed(node: fx.Node) -> tuple[fx.Node, int, int] | None:
     rank = len(full_shape(node.args[0]) or ()) if node.args else 0
     if not calls(node, (torch.narrow,), ("narrow",)) or len(node.args) != 4 or not isinstance(node.args[1], int) \
             or not rank or node.args[1] % rank != 1:  # the channels: -3 only where the tensor is 4-d
@@ -214,13 +226,13 @@ def _match_narrow(node: fx.Node) -> Match | None:
     start, length = node.args[2:]
     if not isinstance(start, int) or not isinstance(length, int) or not is_tensor(node.args[0]):
         return None
-    return _slice(node, node.args[0], start, start + length)
+    return _sliced(node, node.args[0], start, start + length)
 
 
-def _slice(node: fx.Node, source: Any, start: int, stop: int) -> Match | None:
+def _sliced(node: fx.Node, source: Any, start: int, stop: int) -> tuple[fx.Node, int, int] | None:
     if not is_tensor(source) or len(full_shape(source) or ()) < 2 or shape(node)[0] != stop - start:
         return None
-    return Match("slice", node.name, [source], node, node, [node], {"start": start, "stop": stop}, {})
+    return source, start, stop
 
 
 def _split_dim(node: fx.Node) -> int | None:

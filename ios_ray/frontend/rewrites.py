@@ -9,8 +9,8 @@ checked and its Python code generated once for all of them, by the import's last
   result instead: the values eager mode computes, without units that overwrite each other's inputs. (A mutation
   through a view of another tensor is not followed.)
 * :func:`drop_eval_identities`: what is the identity in eval mode vanishes: dropout of every kind, ``nn.Identity``,
-  stochastic depth (torchvision's ``stochastic_depth`` and timm's ``drop_path`` with ``training=False``) and
-  ``contiguous``.
+  stochastic depth (torchvision's ``stochastic_depth`` and timm's ``drop_path`` with ``training=False``),
+  ``contiguous``, and a multiply by 1 that keeps its input's dtype and shape.
 * :func:`views_as_reshapes`: ``x.view(shape)`` becomes ``x.reshape(shape)`` (the same values; it also holds
   where a dropped ``contiguous`` made the input non-contiguous).
 * :func:`batch_norms_as_modules` (needs shapes): an eval ``F.batch_norm`` on parameters (timm's ``BatchNormAct2d``
@@ -50,6 +50,7 @@ from torch import nn
 
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
+from ios_ray.frontend.elementwise import scalar_multiple
 from ios_ray.frontend.nodes import (arg_node, call_arguments, constant_nodes, dimension_order, evaluate_constant,
                                    full_shape, hashable, holds_batch_first, module_of, pair, signature_of)
 
@@ -91,7 +92,7 @@ def _make_out_of_place(gm: fx.GraphModule, node: fx.Node) -> bool:
         if getattr(module, "inplace", False) is True:
             out_of_place = copy.copy(module)
             out_of_place.inplace = False
-            node.target = _add_module(gm, str(node.target), out_of_place)
+            node.target = add_module(gm, str(node.target), out_of_place)
             return True
         return False
     if node.op == "call_function" and node.kwargs.get("inplace") is True:
@@ -111,13 +112,27 @@ def _takes_inplace(target: Any) -> bool:
 
 
 def drop_eval_identities(gm: fx.GraphModule) -> fx.GraphModule:
-    """Dropout, ``nn.Identity``, eval-mode stochastic depth and ``contiguous`` are removed from the graph."""
+    """Dropout, ``nn.Identity``, eval-mode stochastic depth, ``contiguous`` and a multiply by 1 that keeps its
+    input's dtype and shape (NF-ResNet's first ``x * beta``) are removed from the graph."""
     for node in list(gm.graph.nodes):
-        if _is_eval_identity(gm, node):
+        if (times_one := _times_one(node)) is not None:
+            node.replace_all_uses_with(times_one)
+            gm.graph.erase_node(node)
+        elif _is_eval_identity(gm, node):
             source = node.args[0] if node.args else node.kwargs.get("input")
             node.replace_all_uses_with(source)
             gm.graph.erase_node(node)
     return gm
+
+
+def _times_one(node: fx.Node) -> fx.Node | None:
+    """The tensor a node multiplies by 1, where the product has that tensor's dtype and shape; else None."""
+    scaled = scalar_multiple(node)
+    if scaled is None or scaled[1] != 1.0:
+        return None
+    source, meta = scaled[0], node.meta.get("tensor_meta")
+    kept = getattr(source.meta.get("tensor_meta"), "dtype", None) == getattr(meta, "dtype", False)
+    return source if kept and full_shape(source) == full_shape(node) else None
 
 
 def _is_eval_identity(gm: fx.GraphModule, node: fx.Node) -> bool:
@@ -157,7 +172,7 @@ def batch_norms_as_modules(gm: fx.GraphModule) -> fx.GraphModule:
             continue
         owner = str(node.args[1].target).rpartition(".")[0] or "batch_norm"
         with gm.graph.inserting_before(node):
-            call = gm.graph.call_module(_add_module(gm, owner, module), (node.args[0],))
+            call = gm.graph.call_module(add_module(gm, owner, module), (node.args[0],))
         call.meta = dict(node.meta)
         node.replace_all_uses_with(call)
         inputs = node.all_input_nodes
@@ -290,7 +305,7 @@ def _batch_move(node: fx.Node) -> tuple[int, ...] | None:
 def _replace_with_module(gm: fx.GraphModule, node: fx.Node, source: fx.Node, near: str, module: nn.Module) -> None:
     """Replace ``node`` by a call of ``module`` (registered under a name derived from ``near``) on ``source``."""
     with gm.graph.inserting_before(node):
-        call = gm.graph.call_module(_add_module(gm, near, module), (source,))
+        call = gm.graph.call_module(add_module(gm, near, module), (source,))
     call.meta = dict(node.meta)
     node.replace_all_uses_with(call)
     gm.graph.erase_node(node)
@@ -384,7 +399,7 @@ def same_padding_as_torch_layers(gm: fx.GraphModule) -> fx.GraphModule:
                 example = torch.empty(full_shape(source), device="meta")  # type: ignore[arg-type]
                 padded.meta["tensor_meta"] = _extract_tensor_metadata(F.pad(example, pads, value=value))
                 source = padded
-            call = gm.graph.call_module(_add_module(gm, str(node.target), plain), (source,))
+            call = gm.graph.call_module(add_module(gm, str(node.target), plain), (source,))
         call.meta = dict(node.meta)
         node.replace_all_uses_with(call)
         gm.graph.erase_node(node)
@@ -445,7 +460,7 @@ def _parameter(tensor: torch.Tensor) -> nn.Parameter:
     return tensor if isinstance(tensor, nn.Parameter) else nn.Parameter(tensor, requires_grad=False)
 
 
-def _add_module(gm: fx.GraphModule, near: str, module: nn.Module) -> str:
+def add_module(gm: fx.GraphModule, near: str, module: nn.Module) -> str:
     """Register ``module`` in ``gm`` under a new top-level name derived from ``near``; returns the name."""
     base = near.replace(".", "_") + "_" + type(module).__name__.lower()
     name, n = base, 1

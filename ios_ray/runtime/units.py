@@ -1,8 +1,9 @@
 """The callable of each unit, by kind: what a unit computes, bound to a module's weights on one device.
 
-* ``conv``: a :class:`FoldedConv`, its batch-norm folded into weight and bias (eval mode), a prologue batch-norm as
-  a per-channel scale and shift of its input, its residual sum (a second input), its activations by name, run by
-  the program's kernels (a :data:`ConvBinder`, :mod:`~ios_ray.runtime.kernels`); ``sepconv``: two of them.
+* ``conv``: a :class:`FoldedConv`, its batch-norm and multiplies by numbers folded into weight and bias (eval mode),
+  a prologue batch-norm as a per-channel scale and shift of its input, its residual sum (a second input), its
+  activations by name, run by the program's kernels (a :data:`ConvBinder`, :mod:`~ios_ray.runtime.kernels`);
+  ``sepconv``: two of them.
 * ``linear``: a :class:`Dense` (the layer's weight and bias, and the activation its epilogue starts with, where it
   does), run by the program's kernels (a :data:`LinearBinder`).
 * ``conv_transpose``, ``conv3d`` (the layer's own call), ``flatten``, ``shuffle`` (channels in groups,
@@ -240,7 +241,8 @@ def _affine(bn: nn.BatchNorm2d, dtype: torch.dtype) -> tuple[torch.Tensor, torch
 @torch.no_grad()
 def fold(conv: nn.Conv2d, bn: nn.BatchNorm2d | None, attrs: Mapping[str, Any],
          pre_bn: nn.BatchNorm2d | None = None) -> FoldedConv:
-    """A FoldedConv from a conv module, an optional (eval-mode) batch-norm after it and one before it.
+    """A FoldedConv from a conv module, an optional (eval-mode) batch-norm after it and one before it, and the numbers
+    its input and output are multiplied by (``attrs``' ``in_scale`` and ``out_scale``, where it has them).
 
     The folding is computed in at least float32 and rounded once to the conv's dtype (float16 or bfloat16 weights
     would otherwise round at every step of it)."""
@@ -252,6 +254,9 @@ def fold(conv: nn.Conv2d, bn: nn.BatchNorm2d | None, attrs: Mapping[str, Any],
         scale, shift = _affine(bn, wide)
         weight = weight * scale.reshape(-1, 1, 1, 1)
         bias = shift if bias is None else bias * scale + shift
+    if "in_scale" in attrs or "out_scale" in attrs:  # conv(a * x) * b: the weight times a * b, the bias times b
+        weight = weight * (attrs.get("in_scale", 1.0) * attrs.get("out_scale", 1.0))
+        bias = bias * attrs.get("out_scale", 1.0) if bias is not None else None
     pre_scale = pre_shift = None
     if pre_bn is not None:
         pre_scale, pre_shift = (t.reshape(1, -1, 1, 1).to(dtype) for t in _affine(pre_bn, wide))
