@@ -69,6 +69,8 @@ class Program:
 
     def value(self, value: Value, env: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Evaluate a unit input: the channel concat of parts, each the sum of the named outputs."""
+        if len(value.parts) == 1 and len(value.parts[0]) == 1:  # a unit's output as it is: most inputs
+            return env[value.parts[0][0]]
         parts = [_sum([env[s] for s in part]) for part in value.parts]
         return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
 

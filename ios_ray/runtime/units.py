@@ -101,6 +101,11 @@ class CodeCall:
     arg_names: tuple[str, ...]
     constants: Mapping[str, Any]
     sized: Mapping[str, tuple[tuple[int, ...], tuple[bool, ...]]] = field(default_factory=dict)
+    layers: dict[str, nn.Module] = field(init=False, repr=False)  # the submodule each module call calls, by node name
+
+    def __post_init__(self) -> None:
+        self.layers = {node.name: self.module.get_submodule(str(node.target)) for node in self.nodes
+                       if node.op == "call_module"}
 
     def __call__(self, inputs: list[torch.Tensor]) -> torch.Tensor:
         env: dict[str, Any] = dict(zip(self.arg_names, inputs))
@@ -114,7 +119,7 @@ class CodeCall:
                 return torch.empty([s * batch if g else s for s, g in zip(sizes, grows)], device="meta")
             return self.constants[n.name]
         for node in self.nodes:
-            env[node.name] = _run(node, self.module, lookup)
+            env[node.name] = _run(node, self.layers.get(node.name), lookup)
         return env[self.nodes[-1].name]
 
 
@@ -208,12 +213,12 @@ def _step(node: fx.Node, module: fx.GraphModule, constants: Mapping[str, Any]) -
     return CodeCall((node,), module, (source,), constants)
 
 
-def _run(node: fx.Node, module: fx.GraphModule, lookup: Callable[[fx.Node], Any]) -> Any:
-    """Run one fx node with its node arguments looked up."""
+def _run(node: fx.Node, layer: nn.Module | None, lookup: Callable[[fx.Node], Any]) -> Any:
+    """Run one fx node with its node arguments looked up (``layer``: the submodule a module call calls)."""
     args = fx.node.map_arg(node.args, lookup)
     kwargs = fx.node.map_arg(node.kwargs, lookup)
     if node.op == "call_module":
-        return module.get_submodule(str(node.target))(*args, **kwargs)
+        return layer(*args, **kwargs)  # type: ignore[misc]
     if node.op == "call_method":
         return getattr(args[0], str(node.target))(*args[1:], **kwargs)
     return node.target(*args, **kwargs)  # type: ignore[operator]
