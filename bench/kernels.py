@@ -44,6 +44,12 @@ The parts (``--part``):
   conv, a batch-norm and activation after a concatenation of convs folded into each conv; MixNet's mixed convs),
   against the same model imported without those passes (as before 2026-11-27), beside ``torch.compile``, no search.
   Target: never slower beyond noise.
+* ``gate-scalings`` (not run by default): the sequential schedule with fused kernels, a squeeze-excitation scaling
+  ``x * gate`` with the multiplies by numbers after it applied to the gate (NFNet's ``* attn_gain * alpha``) and the
+  residual sum after it of a tensor ``x`` came from added in the same pass (``torch.addcmul``: SE-ResNet's
+  ``se(out) + shortcut``), as imported (:func:`~ios_ray.frontend.patterns.match_scale`), against the same model
+  imported with both left as steps and an add unit (as before 2026-11-27), beside ``torch.compile``, no search.
+  Target: never slower beyond noise.
 * ``versus-compile`` (not run by default): where a model still runs slower with ios-ray than with ``torch.compile``:
   the sequential schedule with eager and with fused kernels beside ``torch.compile`` (default mode) and the model as
   is, no search (the probe behind bench/RESULTS.md's tables of library models against ``torch.compile``). Target:
@@ -54,7 +60,7 @@ The parts (``--part``):
 
 Run: python bench/kernels.py [--models inception_v3,squeezenet] [--batches 1,8] [--rounds 30] [--folder DIR]
 [--part packing|residual|linear-and-opaque|moved-linears|five-dims|path-sums|
-scales|concatenated-convs|versus-compile]
+scales|concatenated-convs|gate-scalings|versus-compile]
 (on 2 cores with the defaults: about 40 minutes of searches on fresh stores, each Inception V3 search 7-9 minutes,
 then the rounds; a run again on the same --folder measures only what its stores lack; exit code 1 when a target is
 missed)
@@ -155,7 +161,7 @@ def residual(models: list[str], batches: list[int], rounds: int, console: Consol
     torch.compile, in interleaved rounds."""
     return _imports_on_and_off(
         "residual sums inside oneDNN's convolution against as add units", "residual convs",
-        lambda: mock.patch("ios_ray.frontend.conv._residual", return_value=None),
+        lambda: mock.patch("ios_ray.frontend.conv.residual_of", return_value=None),
         lambda now, _: sum(1 for unit in now.graph.units if unit.attrs.get("residual")),
         models, batches, rounds, console, names=("in conv", "as a unit"))
 
@@ -221,6 +227,23 @@ def scales(models: list[str], batches: list[int], rounds: int, console: Console)
         "multiplies by numbers folded into the convs' weights against run as steps", "convs with a multiply",
         lambda: mock.patch("ios_ray.frontend.conv.scalar_multiple", return_value=None),
         lambda now, _: sum(1 for unit in now.graph.units if {"in_scale", "out_scale"} & set(unit.attrs)),
+        models, batches, rounds, console)
+
+
+def gate_scalings(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
+    """The sequential schedule with fused kernels, squeeze-excitation scalings with the multiplies by numbers after
+    them applied to the gate and the residual sum after them in the same pass, against both as steps and units of
+    their own, beside torch.compile, in interleaved rounds."""
+    def off() -> ContextManager[object]:
+        stack = contextlib.ExitStack()
+        for name in ("scalar_multiple", "residual_of"):
+            stack.enter_context(mock.patch(f"ios_ray.frontend.patterns.{name}", return_value=None))
+        return stack
+    return _imports_on_and_off(
+        "gate scalings with their factor and residual sum against as steps and an add unit",
+        "scalings with a factor / a residual", off,
+        lambda now, _: "{} / {}".format(*(sum(u.kind == "scale" and key in u.attrs for u in now.graph.units)
+                                          for key in ("factor", "residual"))),
         models, batches, rounds, console)
 
 
@@ -437,7 +460,7 @@ def _ios_ray(*args: str) -> str:
 #: The parts run only when named, each ``(models, batches, rounds, console) -> (table, passed)``.
 ON_DEMAND = {"packing": packing, "residual": residual, "linear-and-opaque": linear_and_opaque,
              "moved-linears": moved_linears, "five-dims": five_dims, "path-sums": path_sums, "scales": scales,
-             "concatenated-convs": concatenated_convs,
+             "concatenated-convs": concatenated_convs, "gate-scalings": gate_scalings,
              "versus-compile": versus_compile}
 
 

@@ -480,15 +480,43 @@ def test_a_narrow_is_a_channel_slice_along_the_channels_only(flat: bool, dim: in
     assert (kinds(imported(Lambda(fn)))["slice"] == 1) == channels
 
 
-def test_squeeze_excitation_is_its_pool_and_convs_plus_one_scale() -> None:
+@pytest.mark.parametrize("then, factor", [(lambda y: y, None), (lambda y: y * 2.0 * 0.2, 0.4),
+                                          (lambda y: (y / 2).mul_(3) + 1, 1.5)], ids=["none", "two", "then-add"])
+def test_squeeze_excitation_is_its_pool_and_convs_plus_one_scale(then: Callable, factor: float | None) -> None:
     def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
         y = m.c(x)
         gate = torch.sigmoid(m.up(F.relu(m.down(y.mean((2, 3), keepdim=True)))))
-        return y * gate
+        return then(y * gate)                   # the multiplies by numbers after the scaling: its factor
     module = Lambda(fn)
     module.down, module.up = nn.Conv2d(8, 2, 1), nn.Conv2d(2, 8, 1)
     result = imported(module)
     assert kinds(result) == Counter({"conv": 3, "pool": 1, "scale": 1})
+    [scaling] = [u for u in result.graph.units if u.kind == "scale"]
+    assert scaling.attrs.get("factor") == pytest.approx(factor) and fused_equals(result, module)
+
+
+@pytest.mark.parametrize("then", [lambda m, x, y, z: F.relu(z * 2.0 + y), lambda m, x, y, z: x + z],
+                         ids=["its-conv's-output", "the-block's-input"])
+def test_a_residual_sum_after_a_scaling_is_the_scalings(then: Callable) -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.c(x)
+        return then(m, x, y, y * torch.sigmoid(m.up(F.relu(m.down(y.mean((2, 3), keepdim=True))))))
+    module = Lambda(fn)
+    module.down, module.up = nn.Conv2d(8, 2, 1), nn.Conv2d(2, 8, 1)
+    result = imported(module)
+    [scaling] = [u for u in result.graph.units if u.kind == "scale"]
+    assert scaling.attrs["residual"] is True and len(scaling.inputs) == 3 and kinds(result)["add"] == 0
+    assert fused_equals(result, module)
+
+
+def test_a_sum_of_a_scaling_and_another_branch_stays_an_add() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.c(x)
+        return y * torch.sigmoid(m.up(F.relu(m.down(y.mean((2, 3), keepdim=True))))) + m.d(x)
+    module = Lambda(fn)
+    module.down, module.up = nn.Conv2d(8, 2, 1), nn.Conv2d(2, 8, 1)
+    result = imported(module)
+    assert kinds(result)["add"] == 1 and not any("residual" in u.attrs for u in result.graph.units)
 
 
 # ----------------------------------------------------------------------------------------------- opaque units

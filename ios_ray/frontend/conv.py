@@ -48,7 +48,7 @@ def match_conv(scope: Scope, node: fx.Node) -> Match | None:
     out_scale = _out_scale(scope, nodes[-1]) if kind == "conv" else None
     if out_scale is not None:
         nodes.append(only_user(nodes[-1]))  # type: ignore[arg-type]  # the multiply
-    residual = _residual(scope, nodes[-1], source) if kind == "conv" else None
+    residual = residual_of(scope, nodes[-1], source) if kind == "conv" else None
     if residual is not None:
         nodes.append(only_user(nodes[-1]))  # type: ignore[arg-type]  # the sum
     act_node = only_user(nodes[-1])
@@ -72,10 +72,10 @@ def match_conv(scope: Scope, node: fx.Node) -> Match | None:
     return Match(kind, refs["id"], inputs, nodes[-1], nodes[-1], prologue + nodes, attrs, refs)
 
 
-def _residual(scope: Scope, out: fx.Node, conv_input: fx.Node) -> fx.Node | None:
-    """The tensor that the only reader of ``out`` (a conv's output) adds to it, where that reader is a plain sum of
-    two tensors of one shape and dtype and the tensor is one ``conv_input`` was computed from (so the conv waits for
-    nothing new); else None."""
+def residual_of(scope: Scope, out: fx.Node, unit_input: fx.Node) -> fx.Node | None:
+    """The tensor that the only reader of ``out`` (a unit's output: a conv's, a scaling's) adds to it, where that
+    reader is a plain sum of two tensors of one shape and dtype and the tensor is one ``unit_input`` was computed from
+    (so the unit waits for nothing new); else None."""
     add = only_user(out)
     if not scope.free(add) or not calls(add, (operator.add, torch.add), ("add",)) or len(add.args) != 2 \
             or add.kwargs:
@@ -85,7 +85,7 @@ def _residual(scope: Scope, out: fx.Node, conv_input: fx.Node) -> fx.Node | None
             or full_shape(other) != full_shape(out) or full_shape(add) != full_shape(out) \
             or _dtype(other) != _dtype(out):
         return None
-    return other if other in ancestors([conv_input]) else None
+    return other if other in ancestors([unit_input]) else None
 
 
 def _dtype(node: fx.Node) -> object:

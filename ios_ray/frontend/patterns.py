@@ -24,8 +24,8 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
 
-from ios_ray.frontend.conv import match_conv
-from ios_ray.frontend.elementwise import elementwise_chain
+from ios_ray.frontend.conv import match_conv, residual_of
+from ios_ray.frontend.elementwise import elementwise_chain, scalar_multiple
 from ios_ray.frontend.match import Match, Scope
 from ios_ray.frontend.nodes import (arg_node, calls, dimension_order, full_shape, is_tensor, is_tuple_of_tensors,
                                     module_of, normalized_kwargs, numel, only_user, pair, shape)
@@ -243,7 +243,10 @@ def _split_dim(node: fx.Node) -> int | None:
 
 
 def match_scale(scope: Scope, node: fx.Node) -> Match | None:
-    """The scaling of a squeeze-excitation gate: ``x * gate`` (either order) with ``gate`` of shape (C, 1, 1)."""
+    """The scaling of a squeeze-excitation gate: ``x * gate`` (either order) with ``gate`` of shape (C, 1, 1), the
+    multiplies by numbers that alone read it, one after another (NFNet's ``* attn_gain * alpha``: their product is the
+    attribute ``factor``, applied to the gate), and a residual sum after them of a tensor ``x`` was computed from
+    (SE-ResNet's ``se(out) + shortcut``; ``residual``, a third input), as the conv pattern takes one."""
     if not calls(node, **_MULS) or len(node.args) != 2 or node.kwargs or \
             not all(is_tensor(a) and a not in scope.constants for a in node.args):
         return None
@@ -251,7 +254,19 @@ def match_scale(scope: Scope, node: fx.Node) -> Match | None:
     for x, gate in ((first, second), (second, first)):
         if len(shape(x)) == 3 and shape(gate) == (shape(x)[0], 1, 1) and shape(node) == shape(x) \
                 and numel(shape(x)[1:]) > 1:
-            return Match("scale", node.name, [x, gate], node, node, [node], {}, {})
+            nodes, factor = [node], 1.0
+            while scope.free(reader := only_user(nodes[-1])) and \
+                    (scaled := scalar_multiple(reader)) is not None and scaled[0] is nodes[-1]:
+                nodes.append(reader)  # type: ignore[arg-type]
+                factor *= scaled[1]
+            attrs: dict[str, Any] = {"factor": factor} if len(nodes) > 1 else {}
+            inputs = [x, gate]
+            residual = residual_of(scope, nodes[-1], x)
+            if residual is not None:
+                nodes.append(only_user(nodes[-1]))  # type: ignore[arg-type]  # the sum
+                inputs.append(residual)
+                attrs["residual"] = True
+            return Match("scale", node.name, inputs, node, nodes[-1], nodes, attrs, {})
     return None
 
 

@@ -7,8 +7,9 @@
 * ``linear``: a :class:`Dense` (the layer's weight and bias, and the activation its epilogue starts with, where it
   does), run by the program's kernels (a :data:`LinearBinder`).
 * ``conv_transpose``, ``conv3d`` (the layer's own call), ``flatten``, ``shuffle`` (channels in groups,
-  transposed), ``slice`` (a range of channels), ``scale`` (``x * gate``): the op itself; ``add``, ``concat`` and
-  ``elementwise``: their input value as it is.
+  transposed), ``slice`` (a range of channels), ``scale`` (``x * gate``, the gate times its ``factor`` and the
+  residual added in the same pass where it has them): the op itself; ``add``, ``concat`` and ``elementwise``: their
+  input value as it is.
 * ``pool``, ``upsample``, ``pad`` and ``opaque``: the original fx code (:class:`CodeCall`), with the unit's inputs
   in place of the tensors it reads; a size value that depends on the batch size and reads a tensor from elsewhere
   reads a meta tensor of that tensor's shape at the input's batch size.
@@ -198,13 +199,23 @@ def _bind_body(unit: Unit, module: fx.GraphModule, nodes: Mapping[str, fx.Node],
     if unit.kind == "slice":
         return lambda inputs: inputs[0][:, attrs["start"]:attrs["stop"]]
     if unit.kind == "scale":
-        return lambda inputs: inputs[0] * inputs[1]
+        return _scaling(attrs.get("factor"), bool(attrs.get("residual")))
     if unit.kind in ("add", "concat", "elementwise"):
         return lambda inputs: inputs[0]
     node = nodes[refs["node"]]
     arg_names = tuple(refs.get("args", [n.name for n in node.all_input_nodes]))
     return CodeCall(tuple(nodes[n] for n in refs.get("nodes", (node.name,))), module, arg_names, constants,
                     refs.get("sized", {}))
+
+
+def _scaling(factor: float | None, residual: bool) -> UnitFn:
+    """A scaling ``x * gate`` (its inputs), times ``factor`` (applied to the small gate), plus its residual (a third
+    input) in the same pass where it has one."""
+    if residual:
+        return lambda inputs: torch.addcmul(inputs[2], inputs[0], inputs[1], value=1.0 if factor is None else factor)
+    if factor is not None:
+        return lambda inputs: inputs[0] * (inputs[1] * factor)
+    return lambda inputs: inputs[0] * inputs[1]
 
 
 def _step(node: fx.Node, module: fx.GraphModule, constants: Mapping[str, Any]) -> CodeCall:
