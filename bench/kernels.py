@@ -161,7 +161,7 @@ def residual(models: list[str], batches: list[int], rounds: int, console: Consol
     torch.compile, in interleaved rounds."""
     return _imports_on_and_off(
         "residual sums inside oneDNN's convolution against as add units", "residual convs",
-        lambda: mock.patch("ios_ray.frontend.conv.residual_of", return_value=None),
+        _all_patched(("ios_ray.frontend.conv.residual_of",), return_value=None),
         lambda now, _: sum(1 for unit in now.graph.units if unit.attrs.get("residual")),
         models, batches, rounds, console, names=("in conv", "as a unit"))
 
@@ -225,7 +225,7 @@ def scales(models: list[str], batches: list[int], rounds: int, console: Console)
     weights against left as steps of their own, beside torch.compile, in interleaved rounds."""
     return _imports_on_and_off(
         "multiplies by numbers folded into the convs' weights against run as steps", "convs with a multiply",
-        lambda: mock.patch("ios_ray.frontend.conv.scalar_multiple", return_value=None),
+        _all_patched(("ios_ray.frontend.conv.scalar_multiple",), return_value=None),
         lambda now, _: sum(1 for unit in now.graph.units if {"in_scale", "out_scale"} & set(unit.attrs)),
         models, batches, rounds, console)
 
@@ -234,11 +234,8 @@ def gate_scalings(models: list[str], batches: list[int], rounds: int, console: C
     """The sequential schedule with fused kernels, squeeze-excitation scalings with the multiplies by numbers after
     them applied to the gate and the residual sum after them in the same pass, against both as steps and units of
     their own, beside torch.compile, in interleaved rounds."""
-    def off() -> ContextManager[object]:
-        stack = contextlib.ExitStack()
-        for name in ("scalar_multiple", "residual_of"):
-            stack.enter_context(mock.patch(f"ios_ray.frontend.patterns.{name}", return_value=None))
-        return stack
+    off = _all_patched(("ios_ray.frontend.patterns.scalar_multiple", "ios_ray.frontend.patterns.residual_of"),
+                       return_value=None)
     return _imports_on_and_off(
         "gate scalings with their factor and residual sum against as steps and an add unit",
         "scalings with a factor / a residual", off,
@@ -252,11 +249,8 @@ def concatenated_convs(models: list[str], batches: list[int], rounds: int, conso
     :mod:`ios_ray.frontend.concats` (alike convs on equal channel slices as one grouped conv; a batch-norm and
     activation after the concatenation folded into each conv) against imported without them, beside torch.compile,
     in interleaved rounds."""
-    def off() -> ContextManager[object]:
-        stack = contextlib.ExitStack()
-        for name in ("split_convs_as_grouped", "norms_into_concatenated_convs"):
-            stack.enter_context(mock.patch(f"ios_ray.frontend.{name}", side_effect=lambda gm: gm))
-        return stack
+    off = _all_patched(("ios_ray.frontend.split_convs_as_grouped", "ios_ray.frontend.norms_into_concatenated_convs"),
+                       side_effect=lambda gm: gm)
     return _imports_on_and_off(
         "concatenated convs as grouped convs and with their batch-norm against as imported before", "units now / before",
         off, lambda now, before: f"{len(now.graph.units)} / {len(before.graph.units)}", models, batches, rounds,
@@ -268,10 +262,20 @@ def _pass_on_and_off(name: str, kind: str, title: str, count: str, models: list[
     """Each model imported as now against imported without the import pass ``name`` (of :mod:`ios_ray.frontend`),
     the units of ``kind`` it adds counted."""
     return _imports_on_and_off(
-        title, count, lambda: mock.patch(f"ios_ray.frontend.{name}", side_effect=lambda gm: gm),
+        title, count, _all_patched((f"ios_ray.frontend.{name}",), side_effect=lambda gm: gm),
         lambda now, before: sum(u.kind == kind for u in now.graph.units) - sum(u.kind == kind for u in
                                                                                 before.graph.units),
         models, batches, rounds, console)
+
+
+def _all_patched(targets: tuple[str, ...], **how: object) -> Callable[[], ContextManager[object]]:
+    """What patches each of ``targets`` as ``mock.patch(target, **how)`` does, all together, for a with block."""
+    def patched() -> ContextManager[object]:
+        stack = contextlib.ExitStack()
+        for target in targets:
+            stack.enter_context(mock.patch(target, **how))  # type: ignore[call-overload]
+        return stack
+    return patched
 
 
 def _imports_on_and_off(title: str, count: str, off: Callable[[], ContextManager[object]],
