@@ -282,8 +282,9 @@ def _imports_on_and_off(title: str, count: str, off: Callable[[], ContextManager
                         counted: Callable[[Imported, Imported], object], models: list[str], batches: list[int],
                         rounds: int, console: Console, names: tuple[str, str] = ("now", "before")
                         ) -> tuple[Table, bool]:
-    """Each model imported as now against imported with ``off()`` patched in (a rule or pass of the import off), in
-    a :func:`_versus_table` titled ``title`` whose ``count`` column holds ``counted(now, before)``."""
+    """Each model imported as now against imported with ``off()`` patched in (a rule or pass of the import off), both
+    bound with fused kernels, in a :func:`_versus_table` titled ``title`` whose ``count`` column holds
+    ``counted(now, before)``."""
     table = _versus_table(title, [count], *names)
     passed = True
     for model in models:
@@ -291,8 +292,8 @@ def _imports_on_and_off(title: str, count: str, off: Callable[[], ContextManager
         now = import_model(loaded)
         with off():
             before = import_model(loaded)
-        passed &= _two_imports(table, loaded, dict(zip(names, (now, before))), [str(counted(now, before))], batches,
-                               rounds, console)
+        programs = {name: Programs(imported)("cpu", "fused") for name, imported in zip(names, (now, before))}
+        passed &= _two_programs(table, loaded, programs, [str(counted(now, before))], batches, rounds, console)
     return table, passed
 
 
@@ -320,13 +321,6 @@ def versus_compile(models: list[str], batches: list[int], rounds: int, console: 
                           _cell(timed.ratio("fused", "torch.compile")), _cell(timed.ratio("fused", AS_IS)),
                           "PASS" if ok else "FAIL")
     return table, passed
-
-
-def _two_imports(table: Table, loaded: Model, imports: dict[str, Imported], counts: list[str], batches: list[int],
-                 rounds: int, console: Console) -> bool:
-    """:func:`_two_programs` of two imports of one model, each bound with fused kernels."""
-    programs = {name: Programs(imported)("cpu", "fused") for name, imported in imports.items()}
-    return _two_programs(table, loaded, programs, counts, batches, rounds, console)
 
 
 def _two_programs(table: Table, loaded: Model, programs: dict[str, Program], counts: list[str], batches: list[int],

@@ -18,18 +18,17 @@ cost in channels-last memory.
 from __future__ import annotations
 
 import operator
-from typing import cast
+from typing import Any, Mapping, cast
 
 import torch
 import torch.fx as fx
 from torch import nn
 
 from ios_ray.frontend.activations import activation_of
-from ios_ray.frontend.nodes import arg_node, calls, eval_batch_norm, full_shape, module_of, only_user
+from ios_ray.frontend.nodes import CONCATENATIONS, arg_node, calls, eval_batch_norm, full_shape, module_of, only_user
 from ios_ray.frontend.patterns import channel_slice
 from ios_ray.frontend.rewrites import add_module
 
-_CATS = (torch.cat, torch.concat)
 Pair = tuple[int, int]
 
 
@@ -41,12 +40,14 @@ def norms_into_concatenated_convs(gm: fx.GraphModule) -> fx.GraphModule:
     for node in list(gm.graph.nodes):
         parts = _concatenated_convs(gm, node)
         step = only_user(node) if parts is not None else None
-        if parts is None or step is None or eval_batch_norm(gm, step) is None or step.args != (node,):
+        bn = eval_batch_norm(gm, step)
+        if parts is None or step is None or bn is None or step.args != (node,):
             continue
-        _move_into_parts(node, step, _norms_of_parts(gm, step, parts))
+        _move_into_parts(node, step, _norms_of_parts(gm, step, bn, parts))
         step = only_user(node)
         if step is not None and activation_of(gm, step) is not None and step.all_input_nodes == [node]:
-            _move_into_parts(node, step, [_call_on(gm, step, part) for part in node.args[0]])
+            _move_into_parts(node, step, [_call_after(gm, part, step.op, step.target, step.args[1:], step.kwargs)
+                                          for part in node.args[0]])
     return gm
 
 
@@ -120,7 +121,7 @@ def _erase_unread(nodes: list[fx.Node]) -> None:
 def _concatenated_convs(gm: fx.GraphModule, node: fx.Node) -> list[fx.Node] | None:
     """The parts of a 4-D concatenation along the channels whose parts are all ``nn.Conv2d`` calls that nothing else
     reads (not even for a size)."""
-    if not calls(node, _CATS) or len(full_shape(node) or ()) != 4:
+    if not calls(node, CONCATENATIONS) or len(full_shape(node) or ()) != 4:
         return None
     tensors = node.args[0] if node.args else None  # as captures write it: torch.cat(tensors, dim)
     dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
@@ -131,15 +132,13 @@ def _concatenated_convs(gm: fx.GraphModule, node: fx.Node) -> list[fx.Node] | No
     return None
 
 
-def _norms_of_parts(gm: fx.GraphModule, step: fx.Node, parts: list[fx.Node]) -> list[fx.Node]:
-    """For each part, a call of a copy of the batch-norm ``step`` calls, cut to the part's channels."""
-    bn = eval_batch_norm(gm, step)
-    assert bn is not None, "the pass moves eval-mode batch-norms only"
+def _norms_of_parts(gm: fx.GraphModule, step: fx.Node, bn: nn.BatchNorm2d, parts: list[fx.Node]) -> list[fx.Node]:
+    """For each part, a call of a copy of ``bn`` (the batch-norm ``step`` calls) cut to the part's channels."""
     calls_, start = [], 0
     for part in parts:
         channels = full_shape(part)[1]  # type: ignore[index]
-        cut = _channels_of(bn, start, start + channels)
-        calls_.append(_call_of(gm, add_module(gm, str(step.target), cut), part))
+        cut = add_module(gm, str(step.target), _channels_of(bn, start, start + channels))
+        calls_.append(_call_after(gm, part, "call_module", cut))
         start += channels
     return calls_
 
@@ -156,19 +155,12 @@ def _channels_of(bn: nn.BatchNorm2d, start: int, stop: int) -> nn.BatchNorm2d:
     return cut
 
 
-def _call_of(gm: fx.GraphModule, target: str, part: fx.Node) -> fx.Node:
-    """A call of submodule ``target`` on ``part``, placed after it, with its shape and batch layout."""
+def _call_after(gm: fx.GraphModule, part: fx.Node, op: str, target: Any, rest: tuple[Any, ...] = (),
+                kwargs: Mapping[str, Any] | None = None) -> fx.Node:
+    """A node of ``op`` and ``target`` on ``part`` (then ``rest`` and ``kwargs``), placed after it, with its shape
+    and batch layout (a step that keeps them: a batch-norm, an activation)."""
     with gm.graph.inserting_after(part):
-        call = gm.graph.call_module(target, (part,))
-    call.meta = dict(part.meta)
-    return call
-
-
-def _call_on(gm: fx.GraphModule, step: fx.Node, part: fx.Node) -> fx.Node:
-    """``step``'s op (an activation of its one input) on ``part`` instead, placed after it, with its shape and batch
-    layout."""
-    with gm.graph.inserting_after(part):
-        call = gm.graph.create_node(step.op, step.target, (part, *step.args[1:]), dict(step.kwargs))
+        call = gm.graph.create_node(op, target, (part, *rest), dict(kwargs or {}))
     call.meta = dict(part.meta)
     return call
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import operator
 from typing import Any, Sequence, TypeGuard, TypeVar, cast
 
 import torch
@@ -14,6 +15,9 @@ from torch.nn.modules import module as torch_module
 
 #: Bytes per element of float32 (activation and weight traffic of units).
 F32 = 4
+#: The functions that concatenate tensors, and those that multiply two (the tensor method is ``mul``).
+CONCATENATIONS = (torch.cat, torch.concat)
+MULTIPLIES = (operator.mul, torch.mul)
 
 
 def hashable(target: Any) -> bool:

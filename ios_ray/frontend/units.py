@@ -29,7 +29,7 @@ from ios_ray.blocks import find_blocks
 from ios_ray.errors import ImportRefused
 from ios_ray.frontend.elementwise import elementwise_chain, elementwise_step
 from ios_ray.frontend.match import Match, Scope
-from ios_ray.frontend.nodes import (F32, arg_nodes, constant_nodes, evaluate_constant, full_shape, is_batch_folded,
+from ios_ray.frontend.nodes import (CONCATENATIONS, F32, arg_nodes, constant_nodes, evaluate_constant, full_shape, is_batch_folded,
                                     is_batch_size, is_tensor, is_tuple_of_tensors, numel, only_user, op_name, readers,
                                     sample_layout, shape)
 from ios_ray.frontend.patterns import find_matches
@@ -37,7 +37,6 @@ from ios_ray.frontend.report import op_kind
 from ios_ray.ir import GRAPH_INPUT, Graph, Unit, Value
 
 _ADDS = (operator.add, torch.add, "add")
-_CATS = (torch.cat, torch.concat)
 
 
 def build_graph(gm: fx.GraphModule, name: str, input_shape: tuple[int, ...]) -> tuple[Graph, dict[str, Any]]:
@@ -86,7 +85,7 @@ class _Walk:
             return
         elif _target_in(node, _ADDS) and self._foldable_add(node):
             self._fold(node, (tuple(s for a in arg_nodes(node.args) for s in self.values[a].parts[0]),))
-        elif _target_in(node, _CATS) and self._foldable_cat(node):
+        elif _target_in(node, CONCATENATIONS) and self._foldable_cat(node):
             self._fold(node, tuple(p for a in arg_nodes(node.args[0]) for p in self.values[a].parts))
         elif not self._add_elementwise(node):
             self._add_opaque(node)
