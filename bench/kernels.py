@@ -50,6 +50,12 @@ The parts (``--part``):
   ``se(out) + shortcut``), as imported (:func:`~ios_ray.frontend.patterns.match_scale`), against the same model
   imported with both left as steps and an add unit (as before 2026-11-27), beside ``torch.compile``, no search.
   Target: never slower beyond noise.
+* ``parallel-branches`` (not run by default): the sequential schedule with fused kernels, sums of parallel conv
+  branches on one input (RepVGG's, MobileOne's, FastViT's and RepGhostNet's training-time blocks: convs with their
+  batch-norms, a batch-norm of the input, the input) imported as one conv each
+  (:func:`~ios_ray.frontend.branches.branches_as_one_conv`), against the same model imported without that pass (as
+  before 2026-11-28: a conv unit per branch and the sums as add units), beside ``torch.compile``, no search. Target:
+  never slower beyond noise.
 * ``versus-compile`` (not run by default): where a model still runs slower with ios-ray than with ``torch.compile``:
   the sequential schedule with eager and with fused kernels beside ``torch.compile`` (default mode) and the model as
   is, no search (the probe behind bench/RESULTS.md's tables of library models against ``torch.compile``). Target:
@@ -60,7 +66,7 @@ The parts (``--part``):
 
 Run: python bench/kernels.py [--models inception_v3,squeezenet] [--batches 1,8] [--rounds 30] [--folder DIR]
 [--part packing|residual|linear-and-opaque|moved-linears|five-dims|path-sums|
-scales|concatenated-convs|gate-scalings|versus-compile]
+scales|concatenated-convs|gate-scalings|parallel-branches|versus-compile]
 (on 2 cores with the defaults: about 40 minutes of searches on fresh stores, each Inception V3 search 7-9 minutes,
 then the rounds; a run again on the same --folder measures only what its stores lack; exit code 1 when a target is
 missed)
@@ -255,6 +261,16 @@ def concatenated_convs(models: list[str], batches: list[int], rounds: int, conso
         "concatenated convs as grouped convs and with their batch-norm against as imported before", "units now / before",
         off, lambda now, before: f"{len(now.graph.units)} / {len(before.graph.units)}", models, batches, rounds,
         console)
+
+
+def parallel_branches(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
+    """The sequential schedule with fused kernels, sums of parallel conv branches on one input imported as one conv
+    (:func:`~ios_ray.frontend.branches.branches_as_one_conv`) against imported as a conv per branch and add units,
+    beside torch.compile, in interleaved rounds."""
+    off = _all_patched(("ios_ray.frontend.branches_as_one_conv",), side_effect=lambda gm: gm)
+    return _imports_on_and_off(
+        "parallel conv branches as one conv against a conv per branch and their sums", "units now / before", off,
+        lambda now, before: f"{len(now.graph.units)} / {len(before.graph.units)}", models, batches, rounds, console)
 
 
 def _pass_on_and_off(name: str, kind: str, title: str, count: str, models: list[str], batches: list[int],
@@ -459,7 +475,7 @@ def _ios_ray(*args: str) -> str:
 ON_DEMAND = {"packing": packing, "residual": residual, "linear-and-opaque": linear_and_opaque,
              "moved-linears": moved_linears, "five-dims": five_dims, "path-sums": path_sums, "scales": scales,
              "concatenated-convs": concatenated_convs, "gate-scalings": gate_scalings,
-             "versus-compile": versus_compile}
+             "parallel-branches": parallel_branches, "versus-compile": versus_compile}
 
 
 def main() -> int:

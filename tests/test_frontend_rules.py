@@ -169,10 +169,10 @@ def test_every_spelling_of_an_activation_fuses_into_the_conv(text: str, spelling
 
 def test_a_residual_sum_and_its_activation_are_the_convs_where_its_input_came_from_the_tensor_added() -> None:
     def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
-        out = m.bn(m.c(x))
-        out += x                    # c's input is x: the sum and the ReLU after it are c's
+        out = m.bn(m.c(torch.sigmoid(x)))
+        out += x                    # c's input came from x: the sum and the ReLU after it are c's
         out = F.relu(out, inplace=True)
-        return m.d(out) + out       # d's input is out: this sum is d's too (no activation)
+        return m.d(torch.sigmoid(out)) + out    # d's input came from out: this sum is d's too (no activation)
     result = imported(Lambda(fn))
     assert [(u.id, u.kind, u.attrs.get("residual"), u.attrs["act"], len(u.inputs)) for u in result.graph.units] == [
         ("c", "conv", True, "relu", 2), ("d", "conv", True, None, 2)]
@@ -181,7 +181,7 @@ def test_a_residual_sum_and_its_activation_are_the_convs_where_its_input_came_fr
 
 def test_activation_after_a_sum_of_two_branches_fuses_into_the_add() -> None:
     def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
-        return F.relu(m.bn(m.c(x)) + m.d(x))  # neither conv's input came from the other's output: side by side
+        return F.relu(m.bn(m.c(x)) + m.d(torch.sigmoid(x)))  # neither conv's input came from the other's output
     result = imported(Lambda(fn))
     add = [u for u in result.graph.units if u.kind == "add"]
     assert add[0].attrs["epilogue"] == ("relu",) and kinds(result)["opaque"] == 0
@@ -189,9 +189,9 @@ def test_activation_after_a_sum_of_two_branches_fuses_into_the_add() -> None:
 
 
 def test_activation_read_by_one_conv_is_its_pre_activation() -> None:
-    result = imported(Lambda(lambda m, x: m.d(torch.relu(m.c(x) + m.bn(x)))))  # a sum of two branches
+    result = imported(Lambda(lambda m, x: m.d(torch.relu(m.c(x) + torch.sigmoid(x)))))  # a sum of two branches
     assert [u.attrs["pre_act"] for u in result.graph.units if u.id == "d"] == ["relu"]
-    result = imported(Lambda(lambda m, x: m.d(torch.relu(m.c(x) + x))))  # a residual sum: c's, with the ReLU
+    result = imported(Lambda(lambda m, x: m.d(torch.relu(m.c(m.bn(x)) + x))))  # a residual sum: c's, with the ReLU
     assert [(u.id, u.attrs["act"], u.attrs["pre_act"]) for u in result.graph.units] == [("c", "relu", None),
                                                                                        ("d", None, None)]
 
@@ -232,7 +232,7 @@ def test_pre_activation_batch_norm_is_the_convs_prologue() -> None:
 def test_batch_norm_read_by_two_convs_is_no_prologue() -> None:
     def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
         y = m.bn(x)
-        return m.c(y) + m.d(y)
+        return torch.cat([m.c(y), m.d(y)], 1)
     result = imported(Lambda(fn))
     assert not any("pre_norm" in u.attrs for u in result.graph.units)
     assert kinds(result)["elementwise"] == 1
@@ -255,7 +255,7 @@ SCALINGS: list[Callable[[torch.Tensor], torch.Tensor]] = [
 def test_multiplies_by_a_number_before_and_after_a_conv_fold_into_its_weights(spelling: Callable) -> None:
     def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
         y = m.c(spelling(F.relu(x)))                    # c: its pre-activation, then the multiply
-        return F.relu(spelling(m.bn(m.d(y))) + y)       # d: after its batch-norm; the sum after it is d's too
+        return F.relu(spelling(m.bn(m.d(y))) + x)       # d: after its batch-norm; the sum after it is d's too
     result = imported(Lambda(fn))
     assert [(u.id, u.attrs.get("in_scale"), u.attrs.get("out_scale"), u.attrs["pre_act"], u.attrs.get("residual"),
              u.attrs["act"]) for u in result.graph.units] == [("c", 0.5, None, "relu", None, None),
@@ -266,7 +266,7 @@ def test_multiplies_by_a_number_before_and_after_a_conv_fold_into_its_weights(sp
     lambda m, x: m.c(x) * 100.0,                            # beyond what the weights absorb: a step
     lambda m, x: m.c(x) * m.gamma,                          # a constant tensor: a step
     lambda m, x: (lambda y: y * 0.5 + y)(m.c(x)),           # the conv's output read by more than the multiply
-    lambda m, x: (lambda z: m.c(z) + z)(x * 0.5),           # the product read by more than the conv
+    lambda m, x: (lambda z: m.c(z) * z)(x * 0.5),           # the product read by more than the conv
 ], ids=["large", "tensor", "output-read-twice", "product-read-twice"])
 def test_a_multiply_that_the_weights_cannot_absorb_alone_stays_a_step(fn: Callable) -> None:
     module = Lambda(fn)
@@ -438,6 +438,103 @@ def test_split_attentions_sums_over_paths_are_sums_of_the_paths(stacked: bool, p
 def test_paths_read_by_anything_but_a_sum_stay_one_tensor() -> None:
     result = imported(SplitAttention(stacked=False, largest_too=True), shape=(3, 6, 6))
     assert [u.shape for u in result.graph.units if len(u.shape) == 4 and u.shape[2:] != (1, 1)] == [(2, 4, 6, 6)]
+
+
+# ---------------------------------------------------------------------------------- parallel conv branches
+
+
+class Branches(nn.Module):
+    """A block of parallel branches on one input, summed, then an activation: RepVGG's (a 3x3 conv and a 1x1 conv,
+    each with its batch-norm, and a batch-norm of the input), MobileOne's (three depthwise 3x3 convs and a depthwise
+    1x1 each with its batch-norm, the input's batch-norm, summed in place as timm does) and others."""
+
+    def __init__(self, style: str) -> None:
+        super().__init__()
+        self.style = style
+        groups = 8 if style == "mobileone" else 1
+        if style == "asymmetric":  # ACNet: 3x3, 1x3 and 3x1 on one input
+            shapes = [((3, 3), (1, 1)), ((1, 3), (0, 1)), ((3, 1), (1, 0))]
+        elif style == "dilated":
+            shapes = [((3, 3), (2, 2)), ((1, 1), (0, 0))]
+        else:
+            shapes = [((3, 3), (1, 1))] * (3 if style == "mobileone" else 1) + [((1, 1), (0, 0))]
+        stride, dilation = (2 if style == "strided" else 1), (2 if style == "dilated" else 1)
+        self.convs = nn.ModuleList(nn.Conv2d(8, 8, k, stride, p, dilation, groups,
+                                             bias=style == "plain") for k, p in shapes)
+        self.norms = nn.ModuleList(nn.BatchNorm2d(8) for _ in shapes)
+        self.identity = nn.BatchNorm2d(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.style == "plain":  # convs with biases and the input itself
+            return F.relu(self.convs[0](x) + self.convs[1](x) + x)
+        if self.style == "difference":
+            return self.convs[0](x) - self.norms[1](self.convs[1](x))
+        out = self.norms[0](self.convs[0](x))
+        for i in range(1, len(self.convs)):
+            out += self.norms[i](self.convs[i](x))
+        if self.style in ("repvgg", "mobileone"):
+            out += self.identity(x)
+        return F.relu(out)
+
+
+@pytest.mark.parametrize("style", ["repvgg", "mobileone", "plain", "difference", "strided", "asymmetric", "dilated"])
+def test_parallel_conv_branches_on_one_input_summed_are_one_conv(style: str) -> None:
+    module = Branches(style)
+    result = imported(module)
+    assert [u.kind for u in result.graph.units] == ["conv"], kinds(result)
+    unit = result.graph.units[0]
+    assert unit.attrs["act"] == (None if style == "difference" else "relu")
+    assert unit.attrs["kernel"] == (3, 3) and unit.attrs["groups"] == (8 if style == "mobileone" else 1)
+    assert fused_equals(result, module)
+    assert all(c.weight.shape[2:] == c.kernel_size for c in module.convs), "the user's convs stay as they were"
+
+
+@pytest.mark.parametrize("fn, convs", [
+    (lambda m, x: m.c(x) + m.d(F.relu(x)), 2),                     # on two inputs
+    (lambda m, x: (lambda y: y + m.d(x) + y.mean())(m.c(x)), 2),   # a branch read elsewhere too
+    (lambda m, x: m.bn(m.c(x)) + m.d(x) + m.gamma, 1),             # a term that is no branch: added after
+    (lambda m, x: m.c(x) + m.dilated(x), 2),                       # dilations differ
+], ids=["two-inputs", "read-elsewhere", "other-term", "dilations"])
+def test_branches_that_are_no_one_conv_stay_convs(fn: Callable, convs: int) -> None:
+    module = Lambda(fn)
+    module.gamma = nn.Parameter(torch.rand(8, 1, 1))
+    module.dilated = nn.Conv2d(8, 8, 3, padding=2, dilation=2)
+    result = imported(module)
+    assert kinds(result)["conv"] == convs, kinds(result)
+    assert fused_equals(result, module)
+
+
+@pytest.mark.parametrize("spelling", [lambda y, g: y * g, lambda y, g: g.reshape(1, -1, 1, 1) * y,
+                                      lambda y, g: y.mul(g), lambda y, g: y * 0.5, lambda y, g: y / 4])
+def test_branches_weighed_by_a_number_or_a_layer_scale_are_one_conv(spelling: Callable) -> None:
+    """FastViT's token mixer: ``x + gamma * (mixer(x) - norm(x))``, the mixer a sum of branches, the norm a
+    batch-norm of x; gamma a layer scale of shape (C, 1, 1) or a number."""
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        return x + spelling(m.bn(m.c(x)) + m.d(x) - m.norm(x), m.gamma)
+    module = Lambda(fn)
+    module.gamma, module.norm = nn.Parameter(torch.rand(8, 1, 1)), nn.BatchNorm2d(8)
+    result = imported(module)
+    assert [u.kind for u in result.graph.units] == ["conv"] and result.graph.units[0].inputs[0].parts == (("@input",),)
+    assert fused_equals(result, module)
+
+
+def test_a_conv_weighed_by_a_layer_scale_is_one_conv_with_the_residual_sum() -> None:
+    """FastViT's and ConvNeXt's ``x + gamma * conv(h)``, h computed from x: the layer scale folds into the conv's
+    weights, so the sum is the conv's residual sum; a multiply by a number alone stays the conv's ``out_scale``."""
+    module = Lambda(lambda m, x: x + m.gamma * m.d(F.relu(m.c(x))))
+    module.gamma = nn.Parameter(torch.rand(8, 1, 1))
+    result = imported(module)
+    assert [(u.kind, u.attrs.get("residual"), u.attrs.get("epilogue")) for u in result.graph.units] == [
+        ("conv", None, None), ("conv", True, None)]
+    assert fused_equals(result, module)
+    result = imported(Lambda(lambda m, x: x + m.d(F.relu(m.c(x))) * 0.5))
+    assert [u.attrs.get("out_scale") for u in result.graph.units] == [None, 0.5]
+
+
+def test_an_add_of_zero_is_dropped_where_it_keeps_the_dtype() -> None:
+    gm = drop_eval_identities(captured(Lambda(lambda m, x: (m.c(x) + 0) - 0 + (0 + m.d(x)) + ((x > 0) + 0.0))))
+    assert sum(n.op in ("call_function", "call_method") and "add" in str(n.target) for n in gm.graph.nodes) == 3
+    assert sum(n.op in ("call_function", "call_method") and "sub" in str(n.target) for n in gm.graph.nodes) == 0
 
 
 # ------------------------------------------------------------------------------ shuffles, slices and SE gates

@@ -15,14 +15,16 @@ code in their style import into the same units as the zoo):
    :func:`~ios_ray.frontend.outputs.one_output` makes the graph return one tensor (the only tensor of a dict, tuple
    or list, or several flattened and concatenated) and :class:`Imported` keeps the structure the model returns.
 2. :mod:`~ios_ray.frontend.rewrites`: in-place ops become out-of-place; what is the identity in eval mode
-   (dropout, ``nn.Identity``, stochastic depth, ``contiguous``, a multiply by 1) vanishes; views become reshapes; eval
-   ``F.batch_norm`` calls become ``nn.BatchNorm2d`` calls, ``F.conv2d`` and ``F.linear`` on parameters
-   ``nn.Conv2d`` and ``nn.Linear`` calls; a linear layer on a tensor whose batch a transpose moved runs before the
-   transpose (``nn.MultiheadAttention`` computes its projection once, as a linear unit); timm's TensorFlow-"SAME"
-   layers and convs padded ``"same"`` or ``"valid"`` become a pad and the plain torch layer. Then convs on equal
-   channel slices of one tensor, concatenated, become one grouped conv, and a batch-norm and activation after a
-   concatenation of convs move onto each conv (:mod:`~ios_ray.frontend.concats`: MixNet's mixed convs), and split
-   attention's sums over paths become sums of the paths (:mod:`~ios_ray.frontend.paths`).
+   (dropout, ``nn.Identity``, stochastic depth, ``contiguous``, a multiply by 1, an add of 0) vanishes; views become
+   reshapes; eval ``F.batch_norm`` calls become ``nn.BatchNorm2d`` calls, ``F.conv2d`` and ``F.linear`` on
+   parameters ``nn.Conv2d`` and ``nn.Linear`` calls; a linear layer on a tensor whose batch a transpose moved runs
+   before the transpose (``nn.MultiheadAttention`` computes its projection once, as a linear unit); timm's
+   TensorFlow-"SAME" layers and convs padded ``"same"`` or ``"valid"`` become a pad and the plain torch layer. Then
+   a linear combination of parallel conv branches on one input becomes one conv (:mod:`~ios_ray.frontend.branches`:
+   RepVGG's and MobileOne's training-time blocks), convs on equal channel slices of one tensor, concatenated, become
+   one grouped conv, and a batch-norm and activation after a concatenation of convs move onto each conv
+   (:mod:`~ios_ray.frontend.concats`: MixNet's mixed convs), and split attention's sums over paths become sums of
+   the paths (:mod:`~ios_ray.frontend.paths`).
 3. :func:`~ios_ray.frontend.sizes.fold_sizes`: arithmetic on sizes becomes literals (all but the batch size).
 4. :mod:`~ios_ray.frontend.patterns` groups nodes into units (convs with their batch-norms and activations, pools,
    linears, flattens, channel shuffles and slices, squeeze-excitation scalings), each with its epilogue of
@@ -54,6 +56,7 @@ from ios_ray.frontend.report import OPAQUE_WARNING_SHARE, OpaqueReport, opaque_r
 from ios_ray.frontend.rewrites import (batch_norms_as_modules, drop_eval_identities, functional_convs_as_modules,
                                       functional_linears_as_modules, functionalize, linears_before_batch_moves,
                                       same_padding_as_torch_layers, views_as_reshapes)
+from ios_ray.frontend.branches import branches_as_one_conv
 from ios_ray.frontend.concats import norms_into_concatenated_convs, split_convs_as_grouped
 from ios_ray.frontend.paths import path_sums
 from ios_ray.frontend.outputs import BARE, OutputStructure, one_output, output_structure, output_tensor
@@ -95,7 +98,7 @@ def import_module(module: nn.Module, example_input: torch.Tensor, name: str | No
         gm = views_as_reshapes(drop_eval_identities(functionalize(gm)))
         gm = functional_linears_as_modules(functional_convs_as_modules(batch_norms_as_modules(gm)))
         gm = same_padding_as_torch_layers(linears_before_batch_moves(gm))
-        gm = path_sums(norms_into_concatenated_convs(split_convs_as_grouped(gm)))
+        gm = path_sums(norms_into_concatenated_convs(split_convs_as_grouped(branches_as_one_conv(gm))))
         gm = fold_sizes(gm)
         graph, constants = build_graph(gm, name, tuple(example_input.shape[1:]))
     return Imported(dataclasses.replace(graph, memory_format=module_memory_format(module)), gm, constants, output)

@@ -32,8 +32,8 @@ from torch import nn
 from ios_ray.frontend.activations import activation_of
 from ios_ray.frontend.elementwise import scalar_multiple
 from ios_ray.frontend.match import Match, Scope
-from ios_ray.frontend.nodes import (ancestors, arg_node, calls, eval_batch_norm, full_shape, is_tensor, module_of,
-                                    only_user)
+from ios_ray.frontend.nodes import (ancestors, arg_node, calls, dtype_of, eval_batch_norm, full_shape, is_tensor,
+                                    module_of, only_user)
 
 
 def match_conv(scope: Scope, node: fx.Node) -> Match | None:
@@ -83,15 +83,9 @@ def residual_of(scope: Scope, out: fx.Node, unit_input: fx.Node) -> fx.Node | No
     other = add.args[1] if add.args[0] is out else add.args[0]
     if other is out or not is_tensor(other) or other in scope.constants or other.op == "get_attr" \
             or full_shape(other) != full_shape(out) or full_shape(add) != full_shape(out) \
-            or _dtype(other) != _dtype(out):
+            or dtype_of(other) != dtype_of(out):
         return None
     return other if other in ancestors([unit_input]) else None
-
-
-def _dtype(node: fx.Node) -> object:
-    """The dtype of a node's tensor, as shape propagation recorded it (None where it did not)."""
-    meta = node.meta.get("tensor_meta")
-    return getattr(meta, "dtype", None)
 
 
 def _conv_body(gm: fx.GraphModule, node: fx.Node, conv: nn.Conv2d) -> tuple[str, list[fx.Node], dict[str, Any]]:

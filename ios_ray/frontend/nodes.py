@@ -47,6 +47,11 @@ def full_shape(node: Any) -> tuple[int, ...] | None:
     return tuple(meta.shape) if meta is not None and hasattr(meta, "shape") else None
 
 
+def dtype_of(node: fx.Node) -> torch.dtype | None:
+    """The dtype of a node's tensor, as shape propagation recorded it (None where it did not)."""
+    return getattr(node.meta.get("tensor_meta"), "dtype", None)
+
+
 def pair(value: Any) -> Any:
     """A layer's size argument as a tuple: an int ``k`` as ``(k, k)``, a list as a tuple; None stays None."""
     if value is None:

@@ -51,8 +51,9 @@ from torch import nn
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
 from ios_ray.frontend.elementwise import scalar_multiple
-from ios_ray.frontend.nodes import (arg_node, call_arguments, constant_nodes, dimension_order, evaluate_constant,
-                                   full_shape, hashable, holds_batch_first, module_of, pair, signature_of)
+from ios_ray.frontend.nodes import (arg_node, call_arguments, calls, constant_nodes, dimension_order, dtype_of,
+                                   evaluate_constant, full_shape, hashable, holds_batch_first, module_of, pair,
+                                   signature_of)
 
 _OUT_OF_PLACE_FUNCTIONS: dict[Any, Any] = {
     operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
@@ -112,11 +113,12 @@ def _takes_inplace(target: Any) -> bool:
 
 
 def drop_eval_identities(gm: fx.GraphModule) -> fx.GraphModule:
-    """Dropout, ``nn.Identity``, eval-mode stochastic depth, ``contiguous`` and a multiply by 1 that keeps its
-    input's dtype and shape (NF-ResNet's first ``x * beta``) are removed from the graph."""
+    """Dropout, ``nn.Identity``, eval-mode stochastic depth, ``contiguous``, and a multiply by 1 or an add of 0 that
+    keeps its input's dtype and shape (NF-ResNet's first ``x * beta``, MobileOne's ``out += 0`` for a missing
+    branch) are removed from the graph."""
     for node in list(gm.graph.nodes):
-        if (times_one := _times_one(node)) is not None:
-            node.replace_all_uses_with(times_one)
+        if (unchanged := _unchanged(node)) is not None:
+            node.replace_all_uses_with(unchanged)
             gm.graph.erase_node(node)
         elif _is_eval_identity(gm, node):
             source = node.args[0] if node.args else node.kwargs.get("input")
@@ -125,14 +127,26 @@ def drop_eval_identities(gm: fx.GraphModule) -> fx.GraphModule:
     return gm
 
 
-def _times_one(node: fx.Node) -> fx.Node | None:
-    """The tensor a node multiplies by 1, where the product has that tensor's dtype and shape; else None."""
+def _unchanged(node: fx.Node) -> fx.Node | None:
+    """The tensor a node multiplies by 1 or adds 0 to (or subtracts 0 from), where the result has that tensor's
+    dtype and shape; else None."""
     scaled = scalar_multiple(node)
-    if scaled is None or scaled[1] != 1.0:
+    source = scaled[0] if scaled is not None and scaled[1] == 1.0 else _plus_zero(node)
+    if source is None or dtype_of(source) != dtype_of(node) or dtype_of(node) is None:
         return None
-    source, meta = scaled[0], node.meta.get("tensor_meta")
-    kept = getattr(source.meta.get("tensor_meta"), "dtype", None) == getattr(meta, "dtype", False)
-    return source if kept and full_shape(source) == full_shape(node) else None
+    return source if full_shape(source) == full_shape(node) else None
+
+
+def _plus_zero(node: fx.Node) -> fx.Node | None:
+    """The tensor in ``x + 0``, ``0 + x`` or ``x - 0`` (the number an int or float), or None."""
+    if not calls(node, (operator.add, torch.add, operator.sub, torch.sub), ("add", "sub")) or len(node.args) != 2 \
+            or node.kwargs:
+        return None
+    tensor, number = node.args
+    if not isinstance(tensor, fx.Node) and calls(node, (operator.add, torch.add), ("add",)):
+        tensor, number = number, tensor
+    zero = isinstance(number, (int, float)) and not isinstance(number, bool) and number == 0
+    return tensor if isinstance(tensor, fx.Node) and zero else None
 
 
 def _is_eval_identity(gm: fx.GraphModule, node: fx.Node) -> bool:
@@ -222,7 +236,7 @@ def functional_convs_as_modules(gm: fx.GraphModule) -> fx.GraphModule:
                 any(t is not None and t not in constants for t in (arguments["weight"], arguments["bias"])):
             continue
         with torch.no_grad():
-            weight, bias = (None if t is None else _constant_value(gm, t, values)
+            weight, bias = (None if t is None else constant_value(gm, t, values)
                             for t in (arguments["weight"], arguments["bias"]))
         if not isinstance(weight, torch.Tensor) or weight.dim() != 4:
             continue
@@ -233,7 +247,7 @@ def functional_convs_as_modules(gm: fx.GraphModule) -> fx.GraphModule:
         if bias is not None:
             conv.bias = _parameter(bias.detach().clone())
         _replace_with_module(gm, node, arguments["input"], _owner(arguments["weight"]), conv)
-    _drop_unread(gm, constants)
+    drop_unread_constants(gm, constants)
     return gm
 
 
@@ -250,7 +264,7 @@ def functional_linears_as_modules(gm: fx.GraphModule) -> fx.GraphModule:
                 any(t is not None and t not in constants for t in (arguments["weight"], arguments.get("bias"))):
             continue
         with torch.no_grad():
-            weight, bias = (None if t is None else _constant_value(gm, t, values)
+            weight, bias = (None if t is None else constant_value(gm, t, values)
                             for t in (arguments["weight"], arguments.get("bias")))
         if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or \
                 (bias is not None and (not isinstance(bias, torch.Tensor) or bias.shape != weight.shape[:1])):
@@ -261,7 +275,7 @@ def functional_linears_as_modules(gm: fx.GraphModule) -> fx.GraphModule:
         if bias is not None:
             linear.bias = _parameter(bias.detach().clone())
         _replace_with_module(gm, node, arguments["input"], _owner(arguments["weight"], "linear"), linear)
-    _drop_unread(gm, constants)
+    drop_unread_constants(gm, constants)
     return gm
 
 
@@ -311,7 +325,7 @@ def _replace_with_module(gm: fx.GraphModule, node: fx.Node, source: fx.Node, nea
     gm.graph.erase_node(node)
 
 
-def _drop_unread(gm: fx.GraphModule, constants: set[fx.Node]) -> None:
+def drop_unread_constants(gm: fx.GraphModule, constants: set[fx.Node]) -> None:
     """Remove the nodes computed from parameters alone that nothing reads any more."""
     for node in reversed(list(gm.graph.nodes)):
         if node in constants and not node.users:
@@ -350,11 +364,11 @@ def _items(value: Any) -> tuple[Any, ...]:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
-def _constant_value(gm: fx.GraphModule, node: fx.Node, values: dict[str, Any]) -> Any:
+def constant_value(gm: fx.GraphModule, node: fx.Node, values: dict[str, Any]) -> Any:
     """The value of a node computed from parameters alone (``values`` memoises by name)."""
     if node.name not in values:
         for source in node.all_input_nodes:
-            _constant_value(gm, source, values)
+            constant_value(gm, source, values)
         values[node.name] = evaluate_constant(gm, node, values)
     return values[node.name]
 

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ios_ray.frontend.activations import activation_fn, is_activation
+from ios_ray.frontend.weights import batch_norm_affine
 from ios_ray.ir import Shape, Unit
 
 UnitFn = Callable[[list[torch.Tensor]], torch.Tensor]
@@ -244,16 +245,6 @@ def _bn(module: fx.GraphModule, refs: Mapping[str, Any], key: str) -> nn.BatchNo
     return cast(nn.BatchNorm2d, module.get_submodule(refs[key])) if key in refs else None
 
 
-def _affine(bn: nn.BatchNorm2d, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """An eval-mode batch-norm as ``x * scale + shift`` per channel, computed in ``dtype``."""
-    assert bn.running_mean is not None and bn.running_var is not None, "the frontend folds only tracked batch-norms"
-    mean, var = bn.running_mean.detach().to(dtype), bn.running_var.detach().to(dtype)
-    gamma = bn.weight.detach().to(dtype) if bn.weight is not None else torch.ones_like(var)
-    beta = bn.bias.detach().to(dtype) if bn.bias is not None else torch.zeros_like(var)
-    scale = gamma / torch.sqrt(var + bn.eps)
-    return scale, beta - mean * scale
-
-
 @torch.no_grad()
 def fold(conv: nn.Conv2d, bn: nn.BatchNorm2d | None, attrs: Mapping[str, Any],
          pre_bn: nn.BatchNorm2d | None = None) -> FoldedConv:
@@ -267,7 +258,7 @@ def fold(conv: nn.Conv2d, bn: nn.BatchNorm2d | None, attrs: Mapping[str, Any],
     weight = conv.weight.detach().to(wide, copy=True)
     bias = conv.bias.detach().to(wide, copy=True) if conv.bias is not None else None
     if bn is not None:
-        scale, shift = _affine(bn, wide)
+        scale, shift = batch_norm_affine(bn, wide)
         weight = weight * scale.reshape(-1, 1, 1, 1)
         bias = shift if bias is None else bias * scale + shift
     if "in_scale" in attrs or "out_scale" in attrs:  # conv(a * x) * b: the weight times a * b, the bias times b
@@ -275,7 +266,7 @@ def fold(conv: nn.Conv2d, bn: nn.BatchNorm2d | None, attrs: Mapping[str, Any],
         bias = bias * attrs.get("out_scale", 1.0) if bias is not None else None
     pre_scale = pre_shift = None
     if pre_bn is not None:
-        pre_scale, pre_shift = (t.reshape(1, -1, 1, 1).to(dtype) for t in _affine(pre_bn, wide))
+        pre_scale, pre_shift = (t.reshape(1, -1, 1, 1).to(dtype) for t in batch_norm_affine(pre_bn, wide))
     return FoldedConv(weight.to(dtype), bias.to(dtype) if bias is not None else None, _pair(conv.stride),
                       _pair(conv.padding), _pair(conv.dilation), conv.groups, attrs.get("act"), attrs.get("pre_act"),
                       pre_scale, pre_shift, bool(attrs.get("residual", False)))
