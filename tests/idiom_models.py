@@ -767,6 +767,41 @@ class NormFreeStyle(nn.Module):
         return self.head(F.relu(self.blocks(self.stem(x))).mean((2, 3)))
 
 
+class RepBlock(nn.Module):
+    """MobileOne's and RepVGG's training-time block in small, as timm builds it: ``kxk`` convs (``branches`` of them)
+    and a 1x1 conv on one input, each with its batch-norm, the input's batch-norm where the block keeps its shape,
+    summed in place, then a ReLU."""
+
+    def __init__(self, channels: int, out: int, stride: int = 1, groups: int = 1, branches: int = 1) -> None:
+        super().__init__()
+        self.kxk = nn.ModuleList(nn.Sequential(nn.Conv2d(channels, out, 3, stride, 1, groups=groups, bias=False),
+                                               nn.BatchNorm2d(out)) for _ in range(branches))
+        self.scale = nn.Sequential(nn.Conv2d(channels, out, 1, stride, groups=groups, bias=False), nn.BatchNorm2d(out))
+        self.identity = nn.BatchNorm2d(out) if stride == 1 and channels == out else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.scale(x)
+        for conv in self.kxk:
+            out += conv(x)
+        out += self.identity(x) if self.identity is not None else 0
+        return F.relu(out)
+
+
+class RepStyle(nn.Module):
+    """A RepVGG stage and a MobileOne-like one (depthwise blocks of three 3x3 branches between dense ones), a pooled
+    head: every block's branches one conv once imported."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.repvgg = nn.Sequential(RepBlock(3, 16, stride=2), RepBlock(16, 16))
+        self.mobileone = nn.Sequential(RepBlock(16, 16, groups=16, branches=3), RepBlock(16, 24),
+                                       RepBlock(24, 24, stride=2, groups=24, branches=3), RepBlock(24, 24))
+        self.head = nn.Linear(24, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.mobileone(self.repvgg(x)).mean((2, 3)))
+
+
 # ------------------------------------------------------------------------ parallel branches long as well as many
 
 
@@ -887,6 +922,11 @@ def norm_free_style() -> nn.Module:
     return NormFreeStyle().eval()
 
 
+def rep_style() -> nn.Module:
+    """Factory: RepVGG's and MobileOne's training-time blocks of branches summed."""
+    return RepStyle().eval()
+
+
 def multi_resolution_style() -> nn.Module:
     """Factory: three long branches side by side (HRNet-like)."""
     return MultiResolutionStyle().eval()
@@ -904,7 +944,7 @@ def segmentation_style() -> nn.Module:
 
 inception_v3_style.input_shape = (3, 299, 299)  # type: ignore[attr-defined]
 for _factory in (resnet_style, densenet_style, mobilenet_v3_style, efficientnet_style, timm_style, shufflenet_style,
-                 convnext_style, attention_style, std_conv_style, norm_free_style, multi_resolution_style,
+                 convnext_style, attention_style, std_conv_style, norm_free_style, rep_style, multi_resolution_style,
                  segmentation_style):
     _factory.input_shape = (3, 32, 32)  # type: ignore[attr-defined]
 tf_same_style.input_shape = (3, 33, 30)  # type: ignore[attr-defined]
@@ -914,6 +954,7 @@ SMALL: dict[str, Callable[[], nn.Module]] = {
     "resnet": resnet_style, "densenet": densenet_style, "mobilenet_v3": mobilenet_v3_style,
     "efficientnet": efficientnet_style, "timm": timm_style, "shufflenet": shufflenet_style,
     "convnext": convnext_style, "tf_same": tf_same_style, "attention": attention_style,
-    "std_conv": std_conv_style, "norm_free": norm_free_style, "multi_resolution": multi_resolution_style,
+    "std_conv": std_conv_style, "norm_free": norm_free_style, "rep": rep_style,
+    "multi_resolution": multi_resolution_style,
     "segmentation": segmentation_style,
 }

@@ -40,6 +40,7 @@ from tests.idiom_models import (
     attention_style,
     inception_v3_style,
     multi_resolution_style,
+    rep_style,
     shufflenet_style,
     std_conv_style,
     tf_same_style,
@@ -112,6 +113,13 @@ def test_every_gate_of_a_model_is_one_scale_unit() -> None:
     gates = sum(isinstance(m, SqueezeExcitation) for m in model.modules())
     kinds = Counter(u.kind for u in import_module(model, torch.randn(1, 3, 32, 32)).graph.units)
     assert kinds["scale"] == gates == 2
+
+
+def test_each_block_of_branches_summed_is_one_conv_unit() -> None:
+    graph = import_module(rep_style(), torch.randn(1, 3, 32, 32)).graph
+    assert [(u.kind, u.attrs.get("kernel"), u.attrs.get("act")) for u in graph.units][:6] == \
+        [("conv", (3, 3), "relu")] * 6  # six blocks, depthwise or not, strided or not, with an identity or not
+    assert len(graph.units) == 8, "then the pooled mean and the head"
 
 
 def test_each_channel_shuffle_is_one_unit() -> None:
