@@ -258,9 +258,8 @@ def concatenated_convs(models: list[str], batches: list[int], rounds: int, conso
     off = _all_patched(("ios_ray.frontend.split_convs_as_grouped", "ios_ray.frontend.norms_into_concatenated_convs"),
                        side_effect=lambda gm: gm)
     return _imports_on_and_off(
-        "concatenated convs as grouped convs and with their batch-norm against as imported before", "units now / before",
-        off, lambda now, before: f"{len(now.graph.units)} / {len(before.graph.units)}", models, batches, rounds,
-        console)
+        "concatenated convs as grouped convs and with their batch-norm against as imported before",
+        "units now / before", off, _unit_counts, models, batches, rounds, console)
 
 
 def parallel_branches(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
@@ -270,7 +269,12 @@ def parallel_branches(models: list[str], batches: list[int], rounds: int, consol
     off = _all_patched(("ios_ray.frontend.branches_as_one_conv",), side_effect=lambda gm: gm)
     return _imports_on_and_off(
         "parallel conv branches as one conv against a conv per branch and their sums", "units now / before", off,
-        lambda now, before: f"{len(now.graph.units)} / {len(before.graph.units)}", models, batches, rounds, console)
+        _unit_counts, models, batches, rounds, console)
+
+
+def _unit_counts(now: Imported, before: Imported) -> str:
+    """The units of two imports of one model, ``now / before``."""
+    return f"{len(now.graph.units)} / {len(before.graph.units)}"
 
 
 def _pass_on_and_off(name: str, kind: str, title: str, count: str, models: list[str], batches: list[int],

@@ -101,8 +101,8 @@ class LinearCombination(nn.Module):
         self.signs = [subtract for *_, subtract in terms]
         self.weighing = [weigh for *_, weigh, _ in terms]
         self.convs = nn.ModuleList(
-            nn.Conv2d(CHANNELS, CHANNELS, kernel, stride if kind.startswith("conv") else 1, (kernel[0] // 2 * dilation,
-                      kernel[1] // 2 * dilation), dilation, groups, bias=bias).double()
+            nn.Conv2d(CHANNELS, CHANNELS, kernel, stride if kind.startswith("conv") else 1,
+                      (kernel[0] // 2 * dilation, kernel[1] // 2 * dilation), dilation, groups, bias=bias).double()
             for kind, kernel, dilation, bias, _, _ in terms)
         self.norms = nn.ModuleList(nn.BatchNorm2d(CHANNELS).double() for _ in terms)
         self.gammas = nn.ParameterList(nn.Parameter(torch.rand(CHANNELS, 1, 1, dtype=torch.float64) + 0.5)
@@ -134,8 +134,8 @@ def combinations(draw: st.DrawFn) -> LinearCombination:
               draw(st.sampled_from(["none", "none", "number", "divide", "layer-scale"])), draw(st.booleans()))
              for i in range(draw(st.integers(2, 5)))]
     torch.manual_seed(draw(st.integers(0, 99)))
-    return randomise_batchnorm(LinearCombination(terms, stride, groups, draw(st.booleans())),  # type: ignore[return-value]
-                               draw(st.integers(0, 99)))
+    model = LinearCombination(terms, stride, groups, draw(st.booleans()))
+    return randomise_batchnorm(model, draw(st.integers(0, 99)))  # type: ignore[return-value]
 
 
 @settings(max_examples=40, deadline=None)

@@ -14,23 +14,22 @@ is then a conv with a residual sum).
 
 from __future__ import annotations
 
-import math
 import operator
+import sys
 from typing import Any
 
 import torch
 import torch.fx as fx
 from torch import nn
 
-from ios_ray.frontend.nodes import (arg_node, arg_nodes, calls, constant_nodes, dtype_of, eval_batch_norm, full_shape,
-                                    module_of)
+from ios_ray.frontend.elementwise import scalar_multiple, short_name
+from ios_ray.frontend.nodes import arg_node, arg_nodes, constant_nodes, dtype_of, eval_batch_norm, full_shape, module_of
 from ios_ray.frontend.rewrites import add_module, constant_value, drop_unread_constants
 from ios_ray.frontend.weights import Branch, Factor, summed_conv
 
-_ADDS = ((operator.add, torch.add), ("add",))
-_SUBTRACTS = ((operator.sub, torch.sub), ("sub",))
-_MULTIPLIES = ((operator.mul, torch.mul), ("mul",))
-_DIVIDES = ((operator.truediv, torch.div), ("div",))
+#: The magnitudes of the numbers a weighing may multiply by: any but 0, subnormal ones and infinity (the weights
+#: take them exactly; 1 / c of a divide stays finite).
+_NUMBERS = (sys.float_info.min, sys.float_info.max)
 Term = tuple[fx.Node, Factor]
 
 
@@ -50,7 +49,7 @@ class _Pass:
 
     def linear(self, node: Any) -> bool:
         """Whether a node adds or subtracts two tensors (no ``alpha``) or weighs one by a factor."""
-        if (calls(node, *_ADDS) or calls(node, *_SUBTRACTS)) and len(node.args) == 2 and not node.kwargs:
+        if short_name(node) in ("add", "sub") and len(node.args) == 2 and not node.kwargs:
             return all(self.computed(a) for a in node.args)
         return self.weighed(node) is not None
 
@@ -58,17 +57,17 @@ class _Pass:
         """The tensor a node multiplies or divides by a number, or multiplies by a constant per channel (shaped
         (C, 1, 1) or (1, C, 1, 1), C its channels), where the result has its shape and dtype, and the factor;
         else None."""
-        divides = calls(node, *_DIVIDES)
-        if not (divides or calls(node, *_MULTIPLIES)) or len(node.args) != 2 or node.kwargs:
+        numbered = scalar_multiple(node, _NUMBERS)
+        if numbered is None and (short_name(node) != "mul" or len(node.args) != 2 or node.kwargs):
             return None
-        tensor, factor = node.args if divides or self.computed(node.args[0]) else reversed(node.args)
+        tensor, factor = numbered or (node.args if self.computed(node.args[0]) else reversed(node.args))
         shape = full_shape(tensor)
         if not self.computed(tensor) or shape is None or len(shape) != 4 or full_shape(node) != shape or \
                 dtype_of(node) != dtype_of(tensor):
             return None
-        if isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor != 0 and math.isfinite(factor):
-            return tensor, 1.0 / factor if divides else float(factor)
-        value = constant_value(self.gm, factor, self.values) if not divides and isinstance(factor, fx.Node) and \
+        if numbered is not None:
+            return numbered
+        value = constant_value(self.gm, factor, self.values) if isinstance(factor, fx.Node) and \
             factor in self.constants else None
         if isinstance(value, torch.Tensor) and value.dtype == dtype_of(tensor) and \
                 tuple(value.shape) in ((shape[1], 1, 1), (1, shape[1], 1, 1)) and bool(value.isfinite().all()):
@@ -110,10 +109,10 @@ class _Pass:
             node, factor = todo.pop()
             weighed = self.weighed(node)
             if weighed is not None:
-                parts = [(weighed[0], _times(factor, weighed[1]))]
+                parts = [(weighed[0], factor * weighed[1])]
             else:
                 first, second = arg_nodes(node.args)
-                parts = [(first, factor), (second, _times(factor, -1.0) if calls(node, *_SUBTRACTS) else factor)]
+                parts = [(first, factor), (second, -factor if short_name(node) == "sub" else factor)]
                 if first is second:
                     terms.extend(parts)
                     continue
@@ -135,11 +134,6 @@ def branches_as_one_conv(gm: fx.GraphModule) -> fx.GraphModule:
     :func:`~ios_ray.frontend.weights.summed_conv` can make one; the other terms are added to its output."""
     _Pass(gm).run()
     return gm
-
-
-def _times(a: Factor, b: Factor) -> Factor:
-    """The product of two factors (numbers, or per channel)."""
-    return a * b
 
 
 def _only_reader(node: Any) -> fx.Node | None:
@@ -170,16 +164,18 @@ def _conv_nodes(gm: fx.GraphModule, terms: list[Term]) -> list[fx.Node]:
     """The conv calls on one tensor among the terms, or before the batch-norm that a term is."""
     found = []
     for term, _ in terms:
-        node = _before_norm(gm, term) or term
+        normed = _normed(gm, term)
+        node = normed[1] if normed is not None else term
         if module_of(gm, node, nn.Conv2d) is not None and len(node.args) == 1 and isinstance(node.args[0], fx.Node):
             found.append(node)
     return found
 
 
-def _before_norm(gm: fx.GraphModule, node: fx.Node) -> fx.Node | None:
-    """What an eval-mode batch-norm that ``node`` is reads, where it is one and reads a tensor; else None."""
-    source = node.args[0] if eval_batch_norm(gm, node) is not None and node.args else None
-    return source if isinstance(source, fx.Node) else None
+def _normed(gm: fx.GraphModule, node: fx.Node) -> tuple[nn.BatchNorm2d, fx.Node] | None:
+    """The eval-mode batch-norm that ``node`` calls and the tensor it reads, where it is one and reads a tensor."""
+    bn = eval_batch_norm(gm, node)
+    source = node.args[0] if bn is not None and node.args else None
+    return (bn, source) if bn is not None and isinstance(source, fx.Node) else None
 
 
 def _branch(gm: fx.GraphModule, term: fx.Node, source: fx.Node, root: fx.Node
@@ -192,8 +188,7 @@ def _branch(gm: fx.GraphModule, term: fx.Node, source: fx.Node, root: fx.Node
         return Branch(None), []
     if _only_reader(term) is None:
         return None
-    node = _before_norm(gm, term)
-    bn = eval_batch_norm(gm, term) if node is not None else None
+    bn, node = _normed(gm, term) or (None, None)
     if node is source:
         return Branch(None, bn), [term]
     node = node if node is not None and _only_reader(node) is term else term

@@ -22,17 +22,15 @@ keep the stage keys they always had.
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
-import torch
 import torch.fx as fx
 from torch import nn
 
 from ios_ray.frontend.activations import activation_of
-from ios_ray.frontend.elementwise import scalar_multiple
+from ios_ray.frontend.elementwise import scalar_multiple, short_name
 from ios_ray.frontend.match import Match, Scope
-from ios_ray.frontend.nodes import (ancestors, arg_node, calls, dtype_of, eval_batch_norm, full_shape, is_tensor,
+from ios_ray.frontend.nodes import (ancestors, arg_node, dtype_of, eval_batch_norm, full_shape, is_tensor,
                                     module_of, only_user)
 
 
@@ -77,8 +75,7 @@ def residual_of(scope: Scope, out: fx.Node, unit_input: fx.Node) -> fx.Node | No
     reader is a plain sum of two tensors of one shape and dtype and the tensor is one ``unit_input`` was computed from
     (so the unit waits for nothing new); else None."""
     add = only_user(out)
-    if not scope.free(add) or not calls(add, (operator.add, torch.add), ("add",)) or len(add.args) != 2 \
-            or add.kwargs:
+    if add is None or not scope.free(add) or short_name(add) != "add" or len(add.args) != 2 or add.kwargs:
         return None
     other = add.args[1] if add.args[0] is out else add.args[0]
     if other is out or not is_tensor(other) or other in scope.constants or other.op == "get_attr" \

@@ -58,7 +58,7 @@ def elementwise_step(gm: fx.GraphModule, node: Any, source: fx.Node, constants: 
     layer = _layer_step(gm, node)
     if layer is not None:
         return layer if node.args == (source,) and not node.kwargs else None
-    name = _op_name(node)
+    name = short_name(node)
     arguments = call_arguments(node) if name in _NORM_FUNCTIONS.values() else None
     if name is not None and arguments is not None:  # written with keywords or not: in the order of the signature
         return _describe(name, tuple(arguments.values()), {}, source)
@@ -94,22 +94,26 @@ def elementwise_chain(scope: Scope, tail: fx.Node) -> list[tuple[fx.Node, str]]:
         node = user  # type: ignore[assignment]
 
 
-def scalar_multiple(node: Any) -> tuple[fx.Node, float] | None:
+def scalar_multiple(node: Any, within: tuple[float, float] = FOLDED_SCALES) -> tuple[fx.Node, float] | None:
     """The tensor a node multiplies by a number and the number (``x * c``, ``c * x``, ``x.mul(c)``, ``x / c`` as
-    ``1 / c``), where the number's magnitude is within :data:`FOLDED_SCALES`; else None."""
-    if not isinstance(node, fx.Node) or node.kwargs or len(node.args) != 2 or _op_name(node) not in ("mul", "div"):
+    ``1 / c``), where the number's magnitude is ``within`` these bounds (:data:`FOLDED_SCALES` unless told); else
+    None."""
+    if not isinstance(node, fx.Node) or node.kwargs or len(node.args) != 2 or short_name(node) not in ("mul", "div"):
         return None
     tensor, number = node.args
-    if not isinstance(tensor, fx.Node) and _op_name(node) == "mul":
+    if not isinstance(tensor, fx.Node) and short_name(node) == "mul":
         tensor, number = number, tensor
     if not isinstance(tensor, fx.Node) or isinstance(number, bool) or not isinstance(number, (int, float)) \
-            or not FOLDED_SCALES[0] <= abs(number) <= FOLDED_SCALES[1]:
+            or not within[0] <= abs(number) <= within[1]:
         return None
-    return tensor, float(number) if _op_name(node) == "mul" else 1.0 / number
+    return tensor, float(number) if short_name(node) == "mul" else 1.0 / number
 
 
-def _op_name(node: fx.Node) -> str | None:
-    """The short name of an arithmetic or unary op, or None where the node is not one."""
+def short_name(node: Any) -> str | None:
+    """The short name of an arithmetic (``add``, ``sub``, ``mul``, ``div``: function, operator or method) or unary
+    op, or None where the node is not one."""
+    if not isinstance(node, fx.Node):
+        return None
     if node.op == "call_method":
         target = str(node.target)
         return _ARITHMETIC_METHODS.get(target) or (target if target in _UNARY else None)

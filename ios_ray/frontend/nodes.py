@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-import operator
 from typing import Any, Sequence, TypeGuard, TypeVar, cast
 
 import torch
@@ -15,9 +14,8 @@ from torch.nn.modules import module as torch_module
 
 #: Bytes per element of float32 (activation and weight traffic of units).
 F32 = 4
-#: The functions that concatenate tensors, and those that multiply two (the tensor method is ``mul``).
+#: The functions that concatenate tensors (arithmetic: :func:`~ios_ray.frontend.elementwise.short_name`).
 CONCATENATIONS = (torch.cat, torch.concat)
-MULTIPLIES = (operator.mul, torch.mul)
 
 
 def hashable(target: Any) -> bool:

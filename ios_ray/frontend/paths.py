@@ -20,7 +20,8 @@ import torch
 import torch.fx as fx
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
-from ios_ray.frontend.nodes import MULTIPLIES, calls, full_shape, holds_batch_first
+from ios_ray.frontend.elementwise import short_name
+from ios_ray.frontend.nodes import calls, full_shape, holds_batch_first
 
 _SUMS = (torch.sum,)
 _STACKS = (torch.stack, torch.ops.aten.stack.default)
@@ -81,7 +82,7 @@ def _sum_of(paths: fx.Node, reader: fx.Node) -> tuple[fx.Node, fx.Node | None] |
     by an attention ``a`` of R paths in dimension 1 and only a sum over dimension 1 reads the product; else None."""
     if _sums_paths(reader, paths):
         return reader, None
-    if not calls(reader, MULTIPLIES, ("mul",)) or reader.kwargs or len(reader.args) != 2 or len(reader.users) != 1:
+    if short_name(reader) != "mul" or reader.kwargs or len(reader.args) != 2 or len(reader.users) != 1:
         return None
     attention = reader.args[1] if reader.args[0] is paths else reader.args[0]
     total = next(iter(reader.users))

@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ios_ray.frontend.conv import match_conv, residual_of
-from ios_ray.frontend.elementwise import elementwise_chain, scalar_multiple
+from ios_ray.frontend.elementwise import elementwise_chain, scalar_multiple, short_name
 from ios_ray.frontend.match import Match, Scope
-from ios_ray.frontend.nodes import (MULTIPLIES, arg_node, calls, dimension_order, full_shape, is_tensor, is_tuple_of_tensors,
+from ios_ray.frontend.nodes import (arg_node, calls, dimension_order, full_shape, is_tensor, is_tuple_of_tensors,
                                     module_of, normalized_kwargs, numel, only_user, pair, shape)
 from ios_ray.frontend.spatial import match_pad, match_upsample
 
@@ -246,7 +246,7 @@ def match_scale(scope: Scope, node: fx.Node) -> Match | None:
     multiplies by numbers that alone read it, one after another (NFNet's ``* attn_gain * alpha``: their product is the
     attribute ``factor``, applied to the gate), and a residual sum after them of a tensor ``x`` was computed from
     (SE-ResNet's ``se(out) + shortcut``; ``residual``, a third input), as the conv pattern takes one."""
-    if not calls(node, MULTIPLIES, ("mul",)) or len(node.args) != 2 or node.kwargs or \
+    if short_name(node) != "mul" or len(node.args) != 2 or node.kwargs or \
             not all(is_tensor(a) and a not in scope.constants for a in node.args):
         return None
     first, second = arg_node(node, 0), arg_node(node, 1)

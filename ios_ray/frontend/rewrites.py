@@ -50,8 +50,8 @@ from torch import nn
 
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
-from ios_ray.frontend.elementwise import scalar_multiple
-from ios_ray.frontend.nodes import (arg_node, call_arguments, calls, constant_nodes, dimension_order, dtype_of,
+from ios_ray.frontend.elementwise import scalar_multiple, short_name
+from ios_ray.frontend.nodes import (arg_node, call_arguments, constant_nodes, dimension_order, dtype_of,
                                    evaluate_constant, full_shape, hashable, holds_batch_first, module_of, pair,
                                    signature_of)
 
@@ -139,11 +139,10 @@ def _unchanged(node: fx.Node) -> fx.Node | None:
 
 def _plus_zero(node: fx.Node) -> fx.Node | None:
     """The tensor in ``x + 0``, ``0 + x`` or ``x - 0`` (the number an int or float), or None."""
-    if not calls(node, (operator.add, torch.add, operator.sub, torch.sub), ("add", "sub")) or len(node.args) != 2 \
-            or node.kwargs:
+    if short_name(node) not in ("add", "sub") or len(node.args) != 2 or node.kwargs:
         return None
     tensor, number = node.args
-    if not isinstance(tensor, fx.Node) and calls(node, (operator.add, torch.add), ("add",)):
+    if not isinstance(tensor, fx.Node) and short_name(node) == "add":
         tensor, number = number, tensor
     zero = isinstance(number, (int, float)) and not isinstance(number, bool) and number == 0
     return tensor if isinstance(tensor, fx.Node) and zero else None

@@ -29,9 +29,9 @@ from ios_ray.blocks import find_blocks
 from ios_ray.errors import ImportRefused
 from ios_ray.frontend.elementwise import elementwise_chain, elementwise_step
 from ios_ray.frontend.match import Match, Scope
-from ios_ray.frontend.nodes import (CONCATENATIONS, F32, arg_nodes, constant_nodes, evaluate_constant, full_shape, is_batch_folded,
-                                    is_batch_size, is_tensor, is_tuple_of_tensors, numel, only_user, op_name, readers,
-                                    sample_layout, shape)
+from ios_ray.frontend.nodes import (CONCATENATIONS, F32, arg_nodes, constant_nodes, evaluate_constant, full_shape,
+                                    is_batch_folded, is_batch_size, is_tensor, is_tuple_of_tensors, numel, only_user,
+                                    op_name, readers, sample_layout, shape)
 from ios_ray.frontend.patterns import find_matches
 from ios_ray.frontend.report import op_kind
 from ios_ray.ir import GRAPH_INPUT, Graph, Unit, Value

@@ -17,7 +17,15 @@ from typing import Sequence, Union, cast
 import torch
 from torch import nn
 
+from ios_ray.dtypes import in_memory_format, module_memory_format
+
 Pair = tuple[int, int]
+
+
+def folding_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype weights are folded in before being rounded once to ``dtype``: at least float32 (float16 or bfloat16
+    weights would otherwise round at every step of the folding)."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 def batch_norm_affine(bn: nn.BatchNorm2d, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,7 +82,7 @@ def summed_conv(branches: Sequence[Branch], input_size: tuple[int, int], output_
     if frame is None or _output_size(input_size, frame, first) != output_size:
         return None
     dtype = first.weight.dtype
-    wide = torch.promote_types(dtype, torch.float32)
+    wide = folding_dtype(dtype)
     weight = torch.zeros(first.out_channels, first.in_channels // first.groups, *frame.kernel, dtype=wide,
                          device=first.weight.device)
     bias = torch.zeros(first.out_channels, dtype=wide, device=first.weight.device)
@@ -87,9 +95,8 @@ def summed_conv(branches: Sequence[Branch], input_size: tuple[int, int], output_
     summed = nn.Conv2d(first.in_channels, first.out_channels, frame.kernel, first.stride,  # type: ignore[arg-type]
                        frame.padding, first.dilation, first.groups, has_bias,  # type: ignore[arg-type]
                        device=first.weight.device, dtype=dtype).eval()
-    held = torch.channels_last if first.weight.is_contiguous(memory_format=torch.channels_last) and \
-        not first.weight.is_contiguous() else torch.contiguous_format  # as the model holds its weights
-    summed.weight = nn.Parameter(weight.to(dtype).contiguous(memory_format=held), requires_grad=False)
+    held = in_memory_format(weight.to(dtype), module_memory_format(first))  # as the model holds its weights
+    summed.weight = nn.Parameter(held, requires_grad=False)
     if has_bias:
         summed.bias = nn.Parameter(bias.to(dtype), requires_grad=False)
     return summed

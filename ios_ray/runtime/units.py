@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ios_ray.frontend.activations import activation_fn, is_activation
-from ios_ray.frontend.weights import batch_norm_affine
+from ios_ray.frontend.weights import batch_norm_affine, folding_dtype
 from ios_ray.ir import Shape, Unit
 
 UnitFn = Callable[[list[torch.Tensor]], torch.Tensor]
@@ -251,10 +251,10 @@ def fold(conv: nn.Conv2d, bn: nn.BatchNorm2d | None, attrs: Mapping[str, Any],
     """A FoldedConv from a conv module, an optional (eval-mode) batch-norm after it and one before it, and the numbers
     its input and output are multiplied by (``attrs``' ``in_scale`` and ``out_scale``, where it has them).
 
-    The folding is computed in at least float32 and rounded once to the conv's dtype (float16 or bfloat16 weights
-    would otherwise round at every step of it)."""
+    The folding is computed in :func:`~ios_ray.frontend.weights.folding_dtype` and rounded once to the conv's
+    dtype."""
     dtype = conv.weight.dtype
-    wide = torch.promote_types(dtype, torch.float32)
+    wide = folding_dtype(dtype)
     weight = conv.weight.detach().to(wide, copy=True)
     bias = conv.bias.detach().to(wide, copy=True) if conv.bias is not None else None
     if bn is not None:
