@@ -56,6 +56,16 @@ The parts (``--part``):
   (:func:`~ios_ray.frontend.branches.branches_as_one_conv`), against the same model imported without that pass (as
   before 2026-11-28: a conv unit per branch and the sums as add units), beside ``torch.compile``, no search. Target:
   never slower beyond noise.
+* ``opaque-code`` (not run by default): the sequential schedule with fused kernels, opaque units as deployed (their
+  fx nodes turned into Python once: :func:`~ios_ray.runtime.units.unit_code`; a 4-D input that is a permuted view,
+  as another such unit returns one, copied into the graph's format: :class:`~ios_ray.runtime.kernels.AsTheyCome`),
+  against the same model's program as before 2026-11-28 (each node looked up and called in turn; every input of a
+  layout-free unit as it comes), beside ``torch.compile``, no search. Target: never slower beyond noise.
+* ``pass-code`` (not run by default): a schedule's forward pass as deployed (written once as straight-line code:
+  :func:`~ios_ray.runtime.codegen.pass_code`, each stage's code called on its inputs, each group's one line per
+  unit), against the same compiled stages run as before 2026-11-28 (a loop over the stages updating a dict of
+  outputs, each unit's inputs looked up by name and evaluated in turn), the sequential and the greedy schedule,
+  beside ``torch.compile``, no search. Target: never slower beyond noise.
 * ``versus-compile`` (not run by default): where a model still runs slower with ios-ray than with ``torch.compile``:
   the sequential schedule with eager and with fused kernels beside ``torch.compile`` (default mode) and the model as
   is, no search (the probe behind bench/RESULTS.md's tables of library models against ``torch.compile``). Target:
@@ -66,7 +76,8 @@ The parts (``--part``):
 
 Run: python bench/kernels.py [--models inception_v3,squeezenet] [--batches 1,8] [--rounds 30] [--folder DIR]
 [--part packing|residual|linear-and-opaque|moved-linears|five-dims|path-sums|
-scales|concatenated-convs|gate-scalings|parallel-branches|versus-compile]
+scales|concatenated-convs|gate-scalings|parallel-branches|opaque-code|pass-code|
+versus-compile]
 (on 2 cores with the defaults: about 40 minutes of searches on fresh stores, each Inception V3 search 7-9 minutes,
 then the rounds; a run again on the same --folder measures only what its stores lack; exit code 1 when a target is
 missed)
@@ -76,16 +87,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ContextManager, Mapping
+from typing import Any, Callable, ContextManager, Mapping
 from unittest import mock
 
 import torch
+import torch.fx as fx
 from rich.console import Console
 from rich.table import Table
 
@@ -99,9 +112,11 @@ from ios_ray.runtime.accuracy import relative_error  # noqa: E402
 from ios_ray.frontend import Imported, Model, import_model, load_model  # noqa: E402
 from ios_ray.paired import REPORT_CONFIDENCE, RatioInterval, median_interval, percent, ratios_of  # noqa: E402
 from ios_ray.runtime import Program, Programs, ScheduleRunner  # noqa: E402
-from ios_ray.runtime.kernels import InGraphFormat, OneDnnConv, OneDnnLinear, layout_free  # noqa: E402
+from ios_ray.ir import GRAPH_INPUT  # noqa: E402
+from ios_ray.runtime.kernels import AsTheyCome, InGraphFormat, OneDnnConv, OneDnnLinear  # noqa: E402
+from ios_ray.runtime.stages import InlineStage  # noqa: E402
 from ios_ray.runtime.timing import interleaved_samples_ms, summary_ms  # noqa: E402
-from ios_ray.runtime.units import Epilogue, eager_linear  # noqa: E402
+from ios_ray.runtime.units import CodeCall, Epilogue, eager_linear  # noqa: E402
 from ios_ray.schedule import Schedule  # noqa: E402
 from ios_ray.scheduler.baselines import baseline_schedule  # noqa: E402
 
@@ -188,7 +203,7 @@ def linear_and_opaque(models: list[str], batches: list[int], rounds: int, consol
         linears = sum(1 for fn in now.fns.values() if isinstance(fn, OneDnnLinear) or
                       isinstance(fn, Epilogue) and isinstance(fn.body, OneDnnLinear))
         opaque = [unit.id for unit in imported.graph.units if unit.kind == "opaque"]
-        free = sum(1 for unit in opaque if layout_free(now.fns[unit]))
+        free = sum(1 for unit in opaque if isinstance(now.fns[unit], AsTheyCome))
         counts = [str(linears), f"{free} of {len(opaque)}"]
         passed &= _two_programs(table, loaded, {"now": now, "before": before}, counts, batches, rounds, console)
     return table, passed
@@ -270,6 +285,94 @@ def parallel_branches(models: list[str], batches: list[int], rounds: int, consol
     return _imports_on_and_off(
         "parallel conv branches as one conv against a conv per branch and their sums", "units now / before", off,
         _unit_counts, models, batches, rounds, console)
+
+
+def opaque_code(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
+    """The sequential schedule with fused kernels, opaque units as deployed against run node by node with every input
+    of a layout-free one as it comes (as before), beside torch.compile, in interleaved rounds."""
+    table = _versus_table("opaque units as generated code, permuted views copied once, against node by node and "
+                          "as they come", ["opaque units", "nodes in them"], "now", "before")
+    passed = True
+    for model in models:
+        loaded = _loaded(model)
+        imported = import_model(loaded)
+        now = Programs(imported)("cpu", "fused")
+        with mock.patch("ios_ray.runtime.units.CodeCall", _NodeByNode), \
+                mock.patch("ios_ray.runtime.kernels.AsTheyCome", lambda body, layout, memory_format: body):
+            before = Programs(imported)("cpu", "fused")
+        opaque = [unit for unit in imported.graph.units if unit.kind == "opaque"]
+        nodes = sum(len(unit.refs.get("nodes", (unit.id,))) for unit in opaque)
+        passed &= _two_programs(table, loaded, {"now": now, "before": before}, [str(len(opaque)), str(nodes)],
+                                batches, rounds, console)
+    return table, passed
+
+
+class _NodeByNode(CodeCall):
+    """An opaque unit's code as ios-ray ran it before 2026-11-28: each fx node's arguments looked up and the node
+    called, in turn."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.layers = {n.name: self.module.get_submodule(str(n.target)) for n in self.nodes if n.op == "call_module"}
+
+    def __call__(self, inputs: list[torch.Tensor]) -> torch.Tensor:
+        env: dict[str, Any] = dict(zip(self.arg_names, inputs))
+        batch = next(t.shape[0] for t in inputs if isinstance(t, torch.Tensor))
+        env.update((name, torch.empty([s * batch if g else s for s, g in zip(sizes, grows)], device="meta"))
+                   for name, (sizes, grows) in self.sized.items() if name not in env)
+
+        def lookup(n: fx.Node) -> Any:
+            return env[n.name] if n.name in env else self.constants[n.name]
+        for node in self.nodes:
+            args, kwargs = fx.node.map_arg(node.args, lookup), fx.node.map_arg(node.kwargs, lookup)
+            if node.op == "call_module":
+                env[node.name] = self.layers[node.name](*args, **kwargs)
+            elif node.op == "call_method":
+                env[node.name] = getattr(args[0], str(node.target))(*args[1:], **kwargs)
+            else:
+                env[node.name] = node.target(*args, **kwargs)  # type: ignore[operator]
+        return env[self.nodes[-1].name]
+
+
+def pass_code(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
+    """The sequential and the greedy schedule with fused kernels, each pass as deployed against its stages run in a
+    loop over names (as before), beside torch.compile, in interleaved rounds."""
+    table = _versus_table("forward passes as straight-line code against a loop over stages and units by name",
+                          ["schedule", "stages"], "now", "before")
+    passed = True
+    for model in models:
+        loaded = _loaded(model)
+        program = Programs(import_model(loaded))("cpu", "fused")
+        for batch in batches:
+            x = torch.randn(batch, *loaded.input_shape)
+            for name in ("sequential", "greedy"):
+                runner = ScheduleRunner(program, baseline_schedule(program.graph, name, device="cpu", batch=batch,
+                                                                   kernels="fused"))
+                timed = _Timed.of({"now": runner, "before": functools.partial(_stage_by_stage, runner)}, loaded.module,
+                                  x, rounds, f"{model} bs{batch} {name}", console)
+                ok = _not_slower(timed.ratio("now", "before")) and max(timed.errors["now"], timed.errors["before"]) <= 1e-5
+                passed &= ok
+                table.add_row(model, str(batch), name, str(len(runner.stages)), *timed.versus("now", "before", ok))
+    return table, passed
+
+
+@torch.no_grad()
+def _stage_by_stage(runner: ScheduleRunner, x: torch.Tensor) -> torch.Tensor:
+    """A runner's forward pass as ios-ray ran it before 2026-11-28: the stages in a loop, each on a dict of all
+    outputs so far (a one-group stage's units each looked up in the graph, its inputs evaluated by name, in turn)."""
+    program, passed = runner.program, runner._pass
+    env = {GRAPH_INPUT: program.enter(x)}
+    for stage, release in zip(passed.stages, passed.releases):
+        if isinstance(stage, InlineStage):
+            scope = {source: env[source] for source in stage.inputs}
+            for unit_id in stage.stage.units:
+                scope[unit_id] = program.run_unit(unit_id, scope)
+            env.update((unit_id, scope[unit_id]) for unit_id in stage.stage.units)
+        else:
+            env.update(stage(env))
+        for source in release:
+            del env[source]
+    return program.leave(program.value(program.graph.output, env))
 
 
 def _unit_counts(now: Imported, before: Imported) -> str:
@@ -479,7 +582,8 @@ def _ios_ray(*args: str) -> str:
 ON_DEMAND = {"packing": packing, "residual": residual, "linear-and-opaque": linear_and_opaque,
              "moved-linears": moved_linears, "five-dims": five_dims, "path-sums": path_sums, "scales": scales,
              "concatenated-convs": concatenated_convs, "gate-scalings": gate_scalings,
-             "parallel-branches": parallel_branches, "versus-compile": versus_compile}
+             "parallel-branches": parallel_branches, "opaque-code": opaque_code, "pass-code": pass_code,
+             "versus-compile": versus_compile}
 
 
 def main() -> int:

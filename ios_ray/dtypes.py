@@ -102,6 +102,11 @@ def in_memory_format(tensor: torch.Tensor, memory_format: str) -> torch.Tensor:
     return tensor.contiguous(memory_format=MEMORY_FORMATS[memory_format])
 
 
+def is_in_memory_format(tensor: torch.Tensor, memory_format: str) -> bool:
+    """Whether a 4-D tensor is laid out in ``memory_format`` (a view of one is not, unless it is one itself)."""
+    return tensor.is_contiguous(memory_format=MEMORY_FORMATS[memory_format])
+
+
 def to_memory_format(module: nn.Module, memory_format: str) -> nn.Module:
     """The module, its 4-D parameters and buffers laid out in ``memory_format`` in place. (``module.to(memory_format=
     torch.channels_last)`` does the same, but refuses a module that also holds a 5-D tensor, as timm's lambda layers
@@ -112,8 +117,8 @@ def to_memory_format(module: nn.Module, memory_format: str) -> nn.Module:
 def converted(module: nn.Module, dtype: str, memory_format: str = DEFAULT_MEMORY_FORMAT) -> nn.Module:
     """The module itself where its floating parameters are in ``dtype`` and ``memory_format`` already, else a copy
     converted to both."""
-    wanted, layout = torch_dtype(dtype), MEMORY_FORMATS[memory_format]
-    if all(p.dtype == wanted and (p.dim() != 4 or p.is_contiguous(memory_format=layout))
+    wanted = torch_dtype(dtype)
+    if all(p.dtype == wanted and (p.dim() != 4 or is_in_memory_format(p, memory_format))
            for p in module.parameters() if p.is_floating_point()):
         return module
     return to_memory_format(copied(module).to(wanted), memory_format)

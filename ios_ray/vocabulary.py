@@ -57,8 +57,10 @@ KERNEL_NAMES = (EAGER_KERNELS, FUSED_KERNELS)
 #: identity of a device running stages with them, so rows measured with an earlier one are not reused. ``fused`` 2:
 #: oneDNN's weights packed per input shape (before: for batch 1, several times slower at some other batch sizes); 3:
 #: opaque units of torch's own ops take channels-last inputs as they come (before: converted to the graph's format);
-#: 4: not those whose output has five dimensions or more (before: as they came, and summed slowly).
-KERNEL_VERSIONS = {FUSED_KERNELS: 4}
+#: 4: not those whose output has five dimensions or more (before: as they came, and summed slowly); 5: a 4-D input
+#: that is a permuted view (another opaque unit's output: MobileViT's patches) copied into the graph's format once
+#: (before: as it came, read slowly by each op of the unit).
+KERNEL_VERSIONS = {FUSED_KERNELS: 5}
 #: What a search runs each setting's stages with: the kernels named, or ``auto``: on a measured device the faster
 #: of them as the sequential schedule runs whole (``eager`` unless ``fused`` is faster beyond noise), on ``sim:``
 #: ``eager`` (the sim model prices no kernels).

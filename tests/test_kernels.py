@@ -23,8 +23,8 @@ from ios_ray.profiler.fingerprint import cpu_info, fingerprint_of
 from ios_ray.paired import least_rounds
 from ios_ray.profiler.jobs import local_identity
 from ios_ray.runtime import Program, ScheduleRunner, ScheduledModule
-from ios_ray.runtime.kernels import (CudnnConvRelu, InGraphFormat, OneDnnConv, OneDnnLinear, activation_layout,
-                                     conv_binder, folded, layout_free, linear_binder, onednn_fuses)
+from ios_ray.runtime.kernels import (AsTheyCome, CudnnConvRelu, InGraphFormat, OneDnnConv, OneDnnLinear,
+                                     activation_layout, conv_binder, folded, layout_free, linear_binder, onednn_fuses)
 from ios_ray.runtime.units import CodeCall, Dense, Epilogue, FoldedConv
 from ios_ray.schedule import read_schedule, save_schedule, schedule_from_json
 from ios_ray.store import LatencyStore
@@ -189,9 +189,42 @@ def test_the_models_code_of_torchs_own_ops_takes_channels_last_inputs_as_they_co
     x = torch.randn(2, 3, 4, 4) if isinstance(model, ViewsAFeatureMap) else torch.randn(2, 3, 9, 9)
     fused, _ = fused_and_eager(model.eval(), x)
     opaque = [u.id for u in fused.graph.units if u.kind == "opaque"]
-    assert opaque and all(layout_free(fused.fns[u]) and not isinstance(fused.fns[u], InGraphFormat) for u in opaque)
+    assert opaque and all(isinstance(fused.fns[u], AsTheyCome) and layout_free(fused.fns[u].body) for u in opaque)
     with torch.no_grad():
         assert relative_error(fused.run(x), model(x)) <= 1e-5
+
+
+class Patches(nn.Module):
+    """MobileViT's unfold: a feature map cut into 2x2 patches, (B, C, H, W) -> (B, 4, H * W / 4, C), a 4-D view
+    with its dimensions permuted, read twice by the attention-like code after it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        b, c, h, w = y.shape
+        patches = y.reshape(b * c * h // 2, 2, w // 2, 2).transpose(1, 2).reshape(b, c, -1, 4).transpose(1, 3)
+        mixed = patches + self.norm(patches).softmax(-1)
+        return mixed.mean((1, 2))
+
+
+def test_a_permuted_view_that_the_models_code_returns_reaches_the_code_after_it_in_the_graphs_format() -> None:
+    model, x = Patches().eval(), torch.randn(2, 3, 8, 8)
+    fused, _ = fused_and_eager(model, x)
+    as_they_come = [fused.fns[u.id] for u in fused.graph.units if isinstance(fused.fns[u.id], AsTheyCome)]
+    assert len(as_they_come) >= 2  # the unfold, and the code that reads its patches
+    with torch.no_grad():
+        assert relative_error(fused.run(x), model(x)) <= 1e-5
+    seen: list[torch.Tensor] = []
+    unit = AsTheyCome(lambda inputs: seen.extend(inputs) or inputs[0], "channels_last", "contiguous")
+    nhwc, nchw = torch.randn(2, 8, 4, 4).contiguous(memory_format=torch.channels_last), torch.randn(2, 8, 4, 4)
+    view, rows = torch.randn(2, 4, 8, 4).transpose(1, 3), torch.randn(2, 4, 8).transpose(1, 2)
+    unit([nhwc, nchw, view, rows])
+    assert seen[0] is nhwc and seen[1] is nchw and seen[3] is rows  # laid out as the program or graph holds them
+    assert seen[2].is_contiguous() and torch.equal(seen[2], view)  # a permuted view: copied, once, in NCHW
 
 
 def test_the_models_own_function_takes_its_inputs_in_the_graphs_format() -> None:
@@ -210,7 +243,8 @@ def test_code_that_makes_a_five_dimensional_tensor_takes_its_inputs_in_the_graph
     fused, _ = fused_and_eager(model, x)
     opaque = {u.id: u for u in fused.graph.units if u.kind == "opaque"}
     five = [u for u in opaque if len(opaque[u].shape) == 4]  # per sample: five with the batch
-    code = {u: fn.body if isinstance(fn, InGraphFormat) else fn for u, fn in fused.fns.items() if u in opaque}
+    code = {u: fn.body if isinstance(fn, (InGraphFormat, AsTheyCome)) else fn for u, fn in fused.fns.items()
+            if u in opaque}
     assert five and all(layout_free(fn) for fn in code.values())  # torch's own ops, every one
     assert all(isinstance(fused.fns[u], InGraphFormat) == (u in five) for u in opaque)
     with torch.no_grad():
@@ -234,8 +268,9 @@ def test_code_is_layout_free_only_where_every_step_is_torchs_own_and_reads_value
     root.norm, root.custom = nn.LayerNorm(4), ConvNeXtBlock()  # a torch layer; a model's own module
     module = fx.GraphModule(root, graph)
 
-    def code(*nodes: fx.Node) -> CodeCall:
-        return CodeCall(nodes, module, ("x",), {})
+    def code(*nodes: fx.Node) -> CodeCall:  # its inputs: what its nodes read and do not compute
+        return CodeCall(nodes, module, tuple(dict.fromkeys(n.name for node in nodes for n in node.all_input_nodes
+                                                           if n not in nodes)), {})
     assert layout_free(code(permuted, norm)) and layout_free(Epilogue(code(permuted), (code(norm),)))
     for reader in (aten_view, method_view, strides, own, custom):
         assert not layout_free(code(permuted, reader)) and not layout_free(Epilogue(code(permuted), (code(reader),)))

@@ -1,8 +1,10 @@
-"""Compiled stages and the schedule runner on CPU: outputs, worker threads, and freeing outputs after last use."""
+"""Compiled stages and the schedule runner on CPU: outputs, worker threads, and freeing outputs after last use (the\npass's code drops each value right after its last reader)."""
 
 from __future__ import annotations
 
 import threading
+import weakref
+from typing import Callable
 
 import pytest
 import torch
@@ -10,6 +12,7 @@ import torch
 from ios_ray.frontend import import_module
 from ios_ray.ir import GRAPH_INPUT, Graph
 from ios_ray.runtime import Program, ScheduleRunner, compile_stage, release_plan
+from ios_ray.runtime.codegen import group_code, pass_code
 from ios_ray.runtime.stages import InlineStage, MergeStage, ParallelStage
 from ios_ray.runtime.workers import ThreadTeam, WorkerPool
 from ios_ray.stage import Stage
@@ -101,6 +104,36 @@ def test_release_plan_drops_each_output_after_its_last_reader(program: Program) 
     for source, index in released.items():
         readers = [place[u] for u in graph.users[source]]
         assert index == max([place.get(source, 0), *readers])
+
+
+def test_a_pass_holds_each_value_until_its_last_reader_and_no_longer(program: Program) -> None:
+    graph: Graph = program.graph
+    stages = make_schedule(graph, ios_like_stages, 1).stages
+    made: dict[str, weakref.ref[torch.Tensor]] = {}
+    alive: dict[str, set[str]] = {}  # by unit: the outputs still held when it ran
+
+    def unit(unit_id: str) -> Callable[[list[torch.Tensor]], torch.Tensor]:
+        def run(inputs: list[torch.Tensor]) -> torch.Tensor:
+            alive[unit_id] = {u for u, ref in made.items() if ref() is not None}
+            out = torch.zeros(1, 1)
+            made[unit_id] = weakref.ref(out)
+            return out
+        return run
+    fns = {u.id: unit(u.id) for u in graph.units}
+    steps = []
+    for stage in stages:
+        units = stage.units
+        inputs = tuple(dict.fromkeys(s for u in units for s in graph.unit(u).sources if s not in units))
+        steps.append((units, inputs, group_code(graph, fns, units, inputs)))
+    plan = release_plan(graph, stages)
+    pass_code(graph, lambda x: x, lambda y: y, steps, plan)(torch.zeros(1, 1))
+    place = {u: i for i, stage in enumerate(stages) for u in stage.units}
+    dropped = {source: i for i, sources in enumerate(plan) for source in sources}
+    order = [u for stage in stages for u in stage.units]
+    for position, unit_id in enumerate(order):
+        held = {u for u in order[:position] if dropped.get(u, len(stages)) >= place[unit_id]}
+        assert alive[unit_id] == held, unit_id
+    assert len(alive) == len(graph.units) and any(alive[u] != set(order[:i]) for i, u in enumerate(order))
 
 
 @pytest.mark.parametrize("strategy", ["sequential", "greedy", "ios_like"])

@@ -15,12 +15,13 @@ shared between threads; a call's input must live on the runner's device.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
-from ios_ray.ir import GRAPH_INPUT
 from ios_ray.lifetimes import release_plan
+from ios_ray.runtime.codegen import pass_code
 from ios_ray.runtime.cuda_graph import CapturedForward
 from ios_ray.runtime.program import Program
 from ios_ray.runtime.stages import CompiledStage, compile_stage, make_lanes, resolve_device
@@ -65,17 +66,19 @@ class ScheduleRunner:
 
 @dataclass(frozen=True)
 class StagePass:
-    """One forward pass through compiled stages: each in order, each output dropped after its last reader."""
+    """One forward pass through compiled stages: each in order, each output dropped after its last reader; run as
+    code written once (:func:`~ios_ray.runtime.codegen.pass_code`)."""
 
     program: Program
     stages: tuple[CompiledStage, ...]
     releases: tuple[tuple[str, ...], ...]
+    code: Callable[[torch.Tensor], torch.Tensor] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        steps = [(compiled.stage.units, compiled.inputs, compiled.run) for compiled in self.stages]
+        code = pass_code(self.program.graph, self.program.enter, self.program.leave, steps, self.releases)
+        object.__setattr__(self, "code", code)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """Run the stages on ``x`` and return the graph's output."""
-        env = {GRAPH_INPUT: self.program.enter(x)}
-        for stage, release in zip(self.stages, self.releases):
-            env.update(stage(env))
-            for source in release:
-                del env[source]
-        return self.program.leave(self.program.value(self.program.graph.output, env))
+        return self.code(x)

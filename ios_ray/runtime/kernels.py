@@ -34,7 +34,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from ios_ray.dtypes import in_memory_format
+from ios_ray.dtypes import in_memory_format, is_in_memory_format
 from ios_ray.errors import UserError
 from ios_ray.frontend.activations import activation_parts
 from ios_ray.ir import Shape, Unit
@@ -180,6 +180,24 @@ class InGraphFormat:
         return self.body([in_memory_format(t, self.memory_format) for t in inputs])
 
 
+@dataclass(frozen=True)
+class AsTheyCome:
+    """A unit that runs torch's own ops (:func:`layout_free`), given its 4-D inputs as they come where they are laid
+    out as the program holds activations or in the graph's format, and any other 4-D input in the graph's format: a
+    view with its dimensions permuted, as another such unit may return one (MobileViT's patches), whose strides each
+    of its readers would walk slowly (copied once here instead)."""
+
+    body: UnitFn
+    layout: str
+    memory_format: str
+
+    def __call__(self, inputs: list[torch.Tensor]) -> torch.Tensor:
+        """Run the unit on its inputs, a permuted view copied into the graph's format."""
+        return self.body([t if t.dim() != 4 or is_in_memory_format(t, self.layout)
+                          or is_in_memory_format(t, self.memory_format) else in_memory_format(t, self.memory_format)
+                          for t in inputs])
+
+
 #: The most dimensions (batch included) of an opaque unit's output where the unit takes channels-last inputs as they
 #: come. A tensor of five made from a channels-last one (a reshape that splits its channels, a stack of several)
 #: keeps strides that torch's reductions walk slowly: ResNeSt's and SKNet's split attention, a sum over the split,
@@ -195,7 +213,7 @@ def in_layout(unit: Unit, fn: UnitFn, layout: str, memory_format: str) -> UnitFn
     if unit.kind != "opaque" or layout == memory_format:
         return fn
     if layout_free(fn) and 1 + len(unit.shape) <= MOST_DIMS_AS_THEY_COME:
-        return fn
+        return AsTheyCome(fn, layout, memory_format)
     return InGraphFormat(fn, memory_format)
 
 

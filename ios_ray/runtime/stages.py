@@ -8,7 +8,8 @@ unit id or ``"@input"``, to tensor) it returns the outputs of the stage's units.
   (:mod:`~ios_ray.runtime.streams`), on CPU on a persistent worker thread (:mod:`~ios_ray.runtime.workers`);
 * a ``merge`` stage runs its convs as one merged conv (:mod:`~ios_ray.runtime.merge`), inline.
 
-Units inside a group run one after another through ``program.run_unit``, so outputs equal sequential execution.
+Units inside a group run one after another, each its program callable (a group's code, written once:
+:func:`~ios_ray.runtime.codegen.group_code`), so outputs equal sequential execution.
 Where the threads or streams come from is a *lanes* object (a :class:`WorkerPool` or a :class:`StreamPool`)
 that the caller owns and shares between the stages it compiles; without one, a stage gets lanes of its own.
 """
@@ -22,6 +23,7 @@ import torch
 
 from ios_ray.errors import InternalError
 from ios_ray.ir import Value
+from ios_ray.runtime.codegen import GroupCode, group_code
 from ios_ray.runtime.merge import MergedConv, merge_convs
 from ios_ray.runtime.program import Env, Program
 from ios_ray.runtime.streams import StreamPool
@@ -32,7 +34,8 @@ Lanes = WorkerPool | StreamPool
 
 
 class CompiledStage(Protocol):
-    """A stage ready to run: calling it on an env returns the outputs of its units."""
+    """A stage ready to run: :meth:`run` on its inputs returns its units' outputs; calling it on an env, the same
+    by name."""
 
     @property
     def stage(self) -> Stage:
@@ -42,6 +45,9 @@ class CompiledStage(Protocol):
     def inputs(self) -> tuple[str, ...]:
         """The sources (unit ids or ``"@input"``) the stage reads from outside itself."""
 
+    def run(self, *values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Run the stage on the values of :attr:`inputs` (in order); the outputs of ``stage.units`` (in order)."""
+
     def __call__(self, env: Mapping[str, torch.Tensor]) -> Env:
         """Run the stage on the outputs in ``env`` (every id in :attr:`inputs` must be there)."""
 
@@ -50,27 +56,31 @@ class _Launcher(Protocol):
     def run(self, groups: tuple["GroupRun", ...], env: Mapping[str, torch.Tensor]) -> Env: ...
 
 
+def _by_name(compiled: CompiledStage, env: Mapping[str, torch.Tensor]) -> Env:
+    """A compiled stage run on the outputs in ``env``; its units' outputs by id."""
+    return dict(zip(compiled.stage.units, compiled.run(*[env[source] for source in compiled.inputs])))
+
+
 @dataclass(frozen=True)
 class GroupRun:
-    """The units of one group, run one after another; ``inputs`` are the sources it reads from outside itself."""
+    """The units of one group, run one after another (its :attr:`code`, one line per unit: :mod:`.codegen`);
+    ``inputs`` are the sources it reads from outside itself."""
 
-    program: Program
     units: tuple[str, ...]
     inputs: tuple[str, ...]
+    code: GroupCode
 
     def __call__(self, env: Mapping[str, torch.Tensor]) -> Env:
         """Run the group's units in order and return all their outputs."""
-        scope = {source: env[source] for source in self.inputs}
-        for unit_id in self.units:
-            scope[unit_id] = self.program.run_unit(unit_id, scope)
-        return {unit_id: scope[unit_id] for unit_id in self.units}
+        return dict(zip(self.units, self.code(*[env[source] for source in self.inputs])))
 
     @staticmethod
     def of(program: Program, units: tuple[str, ...]) -> "GroupRun":
         """The group of these units (in execution order)."""
         inside = set(units)
         sources = (s for u in units for s in program.graph.unit(u).sources if s not in inside)
-        return GroupRun(program, units, tuple(dict.fromkeys(sources)))
+        inputs = tuple(dict.fromkeys(sources))
+        return GroupRun(units, inputs, group_code(program.graph, program.fns, units, inputs))
 
 
 @dataclass(frozen=True)
@@ -85,9 +95,13 @@ class InlineStage:
         """The sources the stage reads."""
         return self.group.inputs
 
-    def __call__(self, env: Mapping[str, torch.Tensor]) -> Env:
+    def run(self, *values: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Run the stage's only group."""
-        return self.group(env)
+        return self.group.code(*values)
+
+    def __call__(self, env: Mapping[str, torch.Tensor]) -> Env:
+        """Run the stage on the outputs in ``env``."""
+        return _by_name(self, env)
 
 
 @dataclass(frozen=True)
@@ -103,9 +117,14 @@ class ParallelStage:
         """The sources the stage reads."""
         return tuple(dict.fromkeys(s for g in self.groups for s in g.inputs))
 
-    def __call__(self, env: Mapping[str, torch.Tensor]) -> Env:
+    def run(self, *values: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Run every group at once and return all their outputs."""
-        return self.launcher.run(self.groups, env)
+        outputs = self.launcher.run(self.groups, dict(zip(self.inputs, values)))
+        return tuple(outputs[unit_id] for unit_id in self.stage.units)
+
+    def __call__(self, env: Mapping[str, torch.Tensor]) -> Env:
+        """Run the stage on the outputs in ``env``."""
+        return _by_name(self, env)
 
 
 @dataclass(frozen=True)
@@ -122,9 +141,14 @@ class MergeStage:
         """The sources the stage reads."""
         return self.input.sources
 
-    def __call__(self, env: Mapping[str, torch.Tensor]) -> Env:
+    def run(self, *values: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Run the merged conv on the shared input; one output slice per unit."""
-        return self.merged(self.program.value(self.input, env))
+        outputs = self.merged(self.program.value(self.input, dict(zip(self.inputs, values))))
+        return tuple(outputs[unit_id] for unit_id in self.stage.units)
+
+    def __call__(self, env: Mapping[str, torch.Tensor]) -> Env:
+        """Run the stage on the outputs in ``env``."""
+        return _by_name(self, env)
 
 
 def resolve_device(device: torch.device | str) -> torch.device:

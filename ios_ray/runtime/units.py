@@ -95,7 +95,7 @@ class CodeCall:
     ``arg_names`` name the nodes the inputs stand for. A size computation among the nodes that reads a tensor the
     unit neither takes nor computes reads a meta tensor of that tensor's shape at this batch size instead (the batch
     size of the first tensor input): ``sized`` gives, by node name, its size per sample and which dimensions grow
-    with the batch.
+    with the batch. The nodes are turned into Python once (:func:`unit_code`), as ``fx.GraphModule`` turns a graph.
     """
 
     nodes: tuple[fx.Node, ...]
@@ -103,26 +103,42 @@ class CodeCall:
     arg_names: tuple[str, ...]
     constants: Mapping[str, Any]
     sized: Mapping[str, tuple[tuple[int, ...], tuple[bool, ...]]] = field(default_factory=dict)
-    layers: dict[str, nn.Module] = field(init=False, repr=False)  # the submodule each module call calls, by node name
+    code: fx.GraphModule = field(init=False, repr=False)  # the nodes' code: inputs, constants, then metas
+    held: tuple[Any, ...] = field(init=False, repr=False)  # the constants the code reads, in its argument order
+    metas: tuple[tuple[tuple[int, ...], tuple[bool, ...]], ...] = field(init=False, repr=False)  # of sized nodes
 
     def __post_init__(self) -> None:
-        self.layers = {node.name: self.module.get_submodule(str(node.target)) for node in self.nodes
-                       if node.op == "call_module"}
+        sized = tuple(name for name in self.sized if name not in self.arg_names)  # an input is read as it is
+        self.code, held_names = unit_code(self.nodes, self.module, self.arg_names, sized)
+        self.held = tuple(self.constants[name] for name in held_names)
+        self.metas = tuple(self.sized[name] for name in sized)
 
     def __call__(self, inputs: list[torch.Tensor]) -> torch.Tensor:
-        env: dict[str, Any] = dict(zip(self.arg_names, inputs))
+        if not self.metas:
+            return self.code.forward(*inputs, *self.held)
+        batch = next(t.shape[0] for t in inputs if isinstance(t, torch.Tensor))
+        metas = [torch.empty([s * batch if g else s for s, g in zip(sizes, grows)], device="meta")
+                 for sizes, grows in self.metas]
+        return self.code.forward(*inputs, *self.held, *metas)
 
-        def lookup(n: fx.Node) -> Any:
-            if n.name in env:
-                return env[n.name]
-            if n.name in self.sized:
-                sizes, grows = self.sized[n.name]
-                batch = next(t.shape[0] for t in inputs if isinstance(t, torch.Tensor))
-                return torch.empty([s * batch if g else s for s, g in zip(sizes, grows)], device="meta")
-            return self.constants[n.name]
-        for node in self.nodes:
-            env[node.name] = _run(node, self.layers.get(node.name), lookup)
-        return env[self.nodes[-1].name]
+
+def unit_code(nodes: tuple[fx.Node, ...], module: fx.GraphModule, arg_names: tuple[str, ...],
+              sized_names: tuple[str, ...] = ()) -> tuple[fx.GraphModule, tuple[str, ...]]:
+    """The code of ``nodes`` as a graph module of its own (the layers it calls ``module``'s own) whose arguments are the
+    nodes named ``arg_names``, then every other node the code reads (constants, returned by name), then the nodes
+    named ``sized_names``; it returns the last node's value."""
+    inside = {n.name for n in nodes}
+    read = dict.fromkeys(n.name for node in nodes for n in node.all_input_nodes if n.name not in inside)
+    held = tuple(name for name in read if name not in arg_names and name not in sized_names)
+    graph, root = fx.Graph(), nn.Module()
+    copied = {name: graph.placeholder(f"in_{i}") for i, name in enumerate((*arg_names, *held, *sized_names))}
+    for node in nodes:
+        copied[node.name] = graph.node_copy(node, lambda n: copied[n.name])
+        if node.op == "call_module":  # one attribute of the code's own, not a path through the model's modules
+            layer = copied[node.name].target = f"layer_{len(root._modules)}"
+            root.add_module(layer, module.get_submodule(str(node.target)))
+    graph.output(copied[nodes[-1].name])
+    return fx.GraphModule(root, graph), held
 
 
 @dataclass
@@ -223,17 +239,6 @@ def _step(node: fx.Node, module: fx.GraphModule, constants: Mapping[str, Any]) -
     """One epilogue step: the node's code on the one input that is not a constant."""
     source = next(n.name for n in node.all_input_nodes if n.name not in constants)
     return CodeCall((node,), module, (source,), constants)
-
-
-def _run(node: fx.Node, layer: nn.Module | None, lookup: Callable[[fx.Node], Any]) -> Any:
-    """Run one fx node with its node arguments looked up (``layer``: the submodule a module call calls)."""
-    args = fx.node.map_arg(node.args, lookup)
-    kwargs = fx.node.map_arg(node.kwargs, lookup)
-    if node.op == "call_module":
-        return layer(*args, **kwargs)  # type: ignore[misc]
-    if node.op == "call_method":
-        return getattr(args[0], str(node.target))(*args[1:], **kwargs)
-    return node.target(*args, **kwargs)  # type: ignore[operator]
 
 
 def _conv(module: fx.GraphModule, target: str) -> nn.Conv2d:
