@@ -130,15 +130,15 @@ def unit_code(nodes: tuple[fx.Node, ...], module: fx.GraphModule, arg_names: tup
     inside = {n.name for n in nodes}
     read = dict.fromkeys(n.name for node in nodes for n in node.all_input_nodes if n.name not in inside)
     held = tuple(name for name in read if name not in arg_names and name not in sized_names)
-    graph, root = fx.Graph(), nn.Module()
+    graph, layers = fx.Graph(), dict[str, nn.Module]()
     copied = {name: graph.placeholder(f"in_{i}") for i, name in enumerate((*arg_names, *held, *sized_names))}
     for node in nodes:
         copied[node.name] = graph.node_copy(node, lambda n: copied[n.name])
         if node.op == "call_module":  # one attribute of the code's own, not a path through the model's modules
-            layer = copied[node.name].target = f"layer_{len(root._modules)}"
-            root.add_module(layer, module.get_submodule(str(node.target)))
+            layer = copied[node.name].target = f"layer_{len(layers)}"
+            layers[layer] = module.get_submodule(str(node.target))
     graph.output(copied[nodes[-1].name])
-    return fx.GraphModule(root, graph), held
+    return fx.GraphModule(layers, graph), held
 
 
 @dataclass
