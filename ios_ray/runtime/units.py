@@ -106,19 +106,23 @@ class CodeCall:
     code: fx.GraphModule = field(init=False, repr=False)  # the nodes' code: inputs, constants, then metas
     held: tuple[Any, ...] = field(init=False, repr=False)  # the constants the code reads, in its argument order
     metas: tuple[tuple[tuple[int, ...], tuple[bool, ...]], ...] = field(init=False, repr=False)  # of sized nodes
+    at_batch: dict[int, tuple[torch.Tensor, ...]] = field(init=False, repr=False)  # their meta tensors, by batch size
 
     def __post_init__(self) -> None:
         sized = tuple(name for name in self.sized if name not in self.arg_names)  # an input is read as it is
         self.code, held_names = unit_code(self.nodes, self.module, self.arg_names, sized)
         self.held = tuple(self.constants[name] for name in held_names)
         self.metas = tuple(self.sized[name] for name in sized)
+        self.at_batch = {}
 
     def __call__(self, inputs: list[torch.Tensor]) -> torch.Tensor:
         if not self.metas:
             return self.code.forward(*inputs, *self.held)
         batch = next(t.shape[0] for t in inputs if isinstance(t, torch.Tensor))
-        metas = [torch.empty([s * batch if g else s for s, g in zip(sizes, grows)], device="meta")
-                 for sizes, grows in self.metas]
+        metas = self.at_batch.get(batch)
+        if metas is None:  # made once per batch size: only their sizes are read
+            metas = self.at_batch[batch] = tuple(torch.empty([s * batch if g else s for s, g in zip(sizes, grows)],
+                                                             device="meta") for sizes, grows in self.metas)
         return self.code.forward(*inputs, *self.held, *metas)
 
 
