@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import weakref
 from typing import Callable
@@ -134,6 +135,22 @@ def test_a_pass_holds_each_value_until_its_last_reader_and_no_longer(program: Pr
         held = {u for u in order[:position] if dropped.get(u, len(stages)) >= place[unit_id]}
         assert alive[unit_id] == held, unit_id
     assert len(alive) == len(graph.units) and any(alive[u] != set(order[:i]) for i, u in enumerate(order))
+
+
+@pytest.mark.parametrize("strategy", ["sequential", "ios_like"])
+def test_a_dropped_runner_frees_its_program_at_once(strategy: str) -> None:
+    """No reference cycle may hold a runner's code: its program's weights would stay until a full collection."""
+    program = Program.from_imported(import_module(tiny(), torch.randn(1, *Tiny.input_shape)))
+    runner = ScheduleRunner(program, make_schedule(program.graph, BUILDERS[strategy], 2))
+    runner(torch.randn(2, *Tiny.input_shape))
+    dropped = weakref.ref(program)
+    gc.collect()
+    gc.disable()
+    try:
+        del runner, program
+        assert dropped() is None
+    finally:
+        gc.enable()
 
 
 @pytest.mark.parametrize("strategy", ["sequential", "greedy", "ios_like"])

@@ -54,7 +54,7 @@ class _Source:
         text = "\n".join([f"def {name}({', '.join(args)}):", *(f"    {line}" for line in self.lines)])
         namespace = dict(self.scope)
         exec(compile(text, f"<ios-ray {name}>", "exec"), namespace)  # noqa: S102  # our own text, built above
-        function = namespace[name]
+        function = namespace.pop(name)  # its globals do not hold it: no cycle keeps a dropped pass (and its weights)
         function.source = text  # for a reader, as fx.GraphModule keeps its code
         return function
 
