@@ -16,7 +16,8 @@
   (``mkldnn._linear_pointwise``: bias and activation inside, the weight packed once per row count). An ``opaque``
   unit, which runs the model's own code, takes its inputs as they come where that code is torch's own ops, none of
   which reads how a tensor is laid out (a permute and a LayerNorm: ConvNeXt's blocks), and its output has at most
-  four dimensions; else in the graph's format (:func:`in_layout`): an extension's kernel, or the model's own
+  four dimensions (a 4-D input that is a permuted view, another such unit's output, copied into the graph's format
+  once: MobileViT's patches); else in the graph's format (:func:`in_layout`): an extension's kernel, or the model's own
   function, may read memory as NCHW, and torch's reductions run slowly over a five-dimensional tensor made from a
   channels-last one (ResNeSt's and SKNet's split attention).
 
@@ -208,8 +209,9 @@ MOST_DIMS_AS_THEY_COME = 4
 def in_layout(unit: Unit, fn: UnitFn, layout: str, memory_format: str) -> UnitFn:
     """A unit's callable for a program whose activations are in ``layout`` and whose graph is in ``memory_format``:
     an ``opaque`` unit (the model's own code) takes its inputs in the graph's format unless its code is
-    :func:`layout_free` and its output has at most :data:`MOST_DIMS_AS_THEY_COME` dimensions; every other unit
-    (torch's own layout-aware ops) takes them as they come."""
+    :func:`layout_free` and its output has at most :data:`MOST_DIMS_AS_THEY_COME` dimensions (then
+    :class:`AsTheyCome`: a permuted view still in the graph's format); every other unit (torch's own layout-aware
+    ops) takes them as they come."""
     if unit.kind != "opaque" or layout == memory_format:
         return fn
     if layout_free(fn) and 1 + len(unit.shape) <= MOST_DIMS_AS_THEY_COME:
