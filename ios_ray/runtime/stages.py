@@ -56,9 +56,11 @@ class _Launcher(Protocol):
     def run(self, groups: tuple["GroupRun", ...], env: Mapping[str, torch.Tensor]) -> Env: ...
 
 
-def _by_name(compiled: CompiledStage, env: Mapping[str, torch.Tensor]) -> Env:
-    """A compiled stage run on the outputs in ``env``; its units' outputs by id."""
-    return dict(zip(compiled.stage.units, compiled.run(*[env[source] for source in compiled.inputs])))
+def _by_name(units: tuple[str, ...], inputs: tuple[str, ...], code: GroupCode, env: Mapping[str, torch.Tensor]
+             ) -> Env:
+    """``code`` (a group's or a stage's: ``inputs`` in, ``units``' outputs out) run on the outputs in ``env``; its
+    units' outputs by id."""
+    return dict(zip(units, code(*[env[source] for source in inputs])))
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class GroupRun:
 
     def __call__(self, env: Mapping[str, torch.Tensor]) -> Env:
         """Run the group's units in order and return all their outputs."""
-        return dict(zip(self.units, self.code(*[env[source] for source in self.inputs])))
+        return _by_name(self.units, self.inputs, self.code, env)
 
     @staticmethod
     def of(program: Program, units: tuple[str, ...]) -> "GroupRun":
@@ -101,7 +103,7 @@ class InlineStage:
 
     def __call__(self, env: Mapping[str, torch.Tensor]) -> Env:
         """Run the stage on the outputs in ``env``."""
-        return _by_name(self, env)
+        return _by_name(self.stage.units, self.inputs, self.run, env)
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ class ParallelStage:
 
     def __call__(self, env: Mapping[str, torch.Tensor]) -> Env:
         """Run the stage on the outputs in ``env``."""
-        return _by_name(self, env)
+        return _by_name(self.stage.units, self.inputs, self.run, env)
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,7 @@ class MergeStage:
 
     def __call__(self, env: Mapping[str, torch.Tensor]) -> Env:
         """Run the stage on the outputs in ``env``."""
-        return _by_name(self, env)
+        return _by_name(self.stage.units, self.inputs, self.run, env)
 
 
 def resolve_device(device: torch.device | str) -> torch.device:
