@@ -70,6 +70,13 @@ The parts (``--part``):
   the sequential schedule with eager and with fused kernels beside ``torch.compile`` (default mode) and the model as
   is, no search (the probe behind bench/RESULTS.md's tables of library models against ``torch.compile``). Target:
   fused never slower than ``torch.compile`` beyond noise, outputs within 1e-5 of the model.
+* ``regions`` (not run by default): Inductor regions (``inductor`` kernels: each run of stages not of several groups
+  compiled into one function, :mod:`~ios_ray.runtime.regions`) against fused kernels, the sequential schedule (one
+  region: the whole model) and the greedy one (regions between its stages of several groups), beside
+  ``torch.compile`` (default mode) and the model as is, no search; each region compiled before the rounds (its
+  compile time in the table). Target: the faster of fused and inductor as the sequential schedule (what
+  ``kernels="auto"`` keeps, where it measures the same) never slower than ``torch.compile`` beyond noise, every
+  output within 1e-5 of the model.
 * ``ios-ray-bench``: what a user runs: ``ios-ray search`` (default kernels: ``auto``) and ``ios-ray bench`` on
   SqueezeNet at batch 1, in fresh processes. Target: the IOS row (named for its kernels) within 10% of
   ``torch.compile``'s median, or faster.
@@ -77,7 +84,7 @@ The parts (``--part``):
 Run: python bench/kernels.py [--models inception_v3,squeezenet] [--batches 1,8] [--rounds 30] [--folder DIR]
 [--part packing|residual|linear-and-opaque|moved-linears|five-dims|path-sums|
 scales|concatenated-convs|gate-scalings|parallel-branches|opaque-code|pass-code|
-versus-compile]
+versus-compile|regions]
 (on 2 cores with the defaults: about 40 minutes of searches on fresh stores, each Inception V3 search 7-9 minutes,
 then the rounds; a run again on the same --folder measures only what its stores lack; exit code 1 when a target is
 missed)
@@ -92,6 +99,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Mapping
@@ -446,6 +454,43 @@ def versus_compile(models: list[str], batches: list[int], rounds: int, console: 
     return table, passed
 
 
+def regions(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
+    """The sequential and the greedy schedule with fused and with inductor kernels (regions compiled first) beside
+    torch.compile and the model as is, in interleaved rounds."""
+    confidence = percent(REPORT_CONFIDENCE)
+    table = Table("model", "batch", "schedule", "compile s", "fused ms", "inductor ms", "torch.compile ms",
+                  f"inductor / fused ({confidence})", f"best / torch.compile ({confidence})", "target",
+                  title="Inductor regions against fused kernels and torch.compile (CPU, interleaved rounds)")
+    passed = True
+    for model in models:
+        loaded = _loaded(model)
+        imported = import_model(loaded)
+        programs = Programs(imported)
+        for batch in batches:
+            x = torch.randn(batch, *loaded.input_shape)
+            calls, compile_s = {}, {}
+            for name in ("sequential", "greedy"):
+                for kernels in ("fused", "inductor"):
+                    schedule = baseline_schedule(imported.graph, name, device="cpu", batch=batch, kernels=kernels)
+                    runner = calls[f"{name} {kernels}"] = ScheduleRunner(programs("cpu", kernels), schedule)
+                    started = time.perf_counter()
+                    runner(x)  # regions compile at their first call
+                    if kernels == "inductor":
+                        compile_s[name] = time.perf_counter() - started
+            timed = _Timed.of(calls, loaded.module.eval(), x, rounds, f"{model} bs{batch}", console)
+            for name in ("sequential", "greedy"):
+                fused, inductor = f"{name} fused", f"{name} inductor"
+                best = min((fused, inductor), key=lambda n: summary_ms(timed.samples[n])[0])
+                errors_ok = max(timed.errors[fused], timed.errors[inductor]) <= 1e-5
+                ok = errors_ok and (name != "sequential" or _not_slower(timed.ratio(best, "torch.compile")))
+                passed &= ok
+                table.add_row(model, str(batch), name, f"{compile_s[name]:.1f}",
+                              *timed.cells(fused, inductor, "torch.compile"), _cell(timed.ratio(inductor, fused)),
+                              f"{best.split()[1]}: {_cell(timed.ratio(best, 'torch.compile'))}",
+                              "PASS" if ok else "FAIL")
+    return table, passed
+
+
 def _two_programs(table: Table, loaded: Model, programs: dict[str, Program], counts: list[str], batches: list[int],
                   rounds: int, console: Console) -> bool:
     """Add a row per batch size to ``table`` (``counts`` in its count columns): the sequential schedule of the first
@@ -583,7 +628,7 @@ ON_DEMAND = {"packing": packing, "residual": residual, "linear-and-opaque": line
              "moved-linears": moved_linears, "five-dims": five_dims, "path-sums": path_sums, "scales": scales,
              "concatenated-convs": concatenated_convs, "gate-scalings": gate_scalings,
              "parallel-branches": parallel_branches, "opaque-code": opaque_code, "pass-code": pass_code,
-             "versus-compile": versus_compile}
+             "versus-compile": versus_compile, "regions": regions}
 
 
 def main() -> int:

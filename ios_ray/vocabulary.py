@@ -49,10 +49,12 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 MEMORY_FORMAT_NAMES = ("contiguous", "channels_last")
 DEFAULT_MEMORY_FORMAT = "contiguous"
 #: The kernels a deployed model's units run with: ``eager`` (torch's own ops, as the model calls them, in the
-#: graph's memory format) or ``fused`` (activations channels-last, each conv one call that adds its bias and applies
-#: its activation in the same kernel); a schedule records its own, files before kernels were ``eager``.
-EAGER_KERNELS, FUSED_KERNELS = "eager", "fused"
-KERNEL_NAMES = (EAGER_KERNELS, FUSED_KERNELS)
+#: graph's memory format), ``fused`` (activations channels-last, each conv one call that adds its bias and applies
+#: its activation in the same kernel) or ``inductor`` (the units as with ``eager``, each run of stages that are not
+#: of several groups, and each group of the others, compiled by Inductor into one region); a schedule records its own,
+#: files before kernels were ``eager``.
+EAGER_KERNELS, FUSED_KERNELS, INDUCTOR_KERNELS = "eager", "fused", "inductor"
+KERNEL_NAMES = (EAGER_KERNELS, FUSED_KERNELS, INDUCTOR_KERNELS)
 #: The version of a kernels' implementation (:mod:`~ios_ray.runtime.kernels`), where it is not the first: part of the
 #: identity of a device running stages with them, so rows measured with an earlier one are not reused. ``fused`` 2:
 #: oneDNN's weights packed per input shape (before: for batch 1, several times slower at some other batch sizes); 3:
@@ -61,8 +63,8 @@ KERNEL_NAMES = (EAGER_KERNELS, FUSED_KERNELS)
 #: that is a permuted view (another opaque unit's output: MobileViT's patches) copied into the graph's format once
 #: (before: as it came, read slowly by each op of the unit).
 KERNEL_VERSIONS = {FUSED_KERNELS: 5}
-#: What a search runs each setting's stages with: the kernels named, or ``auto``: on a measured device the faster
-#: of them as the sequential schedule runs whole (``eager`` unless ``fused`` is faster beyond noise), on ``sim:``
+#: What a search runs each setting's stages with: the kernels named, or ``auto``: on a measured device the fastest
+#: of them as the sequential schedule runs whole (``eager`` unless another is faster beyond noise), on ``sim:``
 #: ``eager`` (the sim model prices no kernels).
 KERNEL_CHOICES = ("auto", *KERNEL_NAMES)
 DEFAULT_KERNEL_CHOICE = "auto"

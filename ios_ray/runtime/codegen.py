@@ -6,6 +6,8 @@ graph's code), so that a unit costs one call of its callable and no lookups.
 * :func:`pass_code`: a whole forward pass through compiled stages: the input entered, each stage's code called on
   its inputs (a one-group stage's is its group's code), each value dropped right after its last reader
   (:func:`~ios_ray.lifetimes.release_plan`), the output left.
+* :func:`steps_code`: consecutive stages as one function of their inputs returning the outputs named (the code of a
+  :class:`~ios_ray.runtime.regions.Region`).
 
 A unit input that sums or concatenates outputs is computed in the line that reads it, as
 :meth:`~ios_ray.runtime.program.Program.value` computes it: each part summed left to right, the parts concatenated in
@@ -71,6 +73,17 @@ def group_code(graph: Graph, fns: Mapping[str, Callable[[list[torch.Tensor]], to
         source.lines.append(f"{source.variable(unit_id)} = {source.callee(fns[unit_id])}([{reads}])")
     source.lines.append(f"return ({''.join(source.variable(u) + ', ' for u in units)})")
     return source.function("group", args)
+
+
+def steps_code(steps: Sequence[StageStep], inputs: Sequence[str], outputs: Sequence[str]) -> GroupCode:
+    """The code of ``steps`` run in order on the outputs named ``inputs``, returning those named ``outputs``."""
+    source = _Source()
+    args = [source.variable(s) for s in inputs]
+    for units, reads, code in steps:
+        names = "".join(source.variable(u) + ", " for u in units)
+        source.lines.append(f"{names}= {source.callee(code, 'stage')}({', '.join(map(source.variable, reads))})")
+    source.lines.append(f"return ({''.join(source.variable(u) + ', ' for u in outputs)})")
+    return source.function("steps", args)
 
 
 def pass_code(graph: Graph, enter: Callable[[torch.Tensor], torch.Tensor],

@@ -21,11 +21,13 @@ from typing import Callable
 import torch
 
 from ios_ray.lifetimes import release_plan
-from ios_ray.runtime.codegen import pass_code
+from ios_ray.runtime.codegen import StageStep, pass_code
 from ios_ray.runtime.cuda_graph import CapturedForward
 from ios_ray.runtime.program import Program
-from ios_ray.runtime.stages import CompiledStage, compile_stage, make_lanes, resolve_device
+from ios_ray.runtime.regions import in_regions, region_steps
+from ios_ray.runtime.stages import CompiledStage, ParallelStage, compile_stage, make_lanes, resolve_device
 from ios_ray.schedule import Schedule, check_schedule
+from ios_ray.vocabulary import INDUCTOR_KERNELS
 
 
 class ScheduleRunner:
@@ -67,16 +69,26 @@ class ScheduleRunner:
 @dataclass(frozen=True)
 class StagePass:
     """One forward pass through compiled stages: each in order, each output dropped after its last reader; run as
-    code written once (:func:`~ios_ray.runtime.codegen.pass_code`)."""
+    code written once (:func:`~ios_ray.runtime.codegen.pass_code`). With ``inductor`` kernels each run of stages
+    that are not of several groups, and each group of the others, is one region compiled by Inductor
+    (:mod:`~ios_ray.runtime.regions`): its :attr:`steps` say what the pass calls."""
 
     program: Program
     stages: tuple[CompiledStage, ...]
     releases: tuple[tuple[str, ...], ...]
+    steps: tuple[StageStep, ...] = field(init=False, repr=False, compare=False)
     code: Callable[[torch.Tensor], torch.Tensor] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        steps = [(compiled.stage.units, compiled.inputs, compiled.run) for compiled in self.stages]
-        code = pass_code(self.program.graph, self.program.enter, self.program.leave, steps, self.releases)
+        stages, releases = self.stages, list(self.releases)
+        if self.program.kernels == INDUCTOR_KERNELS:
+            stages = tuple(in_regions(s) if isinstance(s, ParallelStage) else s for s in stages)
+        steps: list[StageStep] = [(compiled.stage.units, compiled.inputs, compiled.run) for compiled in stages]
+        if self.program.kernels == INDUCTOR_KERNELS:
+            together = [not isinstance(compiled, ParallelStage) for compiled in stages]
+            steps, releases = region_steps(steps, together, releases, self.program.graph.output.sources)
+        code = pass_code(self.program.graph, self.program.enter, self.program.leave, steps, releases)
+        object.__setattr__(self, "steps", tuple(steps))
         object.__setattr__(self, "code", code)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:

@@ -20,6 +20,9 @@
   once: MobileViT's patches); else in the graph's format (:func:`in_layout`): an extension's kernel, or the model's own
   function, may read memory as NCHW, and torch's reductions run slowly over a five-dimensional tensor made from a
   channels-last one (ResNeSt's and SKNet's split attention).
+* ``inductor``: the units as in ``eager``; a pass compiles each run of stages that are not of several groups, and
+  each group of the others, into one region with Inductor (:mod:`~ios_ray.runtime.regions`), which fuses what runs
+  inside it as ``torch.compile`` would.
 
 Neither changes what a unit computes, only how fast: which is faster depends on the device, the dtype and the
 model, so a search measures it (``kernels="auto"``) and each schedule records the kernels its stages were measured
@@ -41,7 +44,7 @@ from ios_ray.frontend.activations import activation_parts
 from ios_ray.ir import Shape, Unit
 from ios_ray.runtime.units import (CodeCall, ConvBinder, Dense, Epilogue, FoldedConv, LinearBinder, UnitFn,
                                   eager_conv, eager_linear)
-from ios_ray.vocabulary import EAGER_KERNELS, KERNEL_NAMES
+from ios_ray.vocabulary import FUSED_KERNELS, KERNEL_NAMES
 
 #: Activations oneDNN applies inside a convolution: canonical name -> (oneDNN's name, its parameters from ours).
 _ONEDNN_ACTIVATIONS: dict[str, tuple[str, Callable[[tuple[Any, ...]], list[Any]]]] = {
@@ -67,19 +70,19 @@ def checked_kernels(name: str) -> str:
 
 def activation_layout(kernels: str, memory_format: str) -> str:
     """The memory format a program's 4-D activations are held in, for a graph in ``memory_format``."""
-    return memory_format if checked_kernels(kernels) == EAGER_KERNELS else "channels_last"
+    return "channels_last" if checked_kernels(kernels) == FUSED_KERNELS else memory_format
 
 
 def conv_binder(kernels: str, device: torch.device) -> ConvBinder:
     """How the kernels run a folded conv on ``device``."""
-    if checked_kernels(kernels) == EAGER_KERNELS:
+    if checked_kernels(kernels) != FUSED_KERNELS:
         return eager_conv
     return _fused_cuda if device.type == "cuda" else _fused_cpu
 
 
 def linear_binder(kernels: str, device: torch.device) -> LinearBinder:
     """How the kernels run a linear layer on ``device``."""
-    if checked_kernels(kernels) == EAGER_KERNELS or device.type == "cuda":
+    if checked_kernels(kernels) != FUSED_KERNELS or device.type == "cuda":
         return eager_linear
     return _fused_cpu_linear
 

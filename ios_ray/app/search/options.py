@@ -19,7 +19,7 @@ from ios_ray.errors import UserError
 from ios_ray.store import DEFAULT_STORE_PATH
 from ios_ray.vocabulary import (DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_SECONDS,
                                 DEFAULT_KERNEL_CHOICE, DEFAULT_MEASURE, DEFAULT_R, DEFAULT_S, DEFAULT_SIM_ACTORS,
-                                STRATEGIES)
+                                KERNEL_CHOICES, STRATEGIES)
 
 if TYPE_CHECKING:
     from ios_ray.scheduler import SearchParams
@@ -61,12 +61,8 @@ class MeasureChoice(str, Enum):
     all = "all"
 
 
-class KernelsChoice(str, Enum):
-    """Which kernels the stages run with, on the command line."""
-
-    auto = "auto"
-    eager = "eager"
-    fused = "fused"
+#: Which kernels the stages run with, on the command line: :data:`~ios_ray.vocabulary.KERNEL_CHOICES`.
+KernelsChoice = Enum("KernelsChoice", {choice: choice for choice in KERNEL_CHOICES}, type=str)  # type: ignore[misc]
 
 
 def parse_input_shape(text: str | None) -> tuple[int, ...] | None:
@@ -132,9 +128,12 @@ class SearchOptions:
                                            "channels_last files are bs<batch>[-<dtype>]-channels_last.json)")
     kernels: str = _option(DEFAULT_KERNEL_CHOICE, "the kernels units run with: fused (activations channels-last, "
                            "each conv one call with its bias and activation: oneDNN on a CPU, cuDNN on a GPU), eager "
-                           "(torch's own ops, as the model calls them), or auto: on a measured device fused where the "
-                           "sequential schedule runs faster with them beyond noise, else eager",
-                           CliForm(kind=KernelsChoice, default=KernelsChoice.auto, parse=lambda choice: choice.value))
+                           "(torch's own ops, as the model calls them), inductor (as eager, each run of stages not of "
+                           "several groups, and each group of the others, compiled by Inductor into one region), or auto: on a measured device the "
+                           "fastest as the sequential schedule runs whole, where faster than eager beyond noise, "
+                           "else eager",
+                           CliForm(kind=KernelsChoice, default=KernelsChoice(DEFAULT_KERNEL_CHOICE),
+                                   parse=lambda choice: choice.value))
     memory_budget: Optional[str | int] = _option(
         None, "keep each schedule's peak activation memory within this many bytes, or a factor of the sequential "
         "schedule's peak such as 1.1x (default on GPU labels such as sim:v100 or t4: their memory less the weights "

@@ -119,7 +119,7 @@ class RichSearchProgress:
 
     def choosing_kernels(self, device: str, batch: int) -> None:
         """Say that the kernels are being chosen."""
-        self.console.print(f"{device} batch {batch}: timing the sequential schedule with fused and eager kernels")
+        self.console.print(f"{device} batch {batch}: timing the sequential schedule with each kernels (eager, fused, inductor)")
 
     def checking(self, device: str, batch: int) -> None:
         """Say which schedules are being timed end to end."""

@@ -1,0 +1,138 @@
+"""Regions: code that runs on one thread and stream, compiled by Inductor into one function (the ``inductor``
+kernels, :mod:`~ios_ray.runtime.kernels`).
+
+Inside a stage of one group, and between such stages, nothing runs at once: there a fusing compiler's code is what
+runs fastest (elementwise ops fused into one loop, no tensor written between them that nothing else reads). So a
+pass with ``inductor`` kernels cuts its stages at every stage of several groups: each run of the others (one-group
+and merge stages) is one :class:`Region` (:func:`region_steps`), and each group of a stage of several groups is one
+too (:func:`in_regions`), run at once with the stage's other groups, each on its worker thread or side stream as with
+other kernels. The schedule decides where the regions end. A stage alone, as the profiler times it, is not compiled.
+
+A region is compiled per input signature (shapes, strides, dtype and device of its inputs), at the first call with
+it: that call runs the region's code as it is (so every lazily made tensor is real), then the code is traced with
+fake tensors (``make_fx``: a trace that would have to read a tensor's value, which it would freeze into the code,
+stops instead) and compiled by Inductor (``compile_fx``) with its weights frozen (constants of the code: Inductor
+packs a conv's weight for oneDNN once and folds what it can, as ``torch.compile`` does with freezing; not in float64
+on a CPU, which oneDNN lacks); later calls with the signature run the compiled function. Each signature's function
+holds its own packed weights. The first call returns what the compiled function returns, as every later call does:
+a region after it sees inputs laid out as they will always be, so one call compiles every region of a pass.
+On a GPU the first call is the capture's warm-up, so nothing compiles inside a capture. A region that cannot be
+traced or compiled (a value read, no C++ compiler, an op Inductor lacks) runs its code as it is, with one warning
+saying why: slower, never wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from ios_ray.errors import first_line
+from ios_ray.runtime.codegen import GroupCode, StageStep, steps_code
+from ios_ray.runtime.stages import ParallelStage
+
+#: Held while a region compiles: the groups of a stage run on worker threads, and Inductor compiles one at a time.
+_ONE_COMPILE_AT_A_TIME = threading.Lock()
+
+#: A region's inputs as they decide its compiled code: shape, strides, dtype and device of each.
+Signature = tuple[tuple[tuple[int, ...], tuple[int, ...], torch.dtype, torch.device], ...]
+
+
+def signature(inputs: Sequence[torch.Tensor]) -> Signature:
+    """What a region's compiled code is specialised to: each input's shape, strides, dtype and device."""
+    return tuple((tuple(t.shape), t.stride(), t.dtype, t.device) for t in inputs)
+
+
+@dataclass
+class Region:
+    """Consecutive stages as one function of their inputs (:attr:`code`: their outputs that later stages or the
+    graph's output read), compiled by Inductor per input signature at its first call."""
+
+    code: GroupCode
+    name: str
+    compiled: dict[Signature, GroupCode | None] = field(default_factory=dict, repr=False)
+
+    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The region's outputs: by its compiled function where the signature has one, else by its code (compiling
+        it after a first call with a new signature)."""
+        key = signature(inputs)
+        if key not in self.compiled:
+            outputs = self.code(*inputs)  # lazily made tensors (a unit's meta tensors) are made real, outside the trace
+            self.compiled[key] = self._compiled(inputs)
+            if self.compiled[key] is None:
+                return outputs
+        fn = self.compiled[key]  # also at the first call: later regions see the outputs (strides) of every call
+        return tuple(fn(*inputs)) if fn is not None else self.code(*inputs)
+
+    def _compiled(self, inputs: tuple[torch.Tensor, ...]) -> GroupCode | None:
+        """The region's code traced and compiled for these inputs; None (with a warning) where it cannot be."""
+        from torch._inductor import config  # Inductor loads in a second or more: only where a region compiles
+        from torch._inductor.compile_fx import compile_fx
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        try:
+            with _ONE_COMPILE_AT_A_TIME, torch.no_grad():
+                traced = make_fx(self.code, tracing_mode="fake", _allow_non_fake_inputs=True)(*inputs)
+                with config.patch(freezing=_freezes(inputs)):
+                    return compile_fx(traced, list(inputs))  # type: ignore[return-value]
+        except Exception as error:  # noqa: BLE001  # any failure leaves the region as it is: slower, never wrong
+            warnings.warn(f"ios-ray: {self.name} runs uncompiled ({type(error).__name__}: {first_line(error)})",
+                          RuntimeWarning, stacklevel=3)
+            return None
+
+
+def _freezes(inputs: Sequence[torch.Tensor]) -> bool:
+    """Whether a region compiles its weights as constants, packed and folded once: where Inductor can (oneDNN packs no
+    float64 weights on a CPU)."""
+    return not any(t.device.type == "cpu" and t.dtype == torch.float64 for t in inputs)
+
+
+def region_steps(steps: Sequence[StageStep], together: Sequence[bool], releases: Sequence[tuple[str, ...]],
+                 read_at_end: Sequence[str]) -> tuple[list[StageStep], list[tuple[str, ...]]]:
+    """A pass's steps with each run of consecutive steps that may run ``together`` (one-group and merge stages) as
+    one :class:`Region`, and the values each new step's end releases.
+
+    A region returns what it computes that a later step or the graph's output (``read_at_end``) reads; what it
+    computes and reads itself alone never leaves it.
+    """
+    found: list[StageStep] = []
+    released: list[tuple[str, ...]] = []
+    start = 0
+    while start < len(steps):
+        end = start + 1
+        if together[start]:
+            while end < len(steps) and together[end]:
+                end += 1
+        if not together[start]:
+            found.append(steps[start])
+            released.append(releases[start])
+        else:
+            step, inside = _region(steps, start, end, read_at_end, len(found))
+            found.append(step)
+            released.append(tuple(s for r in releases[start:end] for s in r if s not in inside))
+        start = end
+    return found, released
+
+
+def _region(steps: Sequence[StageStep], start: int, end: int, read_at_end: Sequence[str], index: int
+            ) -> tuple[StageStep, set[str]]:
+    """Steps ``start`` to ``end`` as one region's step, and the values that never leave it."""
+    made = {u for units, _, _ in steps[start:end] for u in units}
+    later = {s for _, inputs, _ in steps[end:] for s in inputs} | set(read_at_end)
+    outputs = tuple(u for units, _, _ in steps[start:end] for u in units if u in later)
+    inputs = tuple(dict.fromkeys(s for _, ins, _ in steps[start:end] for s in ins if s not in made))
+    code = steps_code(steps[start:end], inputs, outputs)
+    return (outputs, inputs, Region(code, f"region {index} (stages {start} to {end - 1})")), made - set(outputs)
+
+
+
+def in_regions(stage: ParallelStage) -> ParallelStage:
+    """A stage of several groups whose groups each run as a :class:`Region` of their own."""
+    groups = tuple(dataclasses.replace(group, code=Region(group.code, f"the group of {group.units[0]} to "
+                                                                        f"{group.units[-1]}"))
+                   for group in stage.groups)
+    return dataclasses.replace(stage, groups=groups)

@@ -1,0 +1,133 @@
+"""Inductor regions (:mod:`ios_ray.runtime.regions`): with ``inductor`` kernels a pass compiles each run of stages
+that are not of several groups, and each group of the others, into one function that computes what eager kernels
+compute, once per input signature, never inside a CUDA capture; a region that cannot be traced runs its code as it
+is; a search runs and deploys them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from ios_ray.frontend import import_module
+from ios_ray.runtime import Program, ScheduleRunner
+from ios_ray.runtime.regions import Region, region_steps, signature
+from ios_ray.runtime.stages import ParallelStage
+from tests.fake_cuda import FakeCuda
+from tests.helpers import relative_error
+from tests.test_kernels import search_tiny
+from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
+
+CPU = torch.device("cpu")
+CUDA = torch.device("cuda", 0)
+
+
+def regions_of(runner: ScheduleRunner) -> list[Region]:
+    """The regions a runner's pass calls: its steps that are regions, and the groups of its other steps."""
+    found: list[Region] = []
+    for _, _, code in runner._pass.steps:
+        groups = [code] if isinstance(code, Region) else [group.code for group in code.__self__.groups]
+        assert all(isinstance(group, Region) for group in groups)
+        found.extend(groups)
+    return found
+
+
+def test_region_steps_cut_at_stages_of_several_groups_and_return_only_what_is_read_later() -> None:
+    def add(k: float):  # noqa: ANN202
+        return lambda *xs: (sum(xs) + k,)
+
+    steps = [(("a",), ("@input",), add(1)), (("b",), ("a",), add(2)),
+             (("c", "d"), ("b",), lambda b: (b * 2, b * 3)),  # a stage of two groups
+             (("e",), ("c", "d"), add(0)), (("g",), ("e", "a"), add(5))]
+    releases = [("@input",), (), ("b",), ("c", "d"), ("e", "a")]
+    found, released = region_steps(steps, [True, True, False, True, True], releases, ("g",))
+    assert [(units, inputs) for units, inputs, _ in found] == [
+        (("a", "b"), ("@input",)), (("c", "d"), ("b",)), (("g",), ("c", "d", "a"))]  # e never leaves its region
+    assert released == [("@input",), ("b",), ("c", "d", "a")]
+    first, second = found[0][2], found[2][2]
+    assert isinstance(first, Region) and isinstance(second, Region) and found[1] == steps[2]
+    x = torch.tensor([1.0])
+    assert first.code(x) == (x + 1, x + 3)
+    assert second.code(x, 2 * x, 10 * x) == (3 * x + 10 * x + 5,)
+
+
+@pytest.mark.parametrize("strategy", ["sequential", "greedy", "ios_like"])
+def test_a_pass_with_inductor_kernels_computes_what_eager_kernels_compute(strategy: str) -> None:
+    model, x = tiny().double(), torch.randn(2, *Tiny.input_shape, dtype=torch.float64)
+    imported = import_module(model, x[:1])
+    schedule = make_schedule(imported.graph, BUILDERS[strategy], 2, kernels="inductor")
+    runner = ScheduleRunner(Program.from_imported(imported, CPU, "inductor"), schedule)
+    eager = ScheduleRunner(Program.from_imported(imported, CPU, "eager"), schedule)
+    several = [isinstance(stage, ParallelStage) for stage in runner.stages]
+    runs = sum(1 for i, alone in enumerate(several) if not alone and (i == 0 or several[i - 1]))
+    groups = sum(len(stage.stage.groups) for stage in runner.stages if isinstance(stage, ParallelStage))
+    regions = regions_of(runner)
+    assert len(regions) == runs + groups and len(runner._pass.steps) == runs + sum(several)
+    with torch.no_grad():
+        expected = model(x)
+        for _ in range(3):  # the first call runs the code as it is and compiles; the others run compiled code
+            assert relative_error(runner(x), expected) <= 1e-12
+        assert relative_error(eager(x), expected) <= 1e-12
+    assert all(len(r.compiled) == 1 and None not in r.compiled.values() for r in regions)
+
+
+def test_a_region_compiles_once_per_input_signature() -> None:
+    model, x = tiny(), torch.randn(2, *Tiny.input_shape)
+    imported = import_module(model, x[:1])
+    runner = ScheduleRunner(Program.from_imported(imported, CPU, "inductor"),
+                            make_schedule(imported.graph, BUILDERS["sequential"], 2, kernels="inductor"))
+    (_, _, region), = runner._pass.steps
+    assert isinstance(region, Region)
+    with torch.no_grad():
+        for batch in (2, 2, 3, 2, 3):
+            assert relative_error(runner(x[:1].expand(batch, -1, -1, -1) * 1), model(x[:1].expand(batch, -1, -1, -1)))\
+                <= 1e-5
+    assert len(region.compiled) == 2 and None not in region.compiled.values()
+
+
+def test_a_region_that_reads_a_value_runs_its_code_as_it_is_and_says_so() -> None:
+    region = Region(lambda x: (x * float(x.sum()),), "region 0 (stages 0 to 2)")
+    x = torch.arange(3.0)
+    with pytest.warns(RuntimeWarning, match=r"region 0 \(stages 0 to 2\) runs uncompiled \(\w+"):
+        assert torch.equal(region(x)[0], x * 3)
+    assert region.compiled == {signature((x,)): None}
+    assert torch.equal(region(2 * x)[0], 2 * x * 6)  # not the value read while tracing: 2x * 3
+
+
+def test_on_a_gpu_regions_compile_at_the_captures_warm_up_never_inside_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    cuda = FakeCuda().install(monkeypatch)
+    compiled_while: list[bool] = []
+    compile_region = Region._compiled
+
+    def recorded(self: Region, inputs: tuple[torch.Tensor, ...]):  # noqa: ANN202
+        compiled_while.append(cuda.capturing is not None)
+        return compile_region(self, inputs)
+
+    monkeypatch.setattr(Region, "_compiled", recorded)
+    model, x = tiny(), torch.randn(2, *Tiny.input_shape)
+    cpu = Program.from_imported(import_module(model, x[:1]), CPU, "inductor")
+    program = Program(cpu.graph, cpu.fns, CUDA, "inductor")
+    runner = ScheduleRunner(program, make_schedule(program.graph, BUILDERS["ios_like"], 2, kernels="inductor"), CUDA,
+                            cuda_graph=True)
+    assert any(isinstance(stage, ParallelStage) for stage in runner.stages)  # side streams between the regions
+    with torch.no_grad():
+        got = runner.captured(x)  # type: ignore[misc]  # the fake device runs nothing: the tensors stay on the CPU
+        expected = model(x)
+    assert relative_error(got, expected) <= 1e-5
+    regions = regions_of(runner)
+    assert compiled_while == [False] * len(regions) and len(regions) >= 4  # two runs of stages, and groups
+    assert all(len(r.compiled) == 1 and None not in r.compiled.values() for r in regions)
+    assert [g.captured for g in cuda.graphs] == [True]
+
+
+@pytest.mark.slow
+def test_a_search_with_inductor_kernels_checks_and_deploys_its_regions(ray_local: None, tmp_path: Path) -> None:
+    result = search_tiny(tmp_path / "store.duckdb", "inductor")
+    outcome = result["cpu", 2]
+    assert outcome.schedule.kernels == "inductor" and outcome.schedule.device_info["kernels"] == "inductor"
+    assert outcome.schedule.end_to_end is not None and outcome.measured > 0
+    model, x = tiny(), torch.randn(2, *Tiny.input_shape)
+    deployed = result.deploy(model)
+    with torch.no_grad():
+        assert relative_error(deployed(x), model(x)) <= 1e-5
