@@ -63,9 +63,9 @@ KERNEL_NAMES = (EAGER_KERNELS, FUSED_KERNELS, INDUCTOR_KERNELS)
 #: that is a permuted view (another opaque unit's output: MobileViT's patches) copied into the graph's format once
 #: (before: as it came, read slowly by each op of the unit).
 KERNEL_VERSIONS = {FUSED_KERNELS: 5}
-#: What a search runs each setting's stages with: the kernels named, or ``auto``: on a measured device the fastest
-#: of them as the sequential schedule runs whole (``eager`` unless another is faster beyond noise), on ``sim:``
-#: ``eager`` (the sim model prices no kernels).
+#: What a search runs each setting's stages with: the kernels named, or ``auto``: on a measured device the
+#: sequential schedule timed whole with each in turns, in :data:`KERNEL_NAMES` order, each against the one kept so
+#: far, a challenger kept only where faster beyond noise; on ``sim:`` ``eager`` (the sim model prices no kernels).
 KERNEL_CHOICES = ("auto", *KERNEL_NAMES)
 DEFAULT_KERNEL_CHOICE = "auto"
 

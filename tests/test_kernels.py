@@ -468,15 +468,18 @@ def test_a_resnet_searched_with_fused_kernels_deploys_its_residual_convs_and_equ
 def test_auto_kernels_are_chosen_by_timing_the_sequential_schedule_whole(ray_local: None, tmp_path: Path) -> None:
     outcome = search_tiny(tmp_path / "store.duckdb", "auto")["cpu", 2]
     choice = outcome.schedule.params["kernels"]
-    assert choice["how"] == "measured" and choice["rounds"] >= least_rounds()
-    assert {"eager_ms", "fused_ms", "inductor_ms"} <= set(choice)
-    faster = [k for k in ("fused", "inductor") if choice[f"{k}_ratio_high"] is not None and choice[f"{k}_ratio_high"] < 1]
-    kept = min(faster, key=lambda k: choice[f"{k}_ratio"]) if faster else "eager"
-    assert outcome.schedule.kernels == choice["kernels"] == kept  # another than eager only where faster beyond noise
-    decided = [k for k in ("fused", "inductor") if choice[f"{k}_ratio_low"] is not None]
-    assert decided and all(choice[f"{k}_ratio_low"] <= choice[f"{k}_ratio"] <= choice[f"{k}_ratio_high"] for k in decided)
-    assert outcome.kernels.startswith(f"{kept} kernels: ") and "fused / eager" in outcome.kernels
-    assert "inductor / eager" in outcome.kernels
+    assert choice["how"] == "measured"
+    fused, inductor = choice["timed"]  # in turns: fused against eager, then inductor against the one kept
+    assert (fused["kernels"], fused["versus"]) == ("fused", "eager") and inductor["kernels"] == "inductor"
+    kept = "fused" if fused["ratio_high"] is not None and fused["ratio_high"] < 1 else "eager"
+    assert inductor["versus"] == kept  # a challenger is kept only where faster beyond noise
+    kept = "inductor" if inductor["ratio_high"] is not None and inductor["ratio_high"] < 1 else kept
+    assert outcome.schedule.kernels == choice["kernels"] == kept
+    for turn in (fused, inductor):
+        assert turn["rounds"] >= least_rounds() and turn["ratio_low"] <= turn["ratio"] <= turn["ratio_high"]
+        assert turn["kernels_ms"] > 0 and turn["versus_ms"] > 0
+    assert outcome.kernels.startswith(f"{kept} kernels: measured; fused / eager ")
+    assert f"inductor / {inductor['versus']} " in outcome.kernels
 
 
 def test_on_a_sim_device_auto_is_eager_and_named_kernels_are_kept(ray_local: None, tmp_path: Path) -> None:

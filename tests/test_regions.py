@@ -5,6 +5,8 @@ is; a search runs and deploys them."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 
 import pytest
@@ -84,6 +86,26 @@ def test_a_region_compiles_once_per_input_signature() -> None:
             assert relative_error(runner(x[:1].expand(batch, -1, -1, -1) * 1), model(x[:1].expand(batch, -1, -1, -1)))\
                 <= 1e-5
     assert len(region.compiled) == 2 and None not in region.compiled.values()
+
+
+def test_a_dropped_runner_frees_the_weights_its_regions_compiled() -> None:
+    def frozen() -> dict[int, weakref.ref[torch.Tensor]]:  # the tensors in the namespaces of Inductor's Python code
+        return {id(v): weakref.ref(v) for d in gc.get_objects() if type(d) is dict
+                and str(d.get("__file__", "")).endswith(".py") and "torchinductor" in str(d.get("__file__"))
+                for v in d.values() if isinstance(v, torch.Tensor)}
+
+    before = frozen()
+    model, x = tiny(), torch.randn(2, *Tiny.input_shape)
+    imported = import_module(model, x[:1])
+    runner = ScheduleRunner(Program.from_imported(imported, CPU, "inductor"),
+                            make_schedule(imported.graph, BUILDERS["sequential"], 2, kernels="inductor"))
+    with torch.no_grad():
+        runner(x)
+    weights = [ref for key, ref in frozen().items() if key not in before]
+    assert weights  # the compiled code's own copies of the region's weights, packed and folded
+    del runner
+    gc.collect()
+    assert all(ref() is None for ref in weights)  # Inductor keeps every module it loads unless told otherwise
 
 
 def test_a_region_that_reads_a_value_runs_its_code_as_it_is_and_says_so() -> None:

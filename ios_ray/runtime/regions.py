@@ -23,11 +23,13 @@ saying why: slower, never wrong.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import sys
 import threading
 import warnings
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 
@@ -49,8 +51,8 @@ def signature(inputs: Sequence[torch.Tensor]) -> Signature:
 
 @dataclass
 class Region:
-    """Consecutive stages as one function of their inputs (:attr:`code`: their outputs that later stages or the
-    graph's output read), compiled by Inductor per input signature at its first call."""
+    """Code that runs on one thread and stream (consecutive stages, or a group) as one function of its inputs
+    (:attr:`code`, returning what is read after it), compiled by Inductor per input signature at its first call."""
 
     code: GroupCode
     name: str
@@ -75,7 +77,7 @@ class Region:
         from torch.fx.experimental.proxy_tensor import make_fx
 
         try:
-            with _ONE_COMPILE_AT_A_TIME, torch.no_grad():
+            with _ONE_COMPILE_AT_A_TIME, torch.no_grad(), _loaded_modules_forgotten():
                 traced = make_fx(self.code, tracing_mode="fake", _allow_non_fake_inputs=True)(*inputs)
                 with config.patch(freezing=_freezes(inputs)):
                     return compile_fx(traced, list(inputs))  # type: ignore[return-value]
@@ -83,6 +85,24 @@ class Region:
             warnings.warn(f"ios-ray: {self.name} runs uncompiled ({type(error).__name__}: {first_line(error)})",
                           RuntimeWarning, stacklevel=3)
             return None
+
+
+@contextlib.contextmanager
+def _loaded_modules_forgotten() -> Iterator[None]:
+    """Inductor's own references to the modules a compile loads dropped after it: each such module holds its region's
+    frozen weights, and Inductor keeps every one for the life of the process (``PyCodeCache.modules``, and
+    ``sys.modules``); the compiled function holds what it runs, so a region dropped frees its weights."""
+    from torch._inductor.codecache import PyCodeCache
+
+    before = len(PyCodeCache.modules)
+    try:
+        yield
+    finally:
+        loaded = PyCodeCache.modules[before:]
+        del PyCodeCache.modules[before:]
+        for module in loaded:
+            if sys.modules.get(module.__name__) is module:
+                del sys.modules[module.__name__]
 
 
 def _freezes(inputs: Sequence[torch.Tensor]) -> bool:
@@ -103,17 +123,17 @@ def region_steps(steps: Sequence[StageStep], together: Sequence[bool], releases:
     released: list[tuple[str, ...]] = []
     start = 0
     while start < len(steps):
-        end = start + 1
-        if together[start]:
-            while end < len(steps) and together[end]:
-                end += 1
         if not together[start]:
             found.append(steps[start])
             released.append(releases[start])
-        else:
-            step, inside = _region(steps, start, end, read_at_end, len(found))
-            found.append(step)
-            released.append(tuple(s for r in releases[start:end] for s in r if s not in inside))
+            start += 1
+            continue
+        end = start + 1
+        while end < len(steps) and together[end]:
+            end += 1
+        step, inside = _region(steps, start, end, read_at_end, len(found))
+        found.append(step)
+        released.append(tuple(s for r in releases[start:end] for s in r if s not in inside))
         start = end
     return found, released
 
@@ -127,7 +147,6 @@ def _region(steps: Sequence[StageStep], start: int, end: int, read_at_end: Seque
     inputs = tuple(dict.fromkeys(s for _, ins, _ in steps[start:end] for s in ins if s not in made))
     code = steps_code(steps[start:end], inputs, outputs)
     return (outputs, inputs, Region(code, f"region {index} (stages {start} to {end - 1})")), made - set(outputs)
-
 
 
 def in_regions(stage: ParallelStage) -> ParallelStage:

@@ -1,15 +1,15 @@
 """Which kernels each setting of a search runs its stages with (:mod:`~ios_ray.runtime.kernels`): the request's, or,
 with ``kernels="auto"`` (the default), the faster as the model runs whole on the device.
 
-On a measured device ``auto`` times the sequential schedule with ``fused`` and with ``inductor`` kernels against
-the same schedule with ``eager`` ones, whole, as deployed (``inductor``'s compiled at its first call, untimed), in
-rounds on an actor of the device (the end-to-end check's contest: :func:`~ios_ray.runtime.compare.contest`,
-:mod:`ios_ray.paired`), before anything is measured, and keeps another than ``eager`` only where the interval of its
-ratio over eager lies wholly below 1 (of two such, the lower median), as the check keeps the IOS schedule: kernels
-that are not faster beyond noise are not worth a change of layout or a compile. Units alone would not answer it: what
-fused kernels save or cost is mostly in the layout between units (a transpose, a reorder of the weights), and what
-Inductor saves is in fusing units, so it shows in the whole pass. On ``sim:`` devices ``auto`` is ``eager``: the sim
-model prices no kernels.
+On a measured device ``auto`` times the sequential schedule whole, as deployed, in paired rounds on an actor of the
+device (the end-to-end check's protocol: :func:`~ios_ray.runtime.compare.paired_timing`, :mod:`ios_ray.paired`),
+before anything is measured, in turns: ``fused`` against ``eager``, then ``inductor`` (its regions compiled at the
+untimed warm-up) against the one kept; a challenger is kept only where the interval of its ratio over the kept one
+lies wholly below 1, as the check keeps the IOS schedule: kernels that are not faster beyond noise are not worth a
+change of layout, nor a compile of seconds at every deployment and every candidate of the check. Units alone would
+not answer it: what fused kernels save or cost is mostly in the layout between units (a transpose, a reorder of the
+weights), and what Inductor saves is in fusing units, so it shows in the whole pass. On ``sim:`` devices ``auto`` is
+``eager``: the sim model prices no kernels.
 
 The choice decides the device identity every stage of the setting is looked up and measured under
 (:meth:`~ios_ray.profiler.DeviceIdentity.running`): a stage run with other kernels is another measurement. So a
@@ -21,49 +21,65 @@ choice of the search that measured them), and a search run twice measures nothin
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
-from ios_ray.paired import RatioInterval
+from ios_ray.paired import WITHIN_NOISE, RatioInterval
 from ios_ray.profiler import CheckJob, DevicePool, ModelSource
 from ios_ray.scheduler import baseline_schedule
 from ios_ray.vocabulary import DEFAULT_CHECK_ROUNDS, EAGER_KERNELS, KERNEL_CHOICES, KERNEL_NAMES
 
 
 @dataclass(frozen=True)
+class Contest:
+    """One turn of the choice: the sequential schedule with ``kernels`` against it with ``versus``, whole; both
+    medians in ms and the ratio kernels / versus with its interval."""
+
+    kernels: str
+    versus: str
+    kernels_ms: float
+    versus_ms: float
+    ratio: RatioInterval
+
+    @property
+    def text(self) -> str:
+        """``fused / eager 0.52 (0.50-0.55, 19 rounds): faster beyond noise``."""
+        ratio = self.ratio
+        verdict = ratio.verdict if ratio.verdict == WITHIN_NOISE else f"{ratio.verdict} beyond noise"
+        return f"{self.kernels} / {self.versus} {ratio.median:.2f} ({ratio.span}, {ratio.rounds} rounds): {verdict}"
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``params.kernels.timed`` records of it."""
+        ratio = self.ratio
+        return {"kernels": self.kernels, "versus": self.versus, "kernels_ms": self.kernels_ms,
+                "versus_ms": self.versus_ms, "ratio": ratio.median, "ratio_low": ratio.low, "ratio_high": ratio.high,
+                "confidence": ratio.confidence, "rounds": ratio.rounds}
+
+
+@dataclass(frozen=True)
 class KernelChoice:
     """The kernels a setting runs with and how they were chosen: ``given`` (the request named them), ``simulated``
-    (``auto`` on a sim device) or ``measured`` (``auto``: the sequential schedule timed whole with each kernels, their
-    medians in ms by name, and each other's ratio over eager with its interval)."""
+    (``auto`` on a sim device) or ``measured`` (``auto``: its :class:`Contest` turns, in order)."""
 
     kernels: str
     how: str
-    times_ms: Mapping[str, float] = field(default_factory=dict)
-    ratios: Mapping[str, RatioInterval] = field(default_factory=dict)
+    timed: tuple[Contest, ...] = ()
 
     @property
     def decision(self) -> str:
-        """The choice in words: ``fused kernels: faster beyond noise; fused / eager 0.52 (0.50-0.55), inductor /
-        eager 0.61 (0.58-0.66, 20 rounds)``."""
-        if not self.ratios:
+        """The choice in words: ``fused kernels: measured; fused / eager 0.52 (0.50-0.55, 19 rounds): faster beyond
+        noise, inductor / fused 0.97 (0.93-1.01, 28 rounds): within noise``."""
+        if not self.timed:
             return f"{self.kernels} kernels: {self.how}"
-        reason = "faster beyond noise" if self.kernels != EAGER_KERNELS else "no other faster beyond noise"
-        ratios = ", ".join(f"{name} / {EAGER_KERNELS} {ratio.median:.2f} ({ratio.span}, {ratio.rounds} rounds)"
-                           for name, ratio in self.ratios.items())
-        return f"{self.kernels} kernels: {reason}; {ratios}"
+        return f"{self.kernels} kernels: {self.how}; {', '.join(turn.text for turn in self.timed)}"
 
     def to_json(self) -> dict[str, Any]:
-        """What a schedule file's ``params.kernels`` records: the kernels, how and why, and where they were timed
-        each one's median (``fused_ms``...) and each ratio over eager (``fused_ratio``, ``fused_ratio_low``...)."""
+        """What a schedule file's ``params.kernels`` records: the kernels, how and why, and each turn timed."""
         found: dict[str, Any] = {"kernels": self.kernels, "how": self.how, "decision": self.decision}
-        found |= {f"{name}_ms": ms for name, ms in self.times_ms.items()}
-        for name, ratio in self.ratios.items():
-            found |= {f"{name}_ratio": ratio.median, f"{name}_ratio_low": ratio.low,
-                      f"{name}_ratio_high": ratio.high, "confidence": ratio.confidence}
-        if self.ratios:
-            found["rounds"] = max(ratio.rounds for ratio in self.ratios.values())
+        if self.timed:
+            found["timed"] = [turn.to_json() for turn in self.timed]
         return found
 
 
@@ -93,12 +109,17 @@ def stored_kernels(stored: dict[str, int]) -> KernelChoice | None:
 
 def measured_kernels(pool: DevicePool, source: ModelSource, graph: Graph, label: str, batch: int, dtype: str,
                      confidence: float, max_seconds: float | None) -> KernelChoice:
-    """Time the sequential schedule with each kernels, whole, on an actor of ``label`` (a contest against eager's);
-    keep eager unless another is faster beyond noise, then the fastest of those."""
-    schedules = {kernels: baseline_schedule(graph, device=label, batch=batch, dtype=dtype, kernels=kernels)
-                 for kernels in (*(k for k in KERNEL_NAMES if k != EAGER_KERNELS), EAGER_KERNELS)}
-    job = CheckJob(source, graph, schedules, EAGER_KERNELS, batch, DEFAULT_CHECK_ROUNDS, dtype=dtype,
-                   confidence=confidence, max_seconds=max_seconds)
-    timing = pool.time_schedules(label, job)
-    return KernelChoice(timing.kept, "measured",
-                        {name: statistics.median(times) for name, times in timing.times_ms.items()}, timing.ratios)
+    """Time the sequential schedule whole on an actor of ``label`` with each kernels against the ones kept so far, in
+    :data:`~ios_ray.vocabulary.KERNEL_NAMES` order (eager first); keep the challenger only where it is faster beyond
+    noise."""
+    kept, timed = KERNEL_NAMES[0], []
+    for challenger in KERNEL_NAMES[1:]:
+        schedules = {kernels: baseline_schedule(graph, device=label, batch=batch, dtype=dtype, kernels=kernels)
+                     for kernels in (challenger, kept)}
+        job = CheckJob(source, graph, schedules, kept, batch, DEFAULT_CHECK_ROUNDS, dtype=dtype,
+                       confidence=confidence, max_seconds=max_seconds)
+        timing = pool.time_schedules(label, job)
+        timed.append(Contest(challenger, kept, statistics.median(timing.times_ms[challenger]),
+                             statistics.median(timing.times_ms[kept]), timing.ratios[challenger]))
+        kept = timing.kept
+    return KernelChoice(kept, "measured", tuple(timed))

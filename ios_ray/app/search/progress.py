@@ -23,6 +23,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
 from ios_ray.frontend import opaque_report
 from ios_ray.ir import Graph
 from ios_ray.scheduler import Plan
+from ios_ray.vocabulary import KERNEL_NAMES
 
 if TYPE_CHECKING:
     from ios_ray.app.search.outcome import SearchOutcome
@@ -119,7 +120,9 @@ class RichSearchProgress:
 
     def choosing_kernels(self, device: str, batch: int) -> None:
         """Say that the kernels are being chosen."""
-        self.console.print(f"{device} batch {batch}: timing the sequential schedule with each kernels (eager, fused, inductor)")
+        turns = ", then ".join(KERNEL_NAMES[1:])
+        self.console.print(f"{device} batch {batch}: timing the sequential schedule with each kernels in turns "
+                           f"({turns})")
 
     def checking(self, device: str, batch: int) -> None:
         """Say which schedules are being timed end to end."""
