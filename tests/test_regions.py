@@ -14,7 +14,7 @@ import torch
 
 from ios_ray.frontend import import_module
 from ios_ray.runtime import Program, ScheduleRunner
-from ios_ray.runtime.regions import Region, region_steps, signature
+from ios_ray.runtime.regions import LEAST_UNITS, Region, region_steps, signature
 from ios_ray.runtime.stages import ParallelStage
 from tests.fake_cuda import FakeCuda
 from tests.helpers import relative_error
@@ -28,10 +28,14 @@ CUDA = torch.device("cuda", 0)
 def regions_of(runner: ScheduleRunner) -> list[Region]:
     """The regions a runner's pass calls: its steps that are regions, and the groups of its other steps."""
     found: list[Region] = []
-    for _, _, code in runner._pass.steps:
-        groups = [code] if isinstance(code, Region) else [group.code for group in code.__self__.groups]
-        assert all(isinstance(group, Region) for group in groups)
-        found.extend(groups)
+    for units, _, code in runner._pass.steps:
+        stage = getattr(code, "__self__", None)
+        if isinstance(stage, ParallelStage):
+            assert all(isinstance(g.code, Region) == (len(g.units) >= LEAST_UNITS) for g in stage.groups)
+            found.extend(g.code for g in stage.groups if isinstance(g.code, Region))
+        else:
+            assert isinstance(code, Region) or len(units) < LEAST_UNITS
+            found.extend([code] if isinstance(code, Region) else [])
     return found
 
 
@@ -62,10 +66,17 @@ def test_a_pass_with_inductor_kernels_computes_what_eager_kernels_compute(strate
     runner = ScheduleRunner(Program.from_imported(imported, CPU, "inductor"), schedule)
     eager = ScheduleRunner(Program.from_imported(imported, CPU, "eager"), schedule)
     several = [isinstance(stage, ParallelStage) for stage in runner.stages]
-    runs = sum(1 for i, alone in enumerate(several) if not alone and (i == 0 or several[i - 1]))
-    groups = sum(len(stage.stage.groups) for stage in runner.stages if isinstance(stage, ParallelStage))
+    runs, run = [], []  # the units of each run of stages not of several groups
+    for stage, alone in zip(runner.stages, several):
+        if not alone:
+            run.extend(stage.stage.units)
+        elif run:
+            runs, run = [*runs, run], []
+    runs = [*runs, run] if run else runs
+    groups = [g for s in runner.stages if isinstance(s, ParallelStage) for g in s.stage.groups]
     regions = regions_of(runner)
-    assert len(regions) == runs + groups and len(runner._pass.steps) == runs + sum(several)
+    assert len(regions) == sum(len(r) >= LEAST_UNITS for r in [*runs, *groups]) > 0
+    assert len(runner._pass.steps) == sum(several) + sum(1 if len(r) >= LEAST_UNITS else len(r) for r in runs)
     with torch.no_grad():
         expected = model(x)
         for _ in range(3):  # the first call runs the code as it is and compiles; the others run compiled code

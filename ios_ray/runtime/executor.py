@@ -24,8 +24,8 @@ from ios_ray.lifetimes import release_plan
 from ios_ray.runtime.codegen import StageStep, pass_code
 from ios_ray.runtime.cuda_graph import CapturedForward
 from ios_ray.runtime.program import Program
-from ios_ray.runtime.regions import in_regions, region_steps
-from ios_ray.runtime.stages import CompiledStage, ParallelStage, compile_stage, make_lanes, resolve_device
+from ios_ray.runtime.regions import regions
+from ios_ray.runtime.stages import CompiledStage, compile_stage, make_lanes, resolve_device, stage_step
 from ios_ray.schedule import Schedule, check_schedule
 from ios_ray.vocabulary import INDUCTOR_KERNELS
 
@@ -80,13 +80,9 @@ class StagePass:
     code: Callable[[torch.Tensor], torch.Tensor] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        stages, releases = self.stages, list(self.releases)
+        steps, releases = [stage_step(compiled) for compiled in self.stages], list(self.releases)
         if self.program.kernels == INDUCTOR_KERNELS:
-            stages = tuple(in_regions(s) if isinstance(s, ParallelStage) else s for s in stages)
-        steps: list[StageStep] = [(compiled.stage.units, compiled.inputs, compiled.run) for compiled in stages]
-        if self.program.kernels == INDUCTOR_KERNELS:
-            together = [not isinstance(compiled, ParallelStage) for compiled in stages]
-            steps, releases = region_steps(steps, together, releases, self.program.graph.output.sources)
+            steps, releases = regions(self.stages, releases, self.program.graph.output.sources)
         code = pass_code(self.program.graph, self.program.enter, self.program.leave, steps, releases)
         object.__setattr__(self, "steps", tuple(steps))
         object.__setattr__(self, "code", code)

@@ -6,7 +6,7 @@ runs fastest (elementwise ops fused into one loop, no tensor written between the
 pass with ``inductor`` kernels cuts its stages at every stage of several groups: each run of the others (one-group
 and merge stages) is one :class:`Region` (:func:`region_steps`), and each group of a stage of several groups is one
 too (:func:`in_regions`), run at once with the stage's other groups, each on its worker thread or side stream as with
-other kernels. The schedule decides where the regions end. A stage alone, as the profiler times it, is not compiled.
+other kernels; where either holds a single unit, that unit runs as it is (:data:`LEAST_UNITS`). The schedule decides where the regions end. A stage alone, as the profiler times it, is not compiled.
 
 A region is compiled per input signature (shapes, strides, dtype and device of its inputs), at the first call with
 it: that call runs the region's code as it is (so every lazily made tensor is real), then the code is traced with
@@ -35,10 +35,14 @@ import torch
 
 from ios_ray.errors import first_line
 from ios_ray.runtime.codegen import GroupCode, StageStep, steps_code
-from ios_ray.runtime.stages import ParallelStage
+from ios_ray.runtime.stages import CompiledStage, ParallelStage, stage_step
 
 #: Held while a region compiles: the groups of a stage run on worker threads, and Inductor compiles one at a time.
 _ONE_COMPILE_AT_A_TIME = threading.Lock()
+
+#: The fewest units a region holds: a lone unit runs as it is (its compile would cost a second or more, in every
+#: deployment and every candidate of a search's check, and fuse nothing its own call does not).
+LEAST_UNITS = 2
 
 #: A region's inputs as they decide its compiled code: shape, strides, dtype and device of each.
 Signature = tuple[tuple[tuple[int, ...], tuple[int, ...], torch.dtype, torch.device], ...]
@@ -111,10 +115,19 @@ def _freezes(inputs: Sequence[torch.Tensor]) -> bool:
     return not any(t.device.type == "cpu" and t.dtype == torch.float64 for t in inputs)
 
 
+def regions(stages: Sequence[CompiledStage], releases: Sequence[tuple[str, ...]], read_at_end: Sequence[str]
+            ) -> tuple[list[StageStep], list[tuple[str, ...]]]:
+    """A pass's steps with ``inductor`` kernels, and the values each one's end releases: each stage of several groups
+    with its groups in regions (:func:`in_regions`), each run of the others one region (:func:`region_steps`)."""
+    stages = [in_regions(s) if isinstance(s, ParallelStage) else s for s in stages]
+    together = [not isinstance(s, ParallelStage) for s in stages]
+    return region_steps([stage_step(s) for s in stages], together, releases, read_at_end)
+
+
 def region_steps(steps: Sequence[StageStep], together: Sequence[bool], releases: Sequence[tuple[str, ...]],
                  read_at_end: Sequence[str]) -> tuple[list[StageStep], list[tuple[str, ...]]]:
     """A pass's steps with each run of consecutive steps that may run ``together`` (one-group and merge stages) as
-    one :class:`Region`, and the values each new step's end releases.
+    one :class:`Region` where it holds :data:`LEAST_UNITS` or more, and the values each new step's end releases.
 
     A region returns what it computes that a later step or the graph's output (``read_at_end``) reads; what it
     computes and reads itself alone never leaves it.
@@ -131,9 +144,13 @@ def region_steps(steps: Sequence[StageStep], together: Sequence[bool], releases:
         end = start + 1
         while end < len(steps) and together[end]:
             end += 1
-        step, inside = _region(steps, start, end, read_at_end, len(found))
-        found.append(step)
-        released.append(tuple(s for r in releases[start:end] for s in r if s not in inside))
+        if sum(len(units) for units, _, _ in steps[start:end]) < LEAST_UNITS:
+            found.extend(steps[start:end])
+            released.extend(releases[start:end])
+        else:
+            step, inside = _region(steps, start, end, read_at_end, len(found))
+            found.append(step)
+            released.append(tuple(s for r in releases[start:end] for s in r if s not in inside))
         start = end
     return found, released
 
@@ -150,8 +167,9 @@ def _region(steps: Sequence[StageStep], start: int, end: int, read_at_end: Seque
 
 
 def in_regions(stage: ParallelStage) -> ParallelStage:
-    """A stage of several groups whose groups each run as a :class:`Region` of their own."""
-    groups = tuple(dataclasses.replace(group, code=Region(group.code, f"the group of {group.units[0]} to "
-                                                                        f"{group.units[-1]}"))
+    """A stage of several groups whose groups of :data:`LEAST_UNITS` or more each run as a :class:`Region`."""
+    groups = tuple(group if len(group.units) < LEAST_UNITS else
+                   dataclasses.replace(group, code=Region(group.code, f"the group of {group.units[0]} to "
+                                                                      f"{group.units[-1]}"))
                    for group in stage.groups)
     return dataclasses.replace(stage, groups=groups)

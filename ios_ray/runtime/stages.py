@@ -23,7 +23,7 @@ import torch
 
 from ios_ray.errors import InternalError
 from ios_ray.ir import Value
-from ios_ray.runtime.codegen import GroupCode, group_code
+from ios_ray.runtime.codegen import GroupCode, StageStep, group_code
 from ios_ray.runtime.merge import MergedConv, merge_convs
 from ios_ray.runtime.program import Env, Program
 from ios_ray.runtime.streams import StreamPool
@@ -151,6 +151,11 @@ class MergeStage:
     def __call__(self, env: Mapping[str, torch.Tensor]) -> Env:
         """Run the stage on the outputs in ``env``."""
         return _by_name(self.stage.units, self.inputs, self.run, env)
+
+
+def stage_step(compiled: CompiledStage) -> StageStep:
+    """A compiled stage as a pass calls it: its units (its outputs' order), its inputs, its :meth:`run`."""
+    return compiled.stage.units, compiled.inputs, compiled.run
 
 
 def resolve_device(device: torch.device | str) -> torch.device:
