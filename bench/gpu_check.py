@@ -23,8 +23,10 @@ the first; extra steps run only on time the others left over:
 5. the same at batch 1 in float16 and channels_last (what GPU serving mostly runs in), on a store of its own: the
    search twice, its bench with reduce-overhead, and its profile;
 6. at batch 32: the search, on the main store, the bench, then the bench with reduce-overhead (its own step);
-7. extra, on time left over: a second model (``--second-model``, RandWire by default) searched and benched at batch
-   1; then calibration and ``ios-ray search --devices cpu`` at batch 1 on this host's CPU, on a store of its own.
+7. extra, on time left over: the profile at batch 1 again with ``inductor`` kernels (the DP's and the sequential
+   schedule with Inductor's regions in the CUDA graph, whatever kernels the search chose; the seconds their regions
+   took to compile); a second model (``--second-model``, RandWire by default) searched and benched at batch 1; then
+   calibration and ``ios-ray search --devices cpu`` at batch 1 on this host's CPU, on a store of its own.
 
 Writes ``DIR/report.md`` and ``DIR/report.json`` (device, versions, date, every figure and its target; targets in
 bench/gpu_report.py), ``DIR/profile.txt``, ``DIR/log.txt`` (each command and the end of its output) and
@@ -511,21 +513,24 @@ def _span(row: dict[str, Any], name: str) -> str:
     return "no interval" if low is None or high is None else f"{low:.2f}-{high:.2f}"
 
 
-def profile_step(check: Check, timeout: float, dtype: str = "float32", memory_format: str = "contiguous") -> str:
+def profile_step(check: Check, timeout: float, dtype: str = "float32", memory_format: str = "contiguous",
+                 kernels: str | None = None) -> str:
     """The PyTorch profiler's tables for the DP's and the sequential schedule at the small batch, in ``dtype`` and
-    ``memory_format`` (under the report's ``profile`` by the search's key)."""
+    ``memory_format``, with ``kernels`` (default: the search's; under the report's ``profile`` by the search's key,
+    and the kernels where they are named)."""
     setup = check.setup
     small = setup.batches[0]
     key, schedules, store = setup.search_of(small, dtype, memory_format)
     if key not in check.report["searches"]:
         raise StepSkipped(f"the search {key} did not finish")
-    out = setup.work / f"profile-{key.replace(' ', '-')}.json"
-    text = setup.work / f"profile-{key.replace(' ', '-')}.txt"
+    named = f"{key} {kernels}" if kernels else key
+    out = setup.work / f"profile-{named.replace(' ', '-')}.json"
+    text = setup.work / f"profile-{named.replace(' ', '-')}.txt"
     check.python([str(STEPS_SCRIPT), "profile", "--device", setup.device, "--model", setup.model, "--batch",
                   str(small), "--store", str(store), "--schedules", str(schedules), "--calls",
                   "3" if setup.quick else "20", "--dtype", dtype, "--memory-format", memory_format, "--out", str(out),
-                  "--text", str(text)], timeout)
-    found = check.report["profile"][key] = json.loads(out.read_text())
+                  "--text", str(text), *(["--kernels", kernels] if kernels else [])], timeout)
+    found = check.report["profile"][named] = json.loads(out.read_text())
     with open(setup.out / "profile.txt", "a", encoding="utf-8") as profile_text:
         profile_text.write(text.read_text())
     return "; ".join(f"{name}: {p['median_ms']:.3f} ms, {p['kernels_per_forward']} kernels per forward, "
@@ -577,6 +582,7 @@ def steps(setup: Setup) -> list[Step]:
         Step(f"search {device} bs{large}", 160, 50, search(large, 50)),
         Step(f"bench {device} bs{large}", 60, 25, bench(large)),
         *([Step(f"bench {device} bs{large} {COMPILED}", 130, 50, bench(large, compiled=True))] if compiles else []),
+        Step(f"profile {device} bs{small} inductor", 150, 40, partial(profile_step, kernels="inductor"), extra=True),
         *([Step(f"search {second} {device} bs{small}", 120, 40, search(small, 45, model=second), extra=True),
            Step(f"bench {second} {device} bs{small}{with_compile}", 130, 40,
                 bench(small, compiled=True, model=second), extra=True)] if second else []),

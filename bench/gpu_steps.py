@@ -13,9 +13,10 @@
   time with 1, 2, 4 and 8 copies per graph and uncaptured (eager), which shows how much a replay's start-up and the
   host's launches weigh.
 * ``profile``: the DP's schedule (recomputed from the store, so it is there even where the search kept sequential)
-  and the sequential schedule, each run as deployed (with the search's kernels), under the PyTorch profiler: a
-  key_averages table per schedule and, per forward, the kernels launched, how many of them are cuDNN's layout
-  transposes, and the device time they sum to.
+  and the sequential schedule, each run as deployed (with the search's kernels, or ``--kernels``: ``inductor``
+  compiles its regions at the first call, whose seconds are reported), under the PyTorch profiler: a key_averages
+  table per schedule and, per forward, the kernels launched, how many of them are cuDNN's layout transposes, and
+  the device time they sum to.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from ios_ray.scheduler import (LazySpace, PlannedStage, SearchParams, TableLaten
                                plan_graph)
 from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore
+from ios_ray.vocabulary import KERNEL_NAMES
 
 #: The two (warmup, repeat) protocols a calibration measures each sampled stage with: 4 and 12 replays.
 PROTOCOLS = ((1, 3), (1, 11))
@@ -172,16 +174,17 @@ def _copies(graph: Graph, model: str, chosen: list[PlannedStage], batch: int) ->
 
 def profile(
     device: str, model: str, batch: int, store: Path, schedules: Path, text: Path, calls: int = 20,
-    dtype: str = "float32", memory_format: str = "contiguous",
+    dtype: str = "float32", memory_format: str = "contiguous", kernels: str | None = None,
 ) -> dict[str, Any]:
-    """The DP's and the sequential schedule run as deployed (in ``dtype`` and ``memory_format``, with the kernels of
-    the search's schedule), timed and then profiled over ``calls`` forwards each; writes the tables to ``text`` and
-    returns, per schedule, its stages, median latency, kernels, layout transposes and device time per forward."""
+    """The DP's and the sequential schedule run as deployed (in ``dtype`` and ``memory_format``, with ``kernels``,
+    by default the search's schedule's), timed and then profiled over ``calls`` forwards each; writes the tables to
+    ``text`` and returns, per schedule, its stages, the seconds of its first call (regions compile there), median
+    latency, kernels, layout transposes and device time per forward."""
     spec = resolve_model(model)
     target = torch.device(device)
     imported = import_model(model, dtype=dtype, memory_format=memory_format)
     kept = read_schedule(schedule_path(schedules, model, device, batch, dtype, memory_format))
-    program = Programs(imported)(target, kept.kernels)
+    program = Programs(imported)(target, kernels or kept.kernels)
     named = {"DP schedule": dp_schedule(imported.graph, kept, store),
              "sequential schedule": baseline_schedule(imported.graph, "sequential", kept)}
     x = in_memory_format(torch.randn(batch, *spec.input_shape, device=target, dtype=torch_dtype(dtype)),
@@ -190,13 +193,17 @@ def profile(
     summary, sections = {}, []
     for name, schedule in named.items():
         runner = ScheduleRunner(program, schedule, target)
+        started = time.perf_counter()
+        with torch.no_grad():
+            runner(x)
+        first_call_s = time.perf_counter() - started
         median = measure_latency(runner, x, 3, calls, target)[0]
-        table, kernels, transposes, busy_ms = _profiled(runner, x, calls)
+        table, launched, transposes, busy_ms = _profiled(runner, x, calls)
         found = summary[name] = {
             "stages": len(schedule.stages), "multi_group_stages": sum(len(s.groups) > 1 for s in schedule.stages),
-            "kernels": kept.kernels, "median_ms": median,
+            "kernels": program.kernels, "first_call_s": round(first_call_s, 2), "median_ms": median,
             "predicted_ms": predicted_ms(schedule, keys, lookup, batch) if lookup else None,
-            "kernels_per_forward": kernels, "transposes_per_forward": transposes, "kernel_ms_per_forward": busy_ms}
+            "kernels_per_forward": launched, "transposes_per_forward": transposes, "kernel_ms_per_forward": busy_ms}
         sections.append(_section(name, model, target, batch, found, table))
     text.write_text("\n".join(sections))
     return summary
@@ -284,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--text", type=Path)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--memory-format", default="contiguous")
+    parser.add_argument("--kernels", choices=KERNEL_NAMES, help="profile: the kernels (default: the search's)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.step == "env":
@@ -292,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         found = calibrate(args.device, args.model, [int(b) for b in args.batches.split(",")], args.sample)
     else:
         found = profile(args.device, args.model, args.batch, args.store, args.schedules, args.text, args.calls,
-                        args.dtype, args.memory_format)
+                        args.dtype, args.memory_format, args.kernels)
     args.out.write_text(json.dumps(found, indent=1))
     return 0
 

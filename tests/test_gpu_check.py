@@ -317,7 +317,7 @@ def test_the_whole_pipeline_runs_on_the_cpu_with_tiny_repeats(
     assert sorted(p.name for p in out.iterdir()) == ["latency.duckdb", "log.txt", "profile.txt", "report.json",
                                                      "report.md"]
     report = json.loads((out / "report.json").read_text())
-    assert [s["status"] for s in report["steps"]] == ["ok"] * 15, report["steps"]
+    assert [s["status"] for s in report["steps"]] == ["ok"] * 16, report["steps"]
     assert report["environment"]["cpu"]["cores"] >= 1 and "gpu" not in report["environment"]  # no GPU figure
     assert set(report["searches"]) == {"cpu bs1", "cpu bs1 again", "cpu bs2", "host cpu bs1",
                                        "cpu bs1 float16 channels_last", "cpu bs1 float16 channels_last again"}
@@ -349,8 +349,9 @@ def test_the_whole_pipeline_runs_on_the_cpu_with_tiny_repeats(
     assert half.name == "bs1-float16-channels_last.json"
     assert (json.loads(half.read_text())["dtype"], json.loads(half.read_text())["memory_format"]) == (
         "float16", "channels_last")
-    assert set(report["profile"]) == {"cpu bs1", "cpu bs1 float16 channels_last"}
+    assert set(report["profile"]) == {"cpu bs1", "cpu bs1 float16 channels_last", "cpu bs1 inductor"}
     assert all(set(found) == {"DP schedule", "sequential schedule"} for found in report["profile"].values())
+    assert all(p["kernels"] == "inductor" and p["first_call_s"] > 0 for p in report["profile"]["cpu bs1 inductor"].values())
     assert {t["result"] for t in report["targets"]} <= {"n/a", "-"}
     text = (out / "report.md").read_text()
     assert "not a validation" in text and "no target applies" in text
