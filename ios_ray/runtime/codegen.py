@@ -51,6 +51,12 @@ class _Source:
         parts = [" + ".join(self.variable(s) for s in part) for part in value.parts]
         return parts[0] if len(parts) == 1 else f"cat([{', '.join(parts)}], 1)"
 
+    def stage_call(self, step: StageStep) -> None:
+        """The line that calls a stage's (or a region's) code on its inputs and names its units' outputs."""
+        units, inputs, code = step
+        outputs = "".join(self.variable(u) + ", " for u in units)
+        self.lines.append(f"{outputs}= {self.callee(code, 'stage')}({', '.join(map(self.variable, inputs))})")
+
     def function(self, name: str, args: Sequence[str]) -> Callable[..., Any]:
         """The lines as the body of a function ``name(*args)``, compiled."""
         text = "\n".join([f"def {name}({', '.join(args)}):", *(f"    {line}" for line in self.lines)])
@@ -79,9 +85,8 @@ def steps_code(steps: Sequence[StageStep], inputs: Sequence[str], outputs: Seque
     """The code of ``steps`` run in order on the outputs named ``inputs``, returning those named ``outputs``."""
     source = _Source()
     args = [source.variable(s) for s in inputs]
-    for units, reads, code in steps:
-        names = "".join(source.variable(u) + ", " for u in units)
-        source.lines.append(f"{names}= {source.callee(code, 'stage')}({', '.join(map(source.variable, reads))})")
+    for step in steps:
+        source.stage_call(step)
     source.lines.append(f"return ({''.join(source.variable(u) + ', ' for u in outputs)})")
     return source.function("steps", args)
 
@@ -93,9 +98,8 @@ def pass_code(graph: Graph, enter: Callable[[torch.Tensor], torch.Tensor],
     values ``releases`` names, and ``leave`` the graph's output."""
     source = _Source()
     source.lines.append(f"{source.variable(GRAPH_INPUT)} = {source.callee(enter, 'enter')}(x)")
-    for (units, inputs, code), released in zip(stages, releases):
-        outputs = "".join(source.variable(u) + ", " for u in units)
-        source.lines.append(f"{outputs}= {source.callee(code, 'stage')}({', '.join(map(source.variable, inputs))})")
+    for step, released in zip(stages, releases):
+        source.stage_call(step)
         source.lines.extend(f"{source.variable(s)} = None" for s in released)
     source.lines.append(f"return {source.callee(leave, 'leave')}({source.value(graph.output)})")
     return source.function("forward", ["x"])

@@ -80,9 +80,10 @@ class StagePass:
     code: Callable[[torch.Tensor], torch.Tensor] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        steps, releases = [stage_step(compiled) for compiled in self.stages], list(self.releases)
         if self.program.kernels == INDUCTOR_KERNELS:
-            steps, releases = regions(self.stages, releases, self.program.graph.output.sources)
+            steps, releases = regions(self.stages, self.releases, self.program.graph.output.sources)
+        else:
+            steps, releases = [stage_step(compiled) for compiled in self.stages], list(self.releases)
         code = pass_code(self.program.graph, self.program.enter, self.program.leave, steps, releases)
         object.__setattr__(self, "steps", tuple(steps))
         object.__setattr__(self, "code", code)

@@ -6,7 +6,8 @@ runs fastest (elementwise ops fused into one loop, no tensor written between the
 pass with ``inductor`` kernels cuts its stages at every stage of several groups: each run of the others (one-group
 and merge stages) is one :class:`Region` (:func:`region_steps`), and each group of a stage of several groups is one
 too (:func:`in_regions`), run at once with the stage's other groups, each on its worker thread or side stream as with
-other kernels; where either holds a single unit, that unit runs as it is (:data:`LEAST_UNITS`). The schedule decides where the regions end. A stage alone, as the profiler times it, is not compiled.
+other kernels; where either holds a single unit, that unit runs as it is (:data:`LEAST_UNITS`). The schedule decides
+where the regions end. A stage alone, as the profiler times it, is not compiled.
 
 A region is compiled per input signature (shapes, strides, dtype and device of its inputs), at the first call with
 it: that call runs the region's code as it is (so every lazily made tensor is real), then the code is traced with

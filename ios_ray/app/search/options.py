@@ -129,9 +129,9 @@ class SearchOptions:
     kernels: str = _option(DEFAULT_KERNEL_CHOICE, "the kernels units run with: fused (activations channels-last, "
                            "each conv one call with its bias and activation: oneDNN on a CPU, cuDNN on a GPU), eager "
                            "(torch's own ops, as the model calls them), inductor (as eager, each run of stages not of "
-                           "several groups, and each group of the others, compiled by Inductor into one region), or auto: on a measured device each "
-                           "in turns as the sequential schedule runs whole, a challenger kept only where faster than "
-                           "the one kept beyond noise",
+                           "several groups, and each group of the others, compiled by Inductor into one region), or "
+                           "auto: on a measured device each in turns as the sequential schedule runs whole, a "
+                           "challenger kept only where faster than the one kept beyond noise",
                            CliForm(kind=KernelsChoice, default=KernelsChoice(DEFAULT_KERNEL_CHOICE),
                                    parse=lambda choice: choice.value))
     memory_budget: Optional[str | int] = _option(
