@@ -28,7 +28,7 @@ from ios_ray.stage import Stage, StageKeys
 from ios_ray.store import LatencyStore
 from ios_ray.paired import least_rounds
 from tests.api_model import INPUT_SHAPE, TwoBranch
-from tests.helpers import ios_ray_here
+from tests.helpers import GIVEN_KERNELS, ios_ray_here
 
 NHWC = torch.channels_last
 
@@ -185,7 +185,7 @@ def test_a_channels_last_model_object_is_searched_stored_and_deployed_in_nhwc(ra
     model = TwoBranch().eval().to(memory_format=NHWC)
     store = tmp_path / "s.duckdb"
     options = {"input_shape": INPUT_SHAPE, "store": store, "check_rounds": least_rounds(), "warmup": 1, "repeat": 3,
-               "progress": False}
+               "progress": False, "kernels": "fused"}
     result = ios_ray.search(model, "cpu", 2, **options)
     [outcome] = result
     assert outcome.schedule.memory_format == "channels_last" and outcome.measured > 0
@@ -217,7 +217,7 @@ def test_the_cli_searches_runs_and_shows_a_channels_last_model(ray_local: None, 
     common = ["--model", "squeezenet", "--input-shape", "3x64x64"]
     done = ios_ray_here("search", *common, "--devices", "cpu", "--memory-format", "nhwc", "--store", "s.duckdb",
                         "--out", "out", "--warmup", "0", "--repeat", "1", "--check-rounds", str(least_rounds()),
-                        cwd=tmp_path)
+                        *GIVEN_KERNELS, cwd=tmp_path)
     assert done.returncode == 0, done.stdout
     assert "squeezenet in channels_last" in done.stdout
     path = tmp_path / "out" / "squeezenet" / "cpu" / "bs1-channels_last.json"

@@ -27,7 +27,7 @@ from ios_ray.models import resolve_model
 from ios_ray.runtime import Program
 from ios_ray.scheduler import SearchParams, plan_graph
 from ios_ray.paired import least_rounds
-from tests.helpers import HANG_S, ios_ray_here, relative_error
+from tests.helpers import GIVEN_KERNELS, HANG_S, ios_ray_here, relative_error
 from tests.test_idiom_models import assert_clean
 
 FAKES = Path(__file__).parent / "fakes"
@@ -192,7 +192,7 @@ def test_cli_searches_and_runs_a_torchvision_model_end_to_end(tmp_path: Path) ->
     spec = "torchvision:resnet_style"
     search = ios_ray_cli("search", "--model", spec, "--devices", "cpu", "--batches", "1", "--store",
                          str(tmp_path / "store.duckdb"), "--out", str(tmp_path / "schedules"), "--check-rounds",
-                         str(least_rounds()))
+                         str(least_rounds()), *GIVEN_KERNELS)
     assert search.returncode == 0, search.stderr
     assert f"{spec}: 13 units" in search.stdout and "warning" not in search.stdout
     assert (tmp_path / "schedules" / "torchvision-resnet_style" / "cpu" / "bs1.json").exists()

@@ -16,7 +16,7 @@ from ios_ray.stage import Stage, StageKeys
 from ios_ray.store import LatencyStore, rows_to_table
 from ios_ray.paired import least_rounds
 from tests.api_model import INPUT_SHAPE, TwoBranch
-from tests.helpers import ios_ray_here
+from tests.helpers import GIVEN_KERNELS, ios_ray_here
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,8 @@ def test_a_stored_outlier_is_measured_again_once_by_the_next_search(ray_local: N
     store_path = tmp_path / "s.duckdb"
     options = {"input_shape": INPUT_SHAPE, "store": store_path, "check_rounds": least_rounds(), "warmup": 1,
                "repeat": 3,
-               "progress": False, "measure": "all"}  # all: a lazy search may certify before it measured every stage
+               "progress": False, "measure": "all", "kernels": "fused"}  # all: a lazy search may certify before it
+    # measured every stage
     first = ios_ray.search(model, "cpu", 2, **options)["cpu", 2]
     graph = import_module(model, example_input(model, INPUT_SHAPE)).graph
     keys = StageKeys(graph)
@@ -72,8 +73,7 @@ def test_a_stored_outlier_is_measured_again_once_by_the_next_search(ray_local: N
     # The next search, from the CLI, of the same graph (a factory of the same class: the same stage keys).
     done = ios_ray_here("search", "--model", "tests.api_model:build", "--devices", "cpu", "--batches", "2", "--store",
                         str(store_path), "--out", "out", "--warmup", "1", "--repeat", "3",
-                        "--check-rounds", str(least_rounds()),
-                        cwd=tmp_path)
+                        "--check-rounds", str(least_rounds()), *GIVEN_KERNELS, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert first.measured == first.planned  # a model this small is measured whole, so nothing new is left
     assert f"0 / {first.planned}" in done.stdout and "measured again: " in done.stdout  # measured again, not new

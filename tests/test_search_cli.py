@@ -30,7 +30,7 @@ from ios_ray.schedule import CANDIDATES, read_schedule
 from ios_ray.store import LatencyStore
 from ios_ray.paired import LookPlan, least_rounds
 from ios_ray.vocabulary import DEFAULT_CHECK_ROUNDS, kernel_named
-from tests.helpers import HANG_S, ios_ray_here
+from tests.helpers import GIVEN_KERNELS, HANG_S, ios_ray_here
 
 def ios_ray(*args: str, cwd: Path, timeout: float = HANG_S) -> subprocess.CompletedProcess[str]:
     """Run ``python -m ios_ray ARGS`` in ``cwd`` and capture its output."""
@@ -486,7 +486,7 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path, ray_local: 
     # it run in this process, on the session's Ray.
     store, out, shape = tmp_path / "S.duckdb", tmp_path / "O", ("--input-shape", "3x96x96")
     searched = ios_ray("search", "--model", "squeezenet", "--devices", "cpu", "--batches", "1", "--store", str(store),
-                       "--out", str(out), *shape, cwd=tmp_path)
+                       "--out", str(out), *shape, *GIVEN_KERNELS, cwd=tmp_path)
     assert searched.returncode == 0, searched.stderr
     total = planned_stages(searched.stdout)
     [row] = search_table(searched.stdout)
@@ -584,8 +584,7 @@ def test_a_bfloat16_search_then_run_bench_evaluate_and_store_stats(tmp_path: Pat
     store, out, shape = tmp_path / "S.duckdb", tmp_path / "O", ("--input-shape", "3x64x64")
     searched = ios_ray_here("search", "--model", "squeezenet", "--devices", "cpu", "--batches", "2", "--store",
                             str(store), "--out", str(out), "--dtype", "bf16", "--measure", "all",
-                            "--check-rounds", str(least_rounds()), *shape,
-                            cwd=tmp_path)
+                            "--check-rounds", str(least_rounds()), *shape, *GIVEN_KERNELS, cwd=tmp_path)
     assert searched.returncode == 0, searched.stderr
     assert "ios-ray search: squeezenet in bfloat16" in searched.stdout
     total = planned_stages(searched.stdout)
