@@ -118,7 +118,7 @@ def scheduled_backend(model: nn.Module, x: torch.Tensor) -> IosRayBackend:
 
 def readme_net() -> nn.Module:
     """The README's torch.compile model (two graphs: convs, then a mean and a linear head), seeded."""
-    from tests.test_readme import blocks
+    from tests.readme import blocks
 
     namespace: dict[str, Any] = {}
     exec(blocks("python")["## With torch.compile"][0].split("model = Net()")[0], namespace)  # the class Net
