@@ -61,18 +61,19 @@ def main(store: str, out: str) -> None:
     """Search, deploy, save and optimize a TwoBranch defined in ``__main__``; print what came out as JSON."""
     import ios_ray
     from ios_ray.paired import least_rounds
+    from tests.helpers import NAMED_KERNELS
 
     torch.manual_seed(0)
     model = TwoBranch().eval()
     result = ios_ray.search(model, devices=["cpu"], batches=[1], input_shape=INPUT_SHAPE, store=store,
-                            check_rounds=0, kernels="fused", progress=False)
+                            check_rounds=0, kernels=NAMED_KERNELS, progress=False)
     result.save(out)
     ray_after_search = _ray_address()
     x = torch.randn(4, *INPUT_SHAPE)
     with torch.no_grad():
         expected = model(x)
         deployed = relative_error(result.deploy(model)(x), expected)
-        optimized = ios_ray.optimize(model, x, store=store, check_rounds=least_rounds(), kernels="fused",
+        optimized = ios_ray.optimize(model, x, store=store, check_rounds=least_rounds(), kernels=NAMED_KERNELS,
                                      progress=False)
         found = relative_error(optimized(x), expected)
     ray_after_optimize = _ray_address()

@@ -27,7 +27,7 @@ from ios_ray.scheduler.plan import Plan
 from ios_ray.schedule import CandidateRun
 from ios_ray.store import LatencyStore
 
-__all__ = ["GIVEN_KERNELS", "HANG_S", "ios_ray_here", "open_store", "randomise_batchnorm", "relative_error", "tf32"]
+__all__ = ["GIVEN_KERNELS", "HANG_S", "NAMED_KERNELS", "ios_ray_here", "open_store", "randomise_batchnorm", "relative_error", "tf32"]
 
 #: How long a test waits for a command or process it started before calling it hung: a guard against hangs, never a
 #: speed target (those live in bench/), so generous enough for a 2-core machine that others load many times over.
@@ -35,8 +35,9 @@ HANG_S = 900
 
 #: The kernels a CPU search names where the test is not about choosing them: ``auto`` would time the sequential
 #: schedule with each kernels and, where Inductor's are kept, compile every candidate of the check (tests/test_kernels.py
-#: and the README's examples test the choice).
-GIVEN_KERNELS = ("--kernels", "fused")
+#: and the README's examples test the choice). ``GIVEN_KERNELS`` is the same as the CLI's option.
+NAMED_KERNELS = "fused"
+GIVEN_KERNELS = ("--kernels", NAMED_KERNELS)
 
 
 def open_store(path: str | os.PathLike[str], create: bool = True) -> LatencyStore:

@@ -48,5 +48,3 @@ def run_shell(line: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-
-

@@ -29,7 +29,7 @@ from ios_ray.store import LatencyStore
 from ios_ray.paired import LookPlan, least_rounds, percent
 from ios_ray.vocabulary import DEFAULT_CHECK_CONFIDENCE
 from tests.api_model import INPUT_SHAPE, DtypeCast, TwoBranch
-from tests.helpers import GIVEN_KERNELS, HANG_S, ios_ray_here, plausible_runs
+from tests.helpers import GIVEN_KERNELS, HANG_S, NAMED_KERNELS, ios_ray_here, plausible_runs
 from tests.test_search_cli import search_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -169,7 +169,7 @@ def test_a_half_model_object_is_measured_stored_and_deployed_in_its_own_dtype(ra
     model = TwoBranch().eval().to(torch.bfloat16)
     store = tmp_path / "s.duckdb"
     options = {"input_shape": INPUT_SHAPE, "store": store, "check_rounds": least_rounds(), "warmup": 1, "repeat": 3,
-               "progress": False, "kernels": "fused"}
+               "progress": False, "kernels": NAMED_KERNELS}
     result = ios_ray.search(model, "cpu", 2, **options)
     [outcome] = result
     assert outcome.schedule.dtype == "bfloat16" and outcome.measured > 0 and outcome.end_to_end is not None
@@ -207,7 +207,8 @@ def test_a_model_whose_graph_depends_on_its_dtype_is_imported_in_it_everywhere(r
     assert (import_module(model, example_input(model, INPUT_SHAPE)).graph.fingerprint
             != import_module(DtypeCast(), example_input(DtypeCast(), INPUT_SHAPE)).graph.fingerprint)
     result = ios_ray.search(model, "cpu", 2, input_shape=INPUT_SHAPE, store=tmp_path / "s.duckdb",
-                            check_rounds=least_rounds(), warmup=0, repeat=1, kernels="fused", progress=False)
+                            check_rounds=least_rounds(), warmup=0, repeat=1, kernels=NAMED_KERNELS,
+                            progress=False)
     assert result["cpu", 2].schedule.dtype == "float16" and result["cpu", 2].measured > 0
     x = torch.randn(2, *INPUT_SHAPE).half()
     with torch.inference_mode():

@@ -33,7 +33,7 @@ from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
 from ios_ray.scheduler import LazySpace, SearchParams
 from ios_ray.store import LatencyStore
-from tests.helpers import GIVEN_KERNELS, HANG_S, ios_ray_here
+from tests.helpers import GIVEN_KERNELS, HANG_S, NAMED_KERNELS, ios_ray_here
 from tests.store_writer import fake_rows
 from tests.compile_models import INPUT_SHAPE, Bottlenecks, Branching, Caching, TwoInputs, broken
 from tests.test_runtime_schedules import BUILDERS, make_schedule
@@ -433,7 +433,7 @@ def test_the_graph_before_a_data_dependent_branch_runs_its_schedule(searched: tu
 def test_on_miss_search_searches_and_the_next_process_measures_nothing(searched: tuple[Path, Path]) -> None:
     store, out = searched
     model, x = broken(), torch.randn(3, *INPUT_SHAPE)
-    backend = ios_ray.backend(schedules=out, store=store, on_miss="search", check_rounds=0, kernels="fused",
+    backend = ios_ray.backend(schedules=out, store=store, on_miss="search", check_rounds=0, kernels=NAMED_KERNELS,
                               progress=False)
     y, said = compiled(model, backend, x)
     torch.testing.assert_close(y, model(x))

@@ -28,7 +28,7 @@ from ios_ray.stage import Stage, StageKeys
 from ios_ray.store import LatencyStore
 from ios_ray.paired import least_rounds
 from tests.api_model import INPUT_SHAPE, TwoBranch
-from tests.helpers import GIVEN_KERNELS, ios_ray_here
+from tests.helpers import GIVEN_KERNELS, NAMED_KERNELS, ios_ray_here
 
 NHWC = torch.channels_last
 
@@ -185,7 +185,7 @@ def test_a_channels_last_model_object_is_searched_stored_and_deployed_in_nhwc(ra
     model = TwoBranch().eval().to(memory_format=NHWC)
     store = tmp_path / "s.duckdb"
     options = {"input_shape": INPUT_SHAPE, "store": store, "check_rounds": least_rounds(), "warmup": 1, "repeat": 3,
-               "progress": False, "kernels": "fused"}
+               "progress": False, "kernels": NAMED_KERNELS}
     result = ios_ray.search(model, "cpu", 2, **options)
     [outcome] = result
     assert outcome.schedule.memory_format == "channels_last" and outcome.measured > 0

@@ -16,7 +16,7 @@ from ios_ray.stage import Stage, StageKeys
 from ios_ray.store import LatencyStore, rows_to_table
 from ios_ray.paired import least_rounds
 from tests.api_model import INPUT_SHAPE, TwoBranch
-from tests.helpers import GIVEN_KERNELS, ios_ray_here
+from tests.helpers import GIVEN_KERNELS, NAMED_KERNELS, ios_ray_here
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +54,9 @@ def test_a_unit_alone_much_slower_than_a_stage_containing_it_is_an_outlier(
 def test_a_stored_outlier_is_measured_again_once_by_the_next_search(ray_local: None, tmp_path: Path) -> None:
     model = TwoBranch().eval()
     store_path = tmp_path / "s.duckdb"
+    # measure all: a lazy search may certify before it measured every stage
     options = {"input_shape": INPUT_SHAPE, "store": store_path, "check_rounds": least_rounds(), "warmup": 1,
-               "repeat": 3,
-               "progress": False, "measure": "all", "kernels": "fused"}  # all: a lazy search may certify before it
-    # measured every stage
+               "repeat": 3, "progress": False, "measure": "all", "kernels": NAMED_KERNELS}
     first = ios_ray.search(model, "cpu", 2, **options)["cpu", 2]
     graph = import_module(model, example_input(model, INPUT_SHAPE)).graph
     keys = StageKeys(graph)
