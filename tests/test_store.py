@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ios_ray.errors import UserError
-from ios_ray.store import LatencyStore, rows_to_table
+from ios_ray.store import LatencyStore, rows_to_table, undo
 from ios_ray.app.cli.store import store_app
 from tests.store_writer import FINGERPRINT, fake_keys, fake_rows, missing
 from tests.helpers import HANG_S, open_store
@@ -368,6 +368,93 @@ def test_kill_9_during_concurrent_writes_through_two_spellings_loses_no_committe
             expected += have
     assert len(expected) >= rounds * batch_rows  # the kills came while batches were being written
     assert stored_keys(open_store(real, create=False)) == sorted(expected)
+
+
+#: DuckDB's block (the default size) and the page the kernel copies at a time, between which a SIGKILL stops a write.
+DUCKDB_BLOCK, PAGE = 256 * 1024, 4096
+_DIE_BEFORE_CHECKPOINT = """
+import os, sys
+from ios_ray.store import LatencyStore
+from tests.store_writer import fake_keys, fake_rows
+store = LatencyStore(sys.argv[1], create=False)
+LatencyStore._detach = lambda self, con: os._exit(9)  # committed, journal saved, killed before the checkpoint
+store.put(fake_rows(fake_keys("cut", 300)))
+"""
+
+
+def cut_short_write(store_path: Path) -> tuple[bytes, bytes]:
+    """Leave the store as a SIGKILL inside the checkpoint of a 300-row put ("cut-*" keys) does: the writer committed
+    (the batch is in DuckDB's write-ahead log) and saved its undo journal, and the kernel stopped the checkpoint's
+    write of each block it changed after that block's first page. Return the file before and after the whole
+    checkpoint."""
+    wal = store_path.with_name(store_path.name + ".wal")
+    before = store_path.read_bytes()
+    died = subprocess.run([sys.executable, "-c", _DIE_BEFORE_CHECKPOINT, str(store_path)], capture_output=True,
+                          timeout=HANG_S)
+    assert died.returncode == 9, died.stderr
+    assert store_path.read_bytes() == before and wal.exists()
+    finished = store_path.with_name("finished.duckdb")
+    finished.write_bytes(before)
+    finished.with_name(finished.name + ".wal").write_bytes(wal.read_bytes())
+    con = duckdb.connect()
+    con.execute(f"ATTACH '{finished}' AS finished")
+    con.execute("DETACH finished")  # the checkpoint the writer did not live to make
+    after = finished.read_bytes()
+    torn = bytearray(before)
+    for start in range(undo.HEADER_BYTES, min(len(before), len(after)), DUCKDB_BLOCK):
+        if before[start : start + DUCKDB_BLOCK] != after[start : start + DUCKDB_BLOCK]:
+            torn[start : start + PAGE] = after[start : start + PAGE]
+    store_path.write_bytes(bytes(torn))
+    return before, after
+
+
+def test_a_write_killed_inside_its_checkpoint_is_undone_and_its_committed_batch_kept(store_path: Path) -> None:
+    """DuckDB rewrites its metadata block in place at every checkpoint; a kill during that write left a block whose
+    checksum failed, and the whole store unreadable (CI, 2026-11-28). The undo journal puts the block back."""
+    store = open_store(store_path)
+    for number in range(5):
+        store.put(fake_rows(fake_keys(f"k{number}", 200)))
+    journal = store_path.with_name(store_path.name + ".undo")
+    cut_short_write(store_path)
+    assert undo.pending(journal)
+    unjournaled = store_path.with_name("unjournaled.duckdb")
+    unjournaled.write_bytes(store_path.read_bytes())
+    unjournaled.with_name("unjournaled.duckdb.wal").write_bytes(store_path.with_name("latency.duckdb.wal").read_bytes())
+    with pytest.raises(UserError, match="not a readable latency store"):
+        open_store(unjournaled, create=False)  # the tear is one that matters
+    expected = sorted(fake_keys("cut", 300) + [key for n in range(5) for key in fake_keys(f"k{n}", 200)])
+    assert stored_keys(open_store(store_path, create=False)) == expected  # a reader undoes it
+    assert not undo.pending(journal)
+    open_store(store_path).put(fake_rows(["after"]))
+    assert stored_keys(open_store(store_path)) == sorted(expected + ["after"])
+
+
+def test_a_journal_left_after_a_finished_checkpoint_is_dropped_and_nothing_put_back(store_path: Path) -> None:
+    store = open_store(store_path)
+    store.put(fake_rows(fake_keys("k", 200)))
+    _, after = cut_short_write(store_path)
+    store_path.write_bytes(after)  # the checkpoint finished; the kill came before the journal was marked empty
+    store_path.with_name(store_path.name + ".wal").unlink()
+    assert stored_keys(open_store(store_path, create=False)) == sorted(fake_keys("k", 200) + fake_keys("cut", 300))
+    assert store_path.read_bytes() == after and not undo.pending(store_path.with_name(store_path.name + ".undo"))
+
+
+@pytest.mark.parametrize("kept", (0.0, 0.5, 0.999))
+def test_a_journal_cut_short_while_saved_is_dropped_and_nothing_put_back(store_path: Path, kept: float) -> None:
+    """A kill while the journal was being written came before the checkpoint began: the file is whole as it is."""
+    store = open_store(store_path)
+    store.put(fake_rows(fake_keys("k", 200)))
+    journal = store_path.with_name(store_path.name + ".undo")
+    before = store_path.read_bytes()
+    undo.save(store_path, journal, [undo.block_region(0, DUCKDB_BLOCK)])  # the journal of a write about to begin
+    whole = journal.read_bytes()
+    start = undo.HEADER_BYTES
+    store_path.write_bytes(before[:start] + bytes(PAGE) + before[start + PAGE :])  # what putting back would undo
+    torn = store_path.read_bytes()
+    journal.write_bytes(whole[: int(len(whole) * kept)])
+    with pytest.raises(UserError, match="not a readable latency store"):
+        open_store(store_path, create=False)  # nothing was put back over the (here deliberately) damaged block
+    assert store_path.read_bytes() == torn and not undo.pending(journal)
 
 
 @pytest.mark.parametrize("kept", (0.05, 0.2, 0.35))

@@ -16,11 +16,13 @@ under an advisory lock (`fcntl.flock`) on the sidecar file `<store>.lock`:
 Several searches can therefore write to one store at once (their batches interleave) and `store query` or
 `store stats` answer while they do. The in-memory connection lives as long as the LatencyStore: ATTACH,
 format check and DETACH cost about 1 ms, a fresh `duckdb.connect` about 13 ms. A put of 1,000 rows costs
-about 10 ms in all, mostly the commit and the checkpoint (bench/store_speed.py), which is nothing next to
+about 12 ms in all, mostly the commit and the checkpoint (bench/store_speed.py), which is nothing next to
 measuring 1,000 stages. Checkpointing at every DETACH keeps the `.duckdb` file complete on its own
 between calls, so copying it never leaves measurements behind in a write-ahead log. A writer killed with
 SIGKILL loses at most the batch in flight: committed batches are in the file or in its write-ahead log,
-which the next open replays, and the kernel drops the dead process's flock. The lock needs a POSIX
+which the next open replays, and the kernel drops the dead process's flock. The one part of a checkpoint
+that a kill could tear, DuckDB's in-place rewrite of its metadata block, is undone from a journal saved
+before it (`<store>.undo`, :mod:`ios_ray.store.undo`; about 2 ms a write). The lock needs a POSIX
 system and a local file system (flock is not reliable over NFS).
 
 Ctrl-C. DuckDB polls for Python signals while it works and turns a Ctrl-C into whichever error the call
@@ -66,7 +68,7 @@ import pyarrow.dataset as ds
 
 from ios_ray.errors import StoreUnusable, UserError
 from ios_ray.interrupts import ctrl_c_held
-from ios_ray.store import DEFAULT_STORE_PATH
+from ios_ray.store import DEFAULT_STORE_PATH, undo
 from ios_ray.store.schema import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -87,6 +89,8 @@ _INSERT = f"INSERT INTO {_CATALOG}.latency AS old ({_COLUMNS}) SELECT {_COLUMNS}
 _UPSERT = f"{_INSERT} ON CONFLICT ({', '.join(KEY_COLUMNS)}) DO UPDATE SET {_UPDATES}"
 _UPSERT_NEWER = f"{_UPSERT} WHERE excluded.measured_at > old.measured_at"
 _EXPORT_FIX = "pass a folder written by `ios-ray store export`"
+#: Out of reach, so that the checkpoint at DETACH is a write's only one (the contract of :mod:`ios_ray.store.undo`).
+_NO_AUTOMATIC_CHECKPOINT = "1000 TB"
 #: DuckDB errors where the file could not be read in full or the disk could not be written: one sentence each.
 _FILE_ERRORS = (duckdb.IOException, duckdb.FatalException, duckdb.TransactionException, duckdb.InternalException,
                 duckdb.SerializationException)
@@ -104,6 +108,7 @@ class LatencyStore:
         self.path = Path(path)
         self._file = self.path.resolve()
         self._lock_path = self._file.with_name(self._file.name + ".lock")
+        self._journal = self._file.with_name(self._file.name + ".undo")
         self._mutex = threading.Lock()
         self._con: duckdb.DuckDBPyConnection | None = None
         if self.path.is_dir():
@@ -257,7 +262,10 @@ class LatencyStore:
     @contextmanager
     def _attached(self, write: bool) -> Iterator[duckdb.DuckDBPyConnection]:
         _refuse_hard_links(self.path, self._file)
-        with ctrl_c_held(), self._mutex, _flock(self._lock_path, exclusive=write):
+        with ctrl_c_held(), self._mutex, _flock(self._lock_path, exclusive=write) as lock:
+            if undo.pending(self._journal):
+                fcntl.flock(lock, fcntl.LOCK_EX)  # a reader too: undoing a write cut short needs the file alone
+                self._recover()
             con = self._connection()
             try:
                 if write and not self._file.exists():
@@ -267,11 +275,33 @@ class LatencyStore:
                 raise StoreUnusable(_failure(self.path, err)) from err
             try:
                 _check_format(con, self.path)
+                if write:
+                    self._save_journal(con)
                 yield con
             except _FILE_ERRORS as err:
                 raise StoreUnusable(_failure(self.path, err)) from err
             finally:
-                self._detach(con)
+                if self._detach(con) and write:  # detached: the checkpoint is whole, the journal not needed
+                    undo.discard(self._journal)
+
+    def _save_journal(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Save the before-image of what the checkpoint at DETACH may overwrite in place (:mod:`ios_ray.store.undo`)."""
+        blocks = _sql(con, "SELECT block_id, block_size FROM pragma_metadata_info(?), pragma_database_size() "
+                           "WHERE database_name = ?", [_CATALOG, _CATALOG])
+        try:
+            undo.save(self._file, self._journal, [undo.block_region(*block) for block in blocks])
+        except OSError as err:
+            raise StoreUnusable(_write_failure(self.path, err.strerror or type(err).__name__)) from None
+
+    def _recover(self) -> None:
+        """Undo a write that a killed process left cut short (its journal is beside the file)."""
+        try:
+            undo.recover(self._file, self._journal)
+        except OSError as err:
+            raise StoreUnusable(
+                f"cannot undo the write to {self.path} that was cut short ({err.strerror}); rerun with write access "
+                f"to {self._file} and {self._journal}."
+            ) from None
 
     def _create(self, con: duckdb.DuckDBPyConnection) -> None:
         for stale in self._file.parent.glob(f".{glob.escape(self._file.name)}.*.new*"):
@@ -295,16 +325,20 @@ class LatencyStore:
         except duckdb.Error as err:
             raise StoreUnusable(_failure(self.path, err)) from err
 
-    def _detach(self, con: duckdb.DuckDBPyConnection) -> None:
+    def _detach(self, con: duckdb.DuckDBPyConnection) -> bool:
+        """DETACH the store (which checkpoints a write); False where that failed (the connection is dropped)."""
         try:
             _sql(con, f"DETACH {_CATALOG}")
         except duckdb.Error:
             self._drop_connection()
+            return False
+        return True
 
     def _connection(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
             self._con = duckdb.connect(
-                ":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+                ":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                                    "checkpoint_threshold": _NO_AUTOMATIC_CHECKPOINT}
             )
         return self._con
 
@@ -329,7 +363,8 @@ def _refuse_hard_links(path: Path, file: Path) -> None:
 
 
 @contextmanager
-def _flock(path: Path, exclusive: bool) -> Iterator[None]:
+def _flock(path: Path, exclusive: bool) -> Iterator[int]:
+    """Hold an advisory lock on `path`; yield its descriptor (``flock`` on it converts the lock)."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as err:
@@ -338,7 +373,7 @@ def _flock(path: Path, exclusive: bool) -> Iterator[None]:
         ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        yield
+        yield fd
     finally:
         os.close(fd)
 
@@ -383,12 +418,17 @@ def _failure(path: Path, err: duckdb.Error) -> str:
     if "could not set lock" in text.lower():
         return f"{path} is open in another program (not ios-ray); close that program and retry."
     if _WRITE_FAILED.search(text):
-        return (f"cannot write the latency store {path} ({_reason(err)}); free space on its disk or pass another "
-                "store path, then rerun: the rows it stored before are kept.")
+        return _write_failure(path, _reason(err))
     return (
         f"{path} is not a readable latency store (not a DuckDB file, damaged or truncated, or from a newer "
         "DuckDB); move it away or pass another store path."
     )
+
+
+def _write_failure(path: Path, reason: str) -> str:
+    """One sentence for a write the disk refused."""
+    return (f"cannot write the latency store {path} ({reason}); free space on its disk or pass another store path, "
+            "then rerun: the rows it stored before are kept.")
 
 
 def _reason(err: duckdb.Error) -> str:
