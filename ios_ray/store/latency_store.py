@@ -263,7 +263,7 @@ class LatencyStore:
     def _attached(self, write: bool) -> Iterator[duckdb.DuckDBPyConnection]:
         _refuse_hard_links(self.path, self._file)
         with ctrl_c_held(), self._mutex, _flock(self._lock_path, exclusive=write) as lock:
-            if undo.pending(self._journal):
+            if self._cut_short():
                 fcntl.flock(lock, fcntl.LOCK_EX)  # a reader too: undoing a write cut short needs the file alone
                 self._recover()
             con = self._connection()
@@ -292,6 +292,14 @@ class LatencyStore:
             undo.save(self._file, self._journal, [undo.block_region(*block) for block in blocks])
         except OSError as err:
             raise StoreUnusable(_write_failure(self.path, err.strerror or type(err).__name__)) from None
+
+    def _cut_short(self) -> bool:
+        """Whether a write to the store was cut short (its undo journal holds a before-image)."""
+        try:
+            return undo.pending(self._journal)
+        except OSError as err:
+            raise StoreUnusable(f"cannot read {self._journal}, the undo journal of {self.path} ({err.strerror}); "
+                                "rerun with read access to it.") from None
 
     def _recover(self) -> None:
         """Undo a write that a killed process left cut short (its journal is beside the file)."""
