@@ -10,12 +10,13 @@ needs is intact: every measurement in the store is lost to a kill at the wrong m
 
 What. Before a write, the store saves here the before-image of the file's headers and of the regions a checkpoint
 may overwrite in place (its metadata blocks), synced to disk, and after the checkpoint it marks the journal empty
-(the file stays, overwritten by the next write: a write costs no file creation). A journal found whole at the next open means a write
-was cut short: if the file's headers are still the saved ones, the checkpoint never made its header current, so
-putting the saved regions back returns the file to the state that header describes (the batch itself is in DuckDB's
-write-ahead log, which the next open replays); if a header changed, the checkpoint finished and the journal is
-simply marked empty. A journal that is not whole (its checksum fails) was cut short while being saved, before the
-checkpoint began, and is marked empty too. Putting back is idempotent, so a kill during recovery is recovered alike.
+(the file stays, overwritten by the next write: a write costs no file creation). A journal found whole at the next
+open means a write was cut short: if the file's headers are still the saved ones, the checkpoint never made its
+header current, so putting the saved regions back returns the file to the state that header describes (the batch
+itself is in DuckDB's write-ahead log, which the next open replays); if a header changed, the checkpoint finished
+and the journal is simply marked empty. A journal that is not whole (its checksum fails) was cut short while being
+saved, before the checkpoint began, and is marked empty too. Putting back is idempotent, so a kill during recovery
+is recovered alike.
 
 The contract it relies on: only one checkpoint runs between `save` and `discard` (the store sets DuckDB's automatic
 checkpoint threshold out of reach, so the checkpoint at DETACH is the only one), and the file's layout is
