@@ -22,6 +22,7 @@ from ios_ray.schedule import Schedule, save_schedule
 from tests.helpers import randomise_batchnorm
 from tests.idiom_models import StdConvStyle
 from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
+from ios_ray.vocabulary import KERNEL_NAMES
 from ios_ray.zoo import ZOO
 
 SHAPE = Tiny.input_shape
@@ -227,9 +228,12 @@ def relative_gap(scheduled: ScheduledModule, model: torch.nn.Module, x: torch.Te
     return ((got - want).abs().max() / want.abs().max()).item()
 
 
-def test_weights_changed_in_place_or_loaded_into_the_wrapped_module_are_followed(graph: Graph) -> None:
+@pytest.mark.parametrize("kernels", KERNEL_NAMES)
+def test_weights_changed_in_place_or_loaded_into_the_wrapped_module_are_followed(graph: Graph, kernels: str) -> None:
+    """With every kernels: fused ones pack weights per input shape, inductor regions freeze them into their code."""
     model = tiny()
-    scheduled = ScheduledModule(model, schedules_for(graph, "cpu", (1,)), input_shape=SHAPE)
+    schedules = [make_schedule(graph, BUILDERS["ios_like"], 1, kernels=kernels)]
+    scheduled = ScheduledModule(model, schedules, input_shape=SHAPE)
     x = torch.randn(1, *SHAPE)
     assert relative_gap(scheduled, model, x) < 1e-5
     with torch.no_grad():
