@@ -23,6 +23,7 @@ from ios_ray.profiler.actors import Built
 from ios_ray.profiler.pool import Preparing
 from ios_ray.profiler.timing import DEFAULT_PROTOCOL, Timing
 from ios_ray.profiler.real import RealBackend, random_inputs
+from ios_ray.runtime.executor import ScheduleRunner
 from ios_ray.profiler.timing import time_callable
 from ios_ray.schedule import BlockSchedule, Schedule
 from ios_ray.scheduler import greedy_stages, sequential_stages
@@ -152,6 +153,33 @@ def test_the_model_as_is_that_does_not_fit_beside_the_schedules_is_left_out_not_
     timing = backend.time_schedules(CheckJob(SQUEEZENET, graph, whole_schedules(graph, "squeezenet"), "second", 2,
                                              rounds=2, as_is_rounds=MODEL_AS_IS_ROUNDS))
     assert timing.as_is is None and timing.rounds == 2 and timing.kept == "second"
+
+
+def test_a_check_takes_over_the_last_checks_kept_runner_where_it_runs_the_same_schedule(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel choice's kept sequential schedule comes back as the check's baseline: built once (inductor regions
+    compile in seconds), not twice; a runner of other stages or another program is built anew."""
+    graph = import_model("squeezenet").graph
+    backend = RealBackend(parse_device("cpu"))
+    built: list[ScheduleRunner] = []
+
+    def counted(*args: Any, **kwargs: Any) -> ScheduleRunner:
+        built.append(ScheduleRunner(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr("ios_ray.profiler.real.ScheduleRunner", counted)
+    first, second = whole_schedules(graph, "squeezenet").values()
+    timing = backend.time_schedules(CheckJob(SQUEEZENET, graph, {"first": first, "second": second}, "second", 2,
+                                             rounds=2))
+    assert timing.kept == "second" and len(built) == 2  # two rounds cannot decide: the baseline is kept
+    kept = built[1]
+    timing = backend.time_schedules(CheckJob(SQUEEZENET, graph, {"again": second, "new": first}, "again", 2,
+                                             rounds=2))
+    assert len(built) == 3 and built[2].schedule is first and kept.schedule.stages == second.stages
+    assert all(ms > 0 for ms in timing.times_ms["again"])  # the runner taken over ran the baseline's rounds
+    fused = dataclasses.replace(second, kernels="fused")
+    backend.time_schedules(CheckJob(SQUEEZENET, graph, {"fused": fused, "first": first}, "first", 2, rounds=2))
+    assert len(built) == 5  # another program (the kept "again" was the last job's; these run other kernels or stages)
 
 
 @pytest.mark.slow

@@ -55,6 +55,7 @@ class RealBackend:
         self._lanes: Lanes | None = None
         self._capture_stream: torch.cuda.Stream | None = None
         self._primer = cpu_primer() if self.device.type == "cpu" else None
+        self._kept: ScheduleRunner | None = None  # the last check job's kept runner (:meth:`_runners`)
 
     def start(self) -> DeviceIdentity:
         """Check that this torch can run the device, then fingerprint it."""
@@ -107,15 +108,28 @@ class RealBackend:
         identity = self.identity or self.start()
         x = torch.randn(job.batch, *job.graph.input_shape, device=self.device, dtype=torch_dtype(job.dtype))
         x = in_memory_format(x, job.graph.memory_format)
-        runs = {name: functools.partial(ScheduleRunner(
-            self._program(job.model, job.graph, identity.host, job.dtype, s.kernels), s, self.device), x)
-            for name, s in job.schedules.items()}
+        runners = self._runners(job, identity.host)
+        runs = {name: functools.partial(runner, x) for name, runner in runners.items()}
         plan = LookPlan.planned(job.rounds, contest_confidence(job.confidence, len(runs) - 1))
         with _fits(self.spec.label, job.model.name, job.batch):
             timing = contest(runs, job.baseline, self.device, plan, job.warmup, job.max_seconds)
+        self._kept = runners[timing.kept]
         if job.as_is_rounds == 0:
             return timing
         return dataclasses.replace(timing, as_is=self._time_as_is(job, runs[timing.kept], x))
+
+    def _runners(self, job: CheckJob, host: str) -> dict[str, ScheduleRunner]:
+        """A runner per schedule of the job; the previous job's kept runner is taken over where it runs one of the
+        schedules (the same stages and program: its regions compiled, its weights packed, its graph captured), as the
+        kernel choice's kept sequential schedule comes back as the check's baseline; otherwise it is dropped first."""
+        previous, self._kept = self._kept, None
+        programs = {name: self._program(job.model, job.graph, host, job.dtype, schedule.kernels)
+                    for name, schedule in job.schedules.items()}
+        taken = {name: previous for name, schedule in job.schedules.items() if previous is not None
+                 and previous.program is programs[name] and previous.schedule.stages == schedule.stages}
+        del previous
+        return {name: taken[name] if name in taken else ScheduleRunner(programs[name], schedule, self.device)
+                for name, schedule in job.schedules.items()}
 
     def _time_as_is(self, job: CheckJob, kept: Callable[[], object], x: torch.Tensor) -> PairedTiming | None:
         """The kept schedule timed against the model as is on ``x``; None where the model as is does not fit in the
