@@ -51,6 +51,7 @@ commit.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import fcntl
 import glob
 import numbers
@@ -291,7 +292,11 @@ class LatencyStore:
         try:
             undo.save(self._file, self._journal, [undo.block_region(*block) for block in blocks])
         except OSError as err:
-            raise StoreUnusable(_write_failure(self.path, err.strerror or type(err).__name__)) from None
+            reason = err.strerror or type(err).__name__
+            if err.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+                raise StoreUnusable(_write_failure(self.path, reason)) from None
+            raise StoreUnusable(f"cannot write {self._journal}, the undo journal of {self.path} ({reason}); make "
+                                f"{self._file.parent} writable or pass another store path.") from None
 
     def _cut_short(self) -> bool:
         """Whether a write to the store was cut short (its undo journal holds a before-image)."""
