@@ -4,6 +4,7 @@ contest of several candidates keeps the fastest beyond noise, never one only wit
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Callable
 
@@ -167,6 +168,30 @@ def test_the_screening_keeps_the_fastest_candidate_when_every_one_is_far_slower(
     assert [len(timing.times_ms[name]) for name in ("dp-fewer-stages", "greedy")] == [HOPELESS_ROUNDS] * 2
     assert len(timing.times_ms["dp"]) == timing.rounds > SCREEN_ROUNDS  # went on beside sequential, and lost
     assert timing.kept == "sequential" and timing.ratios["dp"].low is not None and timing.ratios["dp"].low > 1
+
+
+def test_a_candidate_that_left_the_screening_is_never_the_one_to_go_on_though_its_median_is_lowest() -> None:
+    """CI, 2026-11-28: dp left after two rounds at 2.1x sequential, greedy stayed (its first round ran 1.5x) and
+    ran 3.5x after; dp had the lowest median, went on with 2 rounds against sequential's 5, and the search failed."""
+    scripted = {"sequential": itertools.repeat(10.0), "dp": itertools.repeat(21.0),
+                "greedy": itertools.chain([15.0, 15.0], itertools.repeat(35.0))}  # the warm-up call, then rounds
+    last = [0.0]
+
+    def run(name: str) -> Callable[[], None]:
+        def call() -> None:
+            last[0] = next(scripted[name])
+        return call
+
+    def sample(fn: Callable[[], None]) -> float:
+        fn()
+        return last[0]
+
+    plan = LookPlan.planned(DEFAULT_CHECK_ROUNDS, contest_confidence(DEFAULT_CHECK_CONFIDENCE, 2))
+    timing = contest({name: run(name) for name in ("dp", "greedy", "sequential")}, "sequential", "cpu", plan,
+                     warmup=1, sample=sample)
+    assert len(timing.times_ms["dp"]) == HOPELESS_ROUNDS and timing.ratios["dp"].median < 2.2
+    assert len(timing.times_ms["greedy"]) == len(timing.times_ms["sequential"]) > SCREEN_ROUNDS
+    assert timing.kept == "sequential" and timing.ratios["greedy"].low > 1  # greedy went on, and lost
 
 
 def test_a_contest_of_four_costs_at_most_half_again_a_paired_check() -> None:

@@ -74,11 +74,11 @@ def contest(
         rounds = alternating_rounds(dict(callables), device, warmup, sample, rewarm=False)
         running = list(callables)
         if len(callables) > 2:
-            _screen(callables, rounds, times, baseline, min(SCREEN_ROUNDS, plan.looks[0]), device, sample)
+            left = _screen(callables, rounds, times, baseline, min(SCREEN_ROUNDS, plan.looks[0]), device, sample)
             screened = {name: median_interval(ratios_of(times[name], times[baseline][:len(times[name])]),
                                               plan.confidence)
                         for name in callables if name != baseline}
-            best = min(screened, key=lambda name: screened[name].median)
+            best = min(left, key=lambda name: screened[name].median)  # of those screened whole
             ratios |= {name: dataclasses.replace(found, low=None, high=None) for name, found in screened.items()}
             running = [best, baseline]
             rounds = alternating_rounds({name: callables[name] for name in running}, device, 0, sample, rewarm=False)
@@ -107,9 +107,11 @@ HOPELESS_RATIO = 2.0
 
 def _screen(callables: Mapping[str, Callable[[], object]], rounds: Iterator[dict[str, float]],
             times: dict[str, list[float]], baseline: str, until: int, device: torch.device | str,
-            sample: Sampler | None) -> None:
+            sample: Sampler | None) -> list[str]:
     """Run ``until`` rounds of every callable, leaving out from then on a candidate that is hopeless (see
-    :data:`HOPELESS_RATIO`; never the last one beside the baseline)."""
+    :data:`HOPELESS_RATIO`; never the last one beside the baseline); return the candidates screened whole. (A
+    hopeless one may still have the lowest median: a candidate that ran below twice the baseline's time in one of
+    its first rounds stays however slow its others.)"""
     running = dict(callables)
     while len(times[baseline]) < until:
         for name, ms in next(rounds).items():
@@ -120,6 +122,7 @@ def _screen(callables: Mapping[str, Callable[[], object]], rounds: Iterator[dict
         if hopeless:
             running = {name: fn for name, fn in running.items() if name not in hopeless}
             rounds = alternating_rounds(running, device, 0, sample, rewarm=False)
+    return [name for name in running if name != baseline]
 
 
 def _run_rounds(rounds: Iterator[dict[str, float]], times: dict[str, list[float]], baseline: str, until: int) -> None:
