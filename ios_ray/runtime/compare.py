@@ -97,10 +97,9 @@ def contest(
 #: The rounds a contest of several candidates runs them all before only the best goes on beside the baseline.
 SCREEN_ROUNDS = 5
 #: A candidate leaves the screening early once its first :data:`HOPELESS_ROUNDS` rounds each ran at least
-#: :data:`HOPELESS_RATIO` times the baseline's time: it cannot be kept (that takes a ratio wholly below 1), and at
-#: that pace it cannot have the lowest median of the screening unless every other candidate is as slow. On a
-#: 2-core CPU the greedy schedule of Inception V3 at batch 1 ran 3.5x sequential, so its 5 rounds cost the check as
-#: much as 17 of the others'.
+#: :data:`HOPELESS_RATIO` times the baseline's time: it cannot be kept (that takes a ratio wholly below 1), nor go on
+#: beside the baseline (only a candidate screened whole does, :func:`_screen`). On a 2-core CPU the greedy schedule
+#: of Inception V3 at batch 1 ran 3.5x sequential, so its 5 rounds cost the check as much as 17 of the others'.
 HOPELESS_ROUNDS = 2
 HOPELESS_RATIO = 2.0
 
