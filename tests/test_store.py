@@ -419,7 +419,7 @@ def test_a_write_killed_inside_its_checkpoint_is_undone_and_its_committed_batch_
     assert undo.pending(journal)
     unjournaled = store_path.with_name("unjournaled.duckdb")
     unjournaled.write_bytes(store_path.read_bytes())
-    unjournaled.with_name("unjournaled.duckdb.wal").write_bytes(store_path.with_name("latency.duckdb.wal").read_bytes())
+    unjournaled.with_name("unjournaled.duckdb.wal").write_bytes(store_path.with_name(store_path.name + ".wal").read_bytes())
     with pytest.raises(UserError, match="not a readable latency store"):
         open_store(unjournaled, create=False)  # the tear is one that matters
     expected = sorted(fake_keys("cut", 300) + [key for n in range(5) for key in fake_keys(f"k{n}", 200)])

@@ -35,7 +35,7 @@ from pathlib import Path
 
 #: DuckDB's file header and its two alternating database headers, 4 KiB each, before the first block.
 HEADER_BYTES = 3 * 4096
-_MAGIC = b"ios-ray undo journal 1\n"
+_MAGIC = b"ios-ray undo journal 2\n"
 _LENGTH = struct.Struct(">Q")
 _DIGEST_BYTES = hashlib.sha256().digest_size
 
@@ -58,14 +58,14 @@ def pending(journal: Path) -> bool:
 def save(file: Path, journal: Path, regions: Sequence[tuple[int, int]]) -> None:
     """Write the before-image of `file`'s headers and of `regions` to `journal` and sync it (an OSError, or a kill,
     part-way leaves a journal that is not whole, which :func:`recover` drops)."""
+    saved = [(0, HEADER_BYTES), *regions]
     with file.open("rb") as source:
-        headers = source.read(HEADER_BYTES)
         images = []
-        for offset, length in regions:
+        for offset, length in saved:
             source.seek(offset)
             images.append(source.read(length))
-    index = json.dumps({"regions": [[offset, len(image)] for (offset, _), image in zip(regions, images)]}).encode()
-    body = b"".join([_MAGIC, _LENGTH.pack(len(index)), index, _LENGTH.pack(len(headers)), headers, *images])
+    index = json.dumps([[offset, len(image)] for (offset, _), image in zip(saved, images)]).encode()
+    body = b"".join([_MAGIC, _LENGTH.pack(len(index)), index, *images])
     data = body + hashlib.sha256(body).digest()
     fd = _open(journal)
     try:
@@ -80,16 +80,16 @@ def recover(file: Path, journal: Path) -> bool:
     """Undo the write that `journal` was saved for, where its checkpoint did not finish, and mark it empty;
     True when regions were put back (False: nothing pending, a journal not whole, or a checkpoint that finished)."""
     try:
-        parsed = _parse(journal.read_bytes())
+        images = _parse(journal.read_bytes())
     except FileNotFoundError:
         return False
     restore = False
-    if parsed is not None:
-        headers, images = parsed
+    if images:
+        (_, headers), *regions = images
         with file.open("r+b") as target:
             restore = target.read(HEADER_BYTES) == headers
             if restore:
-                for offset, image in images:
+                for offset, image in regions:
                     target.seek(offset)
                     target.write(image)
                 target.flush()
@@ -125,20 +125,17 @@ def _open(journal: Path) -> int:
     return fd
 
 
-def _parse(data: bytes) -> tuple[bytes, list[tuple[int, bytes]]] | None:
-    """(headers, [(offset, image)]) of a whole journal; None for one empty or not whole."""
+def _parse(data: bytes) -> list[tuple[int, bytes]]:
+    """The saved (offset, image) pairs of a whole journal, the headers first; none for one empty or not whole."""
     body, digest = data[:-_DIGEST_BYTES], data[-_DIGEST_BYTES:]
     if not body.startswith(_MAGIC) or hashlib.sha256(body).digest() != digest:
-        return None
-    position = len(_MAGIC)
-    (length,) = _LENGTH.unpack_from(body, position)
-    index = json.loads(body[position + _LENGTH.size : position + _LENGTH.size + length])
-    position += _LENGTH.size + length
-    (length,) = _LENGTH.unpack_from(body, position)
-    headers = body[position + _LENGTH.size : position + _LENGTH.size + length]
-    position += _LENGTH.size + length
+        return []
+    (length,) = _LENGTH.unpack_from(body, len(_MAGIC))
+    position = len(_MAGIC) + _LENGTH.size
+    index = json.loads(body[position : position + length])
+    position += length
     images = []
-    for offset, size in index["regions"]:
+    for offset, size in index:
         images.append((offset, body[position : position + size]))
         position += size
-    return headers, images
+    return images
