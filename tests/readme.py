@@ -11,12 +11,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ios_ray.schedule.records import CANDIDATES
 from tests.helpers import HANG_S
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 #: The sections whose Python block a test runs (tests/test_readme.py checks that no other has one).
 RUN = ("## From Python", "## With torch.compile", "## Deploying: `ScheduledModule`")
+#: A search's line saying which schedule a CPU setting kept: any candidate of the check, by its reader's name.
+KEPT = re.compile(rf"cpu batch \d+: kept ({'|'.join(map(re.escape, CANDIDATES.values()))}): ")
 
 
 def blocks(language: str) -> dict[str, list[str]]:

@@ -10,12 +10,11 @@ The two-node cluster recipe runs in ``tests/test_cluster_recipe.py``.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
-from tests.readme import RUN, blocks, run_python, run_shell
+from tests.readme import KEPT, RUN, blocks, run_python, run_shell
 
 
 def test_every_python_block_of_the_readme_is_run() -> None:
@@ -32,7 +31,7 @@ def test_the_quick_start_search_then_the_scheduled_module_example(tmp_path: Path
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("cluster: this machine's local Ray (no address given): 1 node")
-    assert any(re.match(r"cpu batch 1: kept (IOS|sequential): ", line) for line in lines), done.stdout
+    assert any(KEPT.match(line) and line.startswith("cpu batch 1:") for line in lines), done.stdout
     assert (tmp_path / "schedules" / "squeezenet" / "cpu" / "bs1.json").is_file()
 
     [example] = blocks("python")["## Deploying: `ScheduledModule`"]
