@@ -32,11 +32,45 @@ from ios_ray.paired import LookPlan, least_rounds
 from ios_ray.vocabulary import DEFAULT_CHECK_ROUNDS, kernel_named
 from tests.helpers import GIVEN_KERNELS, HANG_S, ios_ray_here
 
-def ios_ray(*args: str, cwd: Path, timeout: float = HANG_S) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m ios_ray ARGS`` in ``cwd`` and capture its output."""
+def ios_ray(*args: str, cwd: Path, timeout: float = HANG_S, mark: str = "") -> subprocess.CompletedProcess[str]:
+    """Run ``python -m ios_ray ARGS`` in ``cwd`` and capture its output; with a ``mark``, the command and every
+    process it starts hold it in their environment (:func:`marked_processes`)."""
+    env = {**os.environ, MARK: mark} if mark else None
     return subprocess.run(
-        [sys.executable, "-m", "ios_ray", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "ios_ray", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
     )
+
+
+#: The environment variable that marks a command's processes (inherited by what it starts: Ray's, and their workers).
+MARK = "IOS_RAY_TEST_MARK"
+
+
+def marked_processes(mark: str) -> list[int]:
+    """The processes still running whose environment holds :data:`MARK` set to ``mark``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and f"{MARK}={mark}\0".encode() in (entry / "environ").read_bytes() + b"\0":
+                found.append(int(entry.name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
+def left_running(mark: str, wait_s: float = 15.0) -> list[str]:
+    """The command lines of the processes marked ``mark`` still running after up to ``wait_s`` (each is killed, so
+    that a failing test leaves nothing behind)."""
+    deadline = time.monotonic() + wait_s
+    while (pids := marked_processes(mark)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    lines = []
+    for pid in pids:
+        try:
+            lines.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue
+    return lines
 
 
 def store_rows(path: Path) -> list[dict[str, object]]:
@@ -486,8 +520,9 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path, ray_local: 
     # it run in this process, on the session's Ray.
     store, out, shape = tmp_path / "S.duckdb", tmp_path / "O", ("--input-shape", "3x96x96")
     searched = ios_ray("search", "--model", "squeezenet", "--devices", "cpu", "--batches", "1", "--store", str(store),
-                       "--out", str(out), *shape, *GIVEN_KERNELS, cwd=tmp_path)
+                       "--out", str(out), *shape, *GIVEN_KERNELS, cwd=tmp_path, mark=str(tmp_path))
     assert searched.returncode == 0, searched.stderr
+    assert left_running(str(tmp_path)) == []  # the command ends at once, with the local Ray it started shut down
     total = planned_stages(searched.stdout)
     [row] = search_table(searched.stdout)
     assert row == TableRow("cpu", 1, row.measured, 0, "measured", row.kept) and 0 < row.measured <= total

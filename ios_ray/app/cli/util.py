@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -31,23 +32,34 @@ TERMINATED = 143
 
 class CommandLine(typer.Typer):
     """The ``ios-ray`` app. Called as the process's command (the console script, ``python -m ios_ray``), a SIGTERM
-    stops a command as a Ctrl-C does (:func:`~ios_ray.interrupts.stop_on_sigterm`), and it ends the process at once
-    after either, once the message is out: by then the search has stored what it measured and shut Ray down, and the
-    interpreter's normal exit raced the threads Ray leaves winding down (a segfault now and then, bench/ctrl_c.py).
-    Run in-process (``CliRunner``), it behaves as any Typer app."""
+    stops a command as a Ctrl-C does (:func:`~ios_ray.interrupts.stop_on_sigterm`), and the process ends at once when
+    the command has (:func:`_end_now`): the local Ray a search kept is shut down, the output flushed, and the
+    interpreter's own exit skipped. That exit cost one to two seconds after every search (Ray's exit hook sleeps half a
+    second, the modules' teardown takes a second more) and, after a Ctrl-C, raced the threads Ray leaves winding down
+    (a segfault now and then, bench/ctrl_c.py). Run in-process (``CliRunner``), it behaves as any Typer app."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the command line; exit with :data:`INTERRUPTED` (:data:`TERMINATED`) through ``os._exit`` after a
-        Ctrl-C (a SIGTERM)."""
+        """Run the command line, then end the process with its exit status (130 after a Ctrl-C, 143 after a
+        SIGTERM)."""
         stop_on_sigterm()
         try:
             return super().__call__(*args, **kwargs)
         except SystemExit as done:
-            if done.code in (INTERRUPTED, TERMINATED):
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(done.code)
-            raise
+            _end_now(done.code)
+
+
+def _end_now(code: int | str | None) -> None:
+    """End the process with ``code`` as ``sys.exit`` would, but at once: a local Ray still up is shut down first (the
+    one a search keeps for the searches after it), the output streams flushed, then ``os._exit``."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError):  # a reader that went away (``ios-ray show | head``) has all it wanted
+            stream.flush()
+    os._exit(0 if code is None else code if isinstance(code, int) else 1)
 
 
 def debug_option(debug: bool = typer.Option(False, "--debug", help="show the traceback behind an error")) -> None:
