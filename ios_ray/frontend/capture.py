@@ -224,14 +224,16 @@ def _reason(exc: BaseException) -> str:
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """torch.export's warnings, log lines and printouts of the graph it failed on are not the user's business (what
-    this thread prints is dropped; other threads print as they do)."""
+    this thread prints is dropped; other threads print as they do). Its loggers say nothing meanwhile, errors
+    included: an op that fails on fake tensors (a pool whose output would be empty) logs its traceback as an error,
+    and the failure reaches the user as one sentence all the same (:class:`ExportError`)."""
     loggers = [logging.getLogger(name) for name in ("torch._export", "torch.export", "torch.fx.experimental",
                                                     "torch._dynamo", "torch.utils._sympy", "torch._subclasses")]
     levels = [logger.level for logger in loggers]
     with warnings.catch_warnings(), this_thread_silent():
         warnings.simplefilter("ignore")
         for logger in loggers:
-            logger.setLevel(logging.ERROR)
+            logger.setLevel(logging.CRITICAL)
         try:
             yield
         finally:
