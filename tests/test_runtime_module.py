@@ -126,6 +126,15 @@ def test_a_folder_of_several_models_finds_the_input_shape_of_this_ones(tmp_path:
         ScheduledModule(StdConvStyle(), tmp_path)
 
 
+def test_a_folder_of_schedules_made_at_another_input_shape_says_which_and_what_to_pass(tmp_path: Path) -> None:
+    for schedule in schedules_for(import_module(tiny(), torch.randn(1, 3, 20, 20)).graph, "cpu", (1,)):
+        save_schedule(schedule, tmp_path / "tiny" / "cpu" / "bs1.json")
+    with pytest.raises(UserError, match=r"was made for this Tiny \(graph fingerprint \w+\) \(those there were made "
+                                        r"for inputs of shape 3x20x20, and this one is imported at 3x16x16: pass the "
+                                        r"shape it was searched at, --input-shape on the command line"):
+        ScheduledModule(tiny(), tmp_path, input_shape=(3, 16, 16))
+
+
 def test_a_corrupt_schedule_file_is_a_user_error_naming_it(graph: Graph, tmp_path: Path) -> None:
     save_schedule(schedules_for(graph, "cpu", (1,))[0], tmp_path / "good.json")
     bad = tmp_path / "tiny" / "cpu" / "bs4.json"

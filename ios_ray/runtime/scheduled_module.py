@@ -42,7 +42,7 @@ import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -254,7 +254,7 @@ class ScheduledModule(nn.Module):
                 raise
             where = self._folder if self._folder is not None else "the schedules given"
             raise UserError(f"no schedule under {where} was made for this {type(self.module).__name__} at any input "
-                            f"shape they record ({', '.join('x'.join(map(str, s)) for s in shapes)}); run ios-ray "
+                            f"shape they record ({', '.join(_spelt(s) for s in shapes)}); run ios-ray "
                             "search for this model, or pass its input_shape=(C, H, W).") from error
 
     def _bind(self, strict: bool) -> "_Binding":
@@ -321,17 +321,37 @@ def _checked(found: dict[str, Schedule], graph: Graph, folder: str | Path | None
     if folder is not None:
         fitting = _made_for(found, graph)
         if not fitting:
-            layouts = sorted({s.memory_format for s in found.values()} - {graph.memory_format})
-            other = (f" (those there are for models in {' and '.join(layouts)} memory format, and this one is "
-                     f"{graph.memory_format}: convert it, as model.to(memory_format=torch.channels_last) does, or "
-                     "search it as it is)") if layouts else ""
             raise UserError(f"no schedule under {folder} was made for this {graph.name} (graph fingerprint "
-                            f"{graph.fingerprint}){other}; run ios-ray search for this model.")
+                            f"{graph.fingerprint}){_what_differs(found.values(), graph)}; run ios-ray search for "
+                            "this model.")
         found = fitting
     for where, schedule in found.items():
         check_schedule(schedule, graph, where)
         parse_device(schedule.device)
     return tuple(found.values())
+
+
+def _what_differs(found: Iterable[Schedule], graph: Graph) -> str:
+    """Why the schedules found may not fit the graph, where all differ from it in memory format or in input shape
+    (in parentheses, with what to do); else nothing."""
+    found = list(found)
+    layouts = sorted({s.memory_format for s in found} - {graph.memory_format})
+    if layouts:
+        return (f" (those there are for models in {' and '.join(layouts)} memory format, and this one is "
+                f"{graph.memory_format}: convert it, as model.to(memory_format=torch.channels_last) does, or search "
+                "it as it is)")
+    shape = tuple(graph.input_shape)
+    shapes = sorted({tuple(s.input_shape) for s in found if s.input_shape is not None})
+    if shapes and shape not in shapes:
+        return (f" (those there were made for inputs of shape {' and '.join(_spelt(s) for s in shapes)}, and this "
+                f"one is imported at {_spelt(shape)}: pass the shape it was searched at, --input-shape on the command "
+                "line, input_shape= in Python)")
+    return ""
+
+
+def _spelt(shape: Sequence[int]) -> str:
+    """A per-sample input shape as the command line spells it: ``3x224x224``."""
+    return "x".join(map(str, shape))
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
