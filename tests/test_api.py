@@ -228,6 +228,8 @@ def test_optimize_runs_on_this_machine_only() -> None:
         ios_ray.optimize(TwoBranch(), x, batches=[2])
     with pytest.raises(UserError, match="example_input must be a batch"):
         ios_ray.optimize(TwoBranch(), torch.randn(5))
+    with pytest.raises(UserError, match=r"^example_input must be a tensor \(a batch, batch size first\), not a list"):
+        ios_ray.optimize(TwoBranch(), [x])  # type: ignore[arg-type]
     with pytest.raises(UserError, match="example_input is float16 and the model's parameters are float32; convert"):
         ios_ray.optimize(TwoBranch(), x.half())
     with pytest.raises(UserError, match="optimize takes the dtype from the example input"):

@@ -136,6 +136,9 @@ def optimize(
     keyword arguments (``store``, ``r``, ``s``, ``check_rounds``, ``progress``...). The model is searched in the
     memory format it is held in (``model.to(memory_format=torch.channels_last)`` first for NHWC).
     """
+    if not isinstance(example_input, torch.Tensor):
+        raise UserError(f"example_input must be a tensor (a batch, batch size first), not a "
+                        f"{type(example_input).__name__}.")
     label = device or ("cpu" if example_input.device.type == "cpu" else str(example_input.device))
     if not (label == "cpu" or label == "cuda" or label.startswith("cuda:")):
         raise UserError(f"optimize runs on this machine (device cpu or cuda[:i]), not {label!r}; "
