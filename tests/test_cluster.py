@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from ray.cluster_utils import Cluster
 
-from ios_ray.app.cli.evaluation import cross_evaluate, winners_hold
+from ios_ray.app.cli.evaluation import Cell, cross_evaluate, winners_hold
 from ios_ray.app.search.job import SearchRequest, run_search
 from ios_ray.app.search.outcome import SearchOutcome
 from ios_ray.app.search.progress import SilentProgress
@@ -66,6 +66,13 @@ def test_cpu_actor_takes_its_node_less_the_gpu_actors() -> None:
     placements = plan_all([parse_device("cpu"), parse_device("v100")], [HEAD, V100_NODE])
     cpu = {p.node_id: p.num_cpus for p in placements if p.label == "cpu"}
     assert cpu == {HEAD_ID: 8, V100_ID: 12}
+
+
+def test_a_setting_whose_own_cell_is_missing_is_neither_won_nor_lost() -> None:
+    a, b = ("sim:v100", 1), ("sim:v100", 8)
+    cells = [Cell(a, a, None, "simulated"), Cell(b, a, 2.0, "simulated"), Cell(a, b, 3.0, "simulated"),
+             Cell(b, b, 4.0, "simulated")]
+    assert winners_hold(cells) == {a: None, b: False}  # a lacks a stage of its own schedule: nothing can be said
 
 
 def test_cuda_means_the_driver_node() -> None:
@@ -272,6 +279,12 @@ def test_search_on_a_heterogeneous_cluster_then_cross_evaluate(ray_cluster: Clus
         assert f"{device} bs{batch}" in shown.stdout
         assert f"{device} bs{batch} yes" in shown.stdout
     assert " NO" not in shown.stdout
+    # Given another store, which lacks their stages, it says so rather than that the schedules lost.
+    elsewhere = ios_ray_here("evaluate", "--schedules", str(out), "--store", str(tmp_path / "other.duckdb"),
+                             cwd=tmp_path)
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert " NO" not in elsewhere.stdout and f"{DEVICES[0]} bs{BATCHES[0]} -" in elsewhere.stdout
+    assert "lacks a stage of every schedule here; pass the store their search wrote (--store)" in elsewhere.stdout
 
     # A second search on the same store measures nothing and predicts the same latencies.
     progress = RecordingProgress()

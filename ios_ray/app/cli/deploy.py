@@ -264,11 +264,19 @@ def evaluate(
         console.print(table)
         hows = sorted({c.how for c in cells})
         console.print(f"cells are {', '.join(hows)}; own-setting schedule fastest on: "
-                      + ", ".join(f"{d} bs{b} {'yes' if wins[(d, b)] else 'NO'}" for d, b in settings))
-        if any(c.latency_ms is None for c in cells):
+                      + ", ".join(f"{d} bs{b} {_verdict(wins[(d, b)])}" for d, b in settings))
+        if all(c.latency_ms is None for c in cells):
+            console.print(f"- : {store} lacks a stage of every schedule here; pass the store their search wrote "
+                          "(--store)")
+        elif any(c.latency_ms is None for c in cells):
             console.print("- : the store lacks a stage of that schedule on that setting (a lazy search measures only "
                           "what can change its own schedule; search with --measure all to fill every cell)")
         print_trade_offs(mine, graph, lookup)
+
+
+def _verdict(holds: bool | None) -> str:
+    """A setting's own schedule fastest there: yes, NO, or - where its own cell is missing."""
+    return "-" if holds is None else "yes" if holds else "NO"
 
 
 def _torch_device(label: str) -> "torch.device":

@@ -80,13 +80,14 @@ def predicted_ms(
     return Correction.from_json(schedule.params["correction"]).predict(found, *schedule.shape)
 
 
-def winners_hold(cells: Sequence[Cell]) -> dict[Setting, bool]:
-    """Per setting: whether the schedule made for it is at least as fast there as every other schedule."""
-    result: dict[Setting, bool] = {}
+def winners_hold(cells: Sequence[Cell]) -> dict[Setting, bool | None]:
+    """Per setting: whether the schedule made for it is at least as fast there as every other schedule; None where
+    its own cell has no latency (the store lacks a stage of it), so that nothing can be said."""
+    result: dict[Setting, bool | None] = {}
     for setting in {c.run_on for c in cells}:
         column = [(c.latency_ms, c.own) for c in cells if c.run_on == setting and c.latency_ms is not None]
         own = [ms for ms, is_own in column if is_own]
-        result[setting] = bool(own) and all(own[0] <= ms * (1 + 1e-9) for ms, _ in column)
+        result[setting] = all(own[0] <= ms * (1 + 1e-9) for ms, _ in column) if own else None
     return result
 
 
