@@ -119,6 +119,44 @@ def test_a_dropped_runner_frees_the_weights_its_regions_compiled() -> None:
     assert all(ref() is None for ref in weights)  # Inductor keeps every module it loads unless told otherwise
 
 
+class Scaled(torch.nn.Module):
+    """Two convs, a sigmoid, and a learned scale and per-channel weight that stay outside the convs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 1)
+        self.scale, self.weight = torch.nn.Parameter(torch.ones(1)), torch.nn.Parameter(torch.ones(8, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.a(x))
+        return torch.sigmoid(self.b(y)) * self.scale + y * self.weight
+
+
+def test_a_region_compiled_before_with_other_weights_is_read_from_inductors_cache_and_computes_with_its_own(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # Inductor's FX graph cache holds a region's compiled code across processes, its weights read from the region's
+    # own graph; in float64 on a CPU, where freezing packs no weights into oneDNN tensors (which the cache refuses)
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    for scale in (1.5, 2.5):
+        torch.manual_seed(int(scale))
+        model = Scaled().double().eval()
+        with torch.no_grad():
+            model.scale.fill_(scale)
+            model.weight.normal_()
+        imported = import_module(model, x[:1])
+        assert [u.kind for u in imported.graph.units].count("elementwise") == 1  # the scale stays a unit's
+        runner = ScheduleRunner(Program.from_imported(imported, CPU, "inductor"),
+                                make_schedule(imported.graph, BUILDERS["sequential"], 2, kernels="inductor"))
+        counters.clear()
+        with torch.no_grad():
+            assert relative_error(runner(x), model(x)) <= 1e-12
+            assert relative_error(runner(x), model(x)) <= 1e-12
+    assert counters["inductor"]["fxgraph_cache_hit"] == 1  # the second model's region: the first one's code
+
+
 def test_a_region_that_reads_a_value_runs_its_code_as_it_is_and_says_so() -> None:
     region = Region(lambda x: (x * float(x.sum()),), "region 0 (stages 0 to 2)")
     x = torch.arange(3.0)
