@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, TypeVar
 
 import typer
 
@@ -48,7 +48,7 @@ class CommandLine(typer.Typer):
             _end_now(done.code)
 
 
-def _end_now(code: int | str | None) -> None:
+def _end_now(code: int | str | None) -> NoReturn:
     """End the process with ``code`` as ``sys.exit`` would, but at once: a local Ray still up is shut down first (the
     one a search keeps for the searches after it), the output streams flushed, then ``os._exit``."""
     ray = sys.modules.get("ray")
