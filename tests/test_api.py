@@ -220,6 +220,15 @@ def test_model_must_be_a_module_or_a_spec(tmp_path: Path) -> None:
         ios_ray.search(42, "sim:v100", store=tmp_path / "s.duckdb", progress=False)  # type: ignore[arg-type]
 
 
+def test_an_option_search_lacks_is_a_type_error_naming_search_and_the_closest_option() -> None:
+    with pytest.raises(TypeError, match=r"^search\(\) got an unexpected keyword argument 'check_round'; did you mean "
+                                        r"'check_rounds'\?$"):
+        ios_ray.search(TwoBranch(), "sim:v100", check_round=3)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"^optimize\(\) got an unexpected keyword argument 'zzz'; its options are "
+                                        r"store, out, "):
+        ios_ray.optimize(TwoBranch(), torch.randn(1, *INPUT_SHAPE), zzz=1)
+
+
 def test_optimize_runs_on_this_machine_only() -> None:
     x = torch.randn(1, *INPUT_SHAPE)
     with pytest.raises(UserError, match="optimize runs on this machine"):

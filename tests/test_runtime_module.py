@@ -228,6 +228,14 @@ def test_save_and_load_round_trip(graph: Graph, tmp_path: Path) -> None:
         ScheduledModule.load(tmp_path / "saved", Tiny())
     with pytest.raises(UserError, match="is not a saved ScheduledModule"):
         ScheduledModule.load(tmp_path, Tiny())
+    (tmp_path / "a file").write_text("mine")
+    with pytest.raises(UserError, match=r"cannot save the scheduled module into .*a file: a file is there; pass a "
+                                        r"folder\.$"):
+        scheduled.save(tmp_path / "a file")
+    with pytest.raises(UserError, match=r"cannot save the scheduled module into the folder .*a file/in it \(Not a "
+                                        r"directory\); pass a folder that can be made and written\.$"):
+        scheduled.save(tmp_path / "a file" / "in it")
+    assert (tmp_path / "a file").read_text() == "mine"
 
 
 def relative_gap(scheduled: ScheduledModule, model: torch.nn.Module, x: torch.Tensor) -> float:

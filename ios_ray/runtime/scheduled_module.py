@@ -193,17 +193,24 @@ class ScheduledModule(nn.Module):
         return super()._apply(fn, recurse)
 
     def save(self, path: str | Path) -> None:
-        """Write the module's weights, the schedules and the input shape into the folder ``path``."""
+        """Write the module's weights, the schedules and the input shape into the folder ``path``; UserError where
+        that folder cannot be made or written."""
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        torch.save(self.module.state_dict(), path / "module.pt")
-        files = [path / "schedules" / f"{index}.json" for index in range(len(self.schedules))]
-        for stale in set((path / "schedules").glob("*.json")) - set(files):
-            stale.unlink()
-        for schedule, file in zip(self.schedules, files):
-            save_schedule(schedule, file)
-        meta = {"format": SAVE_FORMAT, "version": SAVE_VERSION, "input_shape": list(self.input_shape)}
-        (path / "scheduled_module.json").write_text(json.dumps(meta, indent=1))
+        if path.exists() and not path.is_dir():
+            raise UserError(f"cannot save the scheduled module into {path}: a file is there; pass a folder.")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            torch.save(self.module.state_dict(), path / "module.pt")
+            files = [path / "schedules" / f"{index}.json" for index in range(len(self.schedules))]
+            for stale in set((path / "schedules").glob("*.json")) - set(files):
+                stale.unlink()
+            for schedule, file in zip(self.schedules, files):
+                save_schedule(schedule, file)
+            meta = {"format": SAVE_FORMAT, "version": SAVE_VERSION, "input_shape": list(self.input_shape)}
+            (path / "scheduled_module.json").write_text(json.dumps(meta, indent=1))
+        except OSError as exc:
+            raise UserError(f"cannot save the scheduled module into the folder {path} ({exc.strerror or exc}); pass "
+                            "a folder that can be made and written.") from None
 
     @classmethod
     def load(

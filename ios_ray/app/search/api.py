@@ -30,7 +30,7 @@ from torch import nn
 from ios_ray.app.search.job import run_search
 from ios_ray.app.search.outcome import SearchOutcome
 from ios_ray.app.search.progress import RichSearchProgress, SearchProgress, SilentProgress
-from ios_ray.app.search.options import api_doc, api_parameters
+from ios_ray.app.search.options import api_doc, api_parameters, check_option_names
 from ios_ray.app.search.request import SearchRequest
 from ios_ray.dtypes import dtype_name, module_dtype
 from ios_ray.errors import UserError
@@ -109,6 +109,7 @@ def search(
 
 {options}
     """
+    check_option_names(options)
     if torch_compile:
         from ios_ray.app.search.compiled_search import search_graphs
 
@@ -149,6 +150,7 @@ def optimize(
     for clash in ("devices", "batches", "input_shape", "dtype"):
         if clash in options:
             raise UserError(f"optimize takes the {clash} from the example input and device; leave {clash} out.")
+    check_option_names(options, "optimize")
     dtype, held = dtype_name(example_input.dtype), module_dtype(model)
     if dtype != held:
         raise UserError(f"example_input is {dtype} and the model's parameters are {held}; convert one to the other's "

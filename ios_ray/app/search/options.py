@@ -7,13 +7,14 @@ scheduler until a search is made, so the command line starts quickly.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 import numbers
 import os
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 from ios_ray.errors import UserError
 from ios_ray.store import DEFAULT_STORE_PATH
@@ -206,6 +207,17 @@ def api_parameters() -> list[inspect.Parameter]:
     """``ios_ray.search``'s keyword parameters, one per option, with its default."""
     return [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
             for f in dataclasses.fields(SearchOptions)]
+
+
+def check_option_names(options: Iterable[str], function: str = "search") -> None:
+    """TypeError, as Python raises it for an unexpected keyword argument, naming ``function`` (not the dataclass
+    behind it) and the closest option, where ``options`` names one that :class:`SearchOptions` lacks."""
+    known = [f.name for f in dataclasses.fields(SearchOptions)]
+    for name in options:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; its options are {', '.join(known)}."
+            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}{hint}")
 
 
 def api_doc() -> str:
