@@ -75,6 +75,15 @@ def test_an_empty_store_warns_once_per_graph_and_equals_eager(tmp_path: Path) ->
     assert not (tmp_path / "none.duckdb").exists()
 
 
+def test_a_graph_is_named_by_the_models_forward_also_where_that_forward_is_torchs_own(tmp_path: Path) -> None:
+    backend = ios_ray.backend(schedules=tmp_path / "none", store=tmp_path / "none.duckdb")
+    model, x = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 1)).eval(), torch.randn(2, *INPUT_SHAPE)
+    out, said = compiled(model, backend, x)  # Dynamo's frame is torch's wrapper of the module's call
+    torch.testing.assert_close(out, model(x))
+    assert [g.name for g in graphs(backend)] == ["Sequential.forward"]
+    assert any(s.startswith(f"ios_ray: {MISSING} Sequential.forward.") for s in said), said
+
+
 def test_a_data_dependent_branch_and_a_graph_of_two_inputs_equal_eager() -> None:
     model, x = Branching().eval(), torch.randn(2, *INPUT_SHAPE)
     backend = ios_ray.backend(schedules=None, store=None)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import enum
 import re
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -320,9 +321,10 @@ def _training_op(graph: fx.GraphModule) -> str | None:
     return None
 
 
-def graph_name() -> str:
+def graph_name(graph: fx.GraphModule | None = None) -> str:
     """The name of the graph Dynamo is compiling: the function it comes from (``Model.forward``; after a graph break
-    at line 13, ``Model.forward@13``)."""
+    at line 13, ``Model.forward@13``); where that is torch's own wrapper (a compiled ``nn.Sequential``, whose forward
+    is torch's), the forward of the outermost module ``graph`` calls (``Sequential.forward``)."""
     try:
         from torch._dynamo.symbolic_convert import InstructionTranslator
 
@@ -330,4 +332,10 @@ def graph_name() -> str:
         name = getattr(code, "co_qualname", code.co_name)  # co_qualname: Python 3.11 on
     except Exception:  # noqa: BLE001 - no frame being translated (a graph compiled by hand)
         return "graph"
+    if graph is not None and Path(code.co_filename).is_relative_to(Path(torch.__file__).parent):
+        outermost = next((next(iter(stack.values())) for node in graph.graph.nodes
+                          if (stack := node.meta.get("nn_module_stack"))), None)
+        if outermost is not None:
+            kind = outermost[1]  # the module's class (its dotted name in some torch versions)
+            name = f"{kind.__qualname__ if isinstance(kind, type) else str(kind).rsplit('.', 1)[-1]}.forward"
     return re.sub(r"[^A-Za-z0-9_.@]", "_", re.sub(r"torch_dynamo_resume_in_(\w+)_at_(\d+)", r"\1@\2", name))

@@ -142,7 +142,7 @@ class IosRayBackend:
         if dynamo.get("options"):
             backend = IosRayBackend(_parse({**_given(self.options), **dynamo["options"]}, frame))
             return backend(gm, example_inputs)
-        name = graph_name()
+        name = graph_name(gm)
         fallback = self._fallback(gm, example_inputs)
         try:
             call = graph_call(gm, example_inputs)

@@ -79,7 +79,7 @@ class Recorder:
         if seen in self._seen:
             return gm.forward
         self._seen.add(seen)
-        name = f"graph{len(self.calls) + len(self.skipped)} ({graph_name()})"
+        name = f"graph{len(self.calls) + len(self.skipped)} ({graph_name(gm)})"
         try:
             call = graph_call(gm, example_inputs)
         except Unschedulable as reason:
