@@ -64,6 +64,10 @@ def _resolve(spec: str) -> tuple[str, Callable[[], nn.Module], tuple[int, ...] |
         build, shape = library_model(library, name)
         return spec, _checked(build, spec), shape or DEFAULT_INPUT_SHAPE
     module_name, factory_name = library, name
+    if module_name.endswith(".py") or "/" in module_name:
+        dotted = module_name.removesuffix(".py").lstrip("./").replace("/", ".")
+        raise UserError(f"model {spec!r} names a file; name its module instead, as Python imports it from the "
+                        f"current folder or PYTHONPATH: {dotted}:{factory_name}.")
     _importable_from_here()
     try:
         factory = getattr(importlib.import_module(module_name), factory_name)

@@ -212,6 +212,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("model, message", [
     ("tests.user_models:branching_forward", "cannot capture the forward of BranchingForward: at tests/"),
     ("no_such_model", "unknown model 'no_such_model'"),
+    ("nets/my_model.py:build", "model 'nets/my_model.py:build' names a file; name its module instead, as Python "
+                               "imports it from the current folder or PYTHONPATH: nets.my_model:build."),
     # an op that fails on export's fake tensors, whose logger printed the traceback (2026-11-28)
     ("squeezenet --input-shape 3x10x10", "running squeezenet on an input of shape (1, 3, 10, 10) failed: "
                                          "RuntimeError: Given input size: (256x1x1). Calculated output size"),
