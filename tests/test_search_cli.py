@@ -588,6 +588,8 @@ def test_cpu_search_then_run_bench_evaluate_and_show(tmp_path: Path, ray_local: 
     other = ios_ray_here("bench", "--model", "squeezenet", "--schedules", str(out), "--no-compile", cwd=tmp_path)
     assert other.returncode == 1 and other.stderr.startswith("error: no float32 schedule of squeezenet"), other.stderr
     assert len(other.stderr.strip().splitlines()) == 1
+    assert "(those there were made for inputs of shape 3x96x96, and this one is imported at 3x224x224: pass the " \
+           "shape it was searched at, --input-shape" in other.stderr  # what differs, and what to do
 
     evaluated = ios_ray_here("evaluate", "--schedules", str(out), "--store", str(store), "--rounds", "2", cwd=tmp_path)
     assert evaluated.returncode == 0, evaluated.stderr

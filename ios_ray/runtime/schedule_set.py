@@ -17,6 +17,7 @@ from typing import Iterable, Sequence
 
 from ios_ray.devices import DeviceSpec, parse_device
 from ios_ray.errors import UserError
+from ios_ray.ir import Graph
 from ios_ray.schedule import Schedule, read_schedule
 
 #: Ranks of labels on a CUDA tensor by (label kind, whether the label names this very GPU).
@@ -77,3 +78,27 @@ def _same_gpu(spec: DeviceSpec, gpu_name: str | None) -> bool:
     """Whether a GPU or sim label names the GPU called ``gpu_name`` (False for ``cuda`` labels)."""
     model = spec.gpu_model
     return model is not None and gpu_name is not None and model.matches(gpu_name)
+
+
+def why_none_fit(found: Iterable[Schedule], graph: Graph) -> str:
+    """Why schedules made for a model may not fit its graph, where they differ from it in memory format or all in
+    input shape: in parentheses, with what to do, for the end of a sentence; else nothing."""
+    found = list(found)
+    layouts = sorted({s.memory_format for s in found} - {graph.memory_format})
+    if layouts:
+        return (f" (those there are for models in {' and '.join(layouts)} memory format, and this one is "
+                f"{graph.memory_format}: convert it, as model.to(memory_format=torch.channels_last) does, or search "
+                "it as it is)")
+    shape = tuple(graph.input_shape)
+    shapes = sorted({tuple(s.input_shape) for s in found if s.input_shape is not None})
+    if shapes and shape not in shapes:
+        made = " and ".join(spelt_shape(s) for s in shapes)
+        return (f" (those there were made for inputs of shape {made}, and this one is imported at "
+                f"{spelt_shape(shape)}: pass the shape it was searched at, --input-shape on the command line, "
+                "input_shape= in Python)")
+    return ""
+
+
+def spelt_shape(shape: Sequence[int]) -> str:
+    """A per-sample input shape as the command line spells it: ``3x224x224``."""
+    return "x".join(map(str, shape))

@@ -42,7 +42,7 @@ import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -54,7 +54,8 @@ from ios_ray.frontend import Imported, import_module
 from ios_ray.ir import Graph
 from ios_ray.runtime.executor import ScheduleRunner
 from ios_ray.runtime.program import Programs
-from ios_ray.runtime.schedule_set import device_rank, read_schedules, select_schedule
+from ios_ray.runtime.schedule_set import (device_rank, read_schedules, select_schedule, spelt_shape,
+                                          why_none_fit)
 from ios_ray.runtime.stages import resolve_device
 from ios_ray.runtime.weights import WeightWatch
 from ios_ray.schedule import Schedule, check_schedule, save_schedule
@@ -261,7 +262,7 @@ class ScheduledModule(nn.Module):
                 raise
             where = self._folder if self._folder is not None else "the schedules given"
             raise UserError(f"no schedule under {where} was made for this {type(self.module).__name__} at any input "
-                            f"shape they record ({', '.join(_spelt(s) for s in shapes)}); run ios-ray "
+                            f"shape they record ({', '.join(spelt_shape(s) for s in shapes)}); run ios-ray "
                             "search for this model, or pass its input_shape=(C, H, W).") from error
 
     def _bind(self, strict: bool) -> "_Binding":
@@ -329,36 +330,13 @@ def _checked(found: dict[str, Schedule], graph: Graph, folder: str | Path | None
         fitting = _made_for(found, graph)
         if not fitting:
             raise UserError(f"no schedule under {folder} was made for this {graph.name} (graph fingerprint "
-                            f"{graph.fingerprint}){_what_differs(found.values(), graph)}; run ios-ray search for "
+                            f"{graph.fingerprint}){why_none_fit(found.values(), graph)}; run ios-ray search for "
                             "this model.")
         found = fitting
     for where, schedule in found.items():
         check_schedule(schedule, graph, where)
         parse_device(schedule.device)
     return tuple(found.values())
-
-
-def _what_differs(found: Iterable[Schedule], graph: Graph) -> str:
-    """Why the schedules found may not fit the graph, where all differ from it in memory format or in input shape
-    (in parentheses, with what to do); else nothing."""
-    found = list(found)
-    layouts = sorted({s.memory_format for s in found} - {graph.memory_format})
-    if layouts:
-        return (f" (those there are for models in {' and '.join(layouts)} memory format, and this one is "
-                f"{graph.memory_format}: convert it, as model.to(memory_format=torch.channels_last) does, or search "
-                "it as it is)")
-    shape = tuple(graph.input_shape)
-    shapes = sorted({tuple(s.input_shape) for s in found if s.input_shape is not None})
-    if shapes and shape not in shapes:
-        return (f" (those there were made for inputs of shape {' and '.join(_spelt(s) for s in shapes)}, and this "
-                f"one is imported at {_spelt(shape)}: pass the shape it was searched at, --input-shape on the command "
-                "line, input_shape= in Python)")
-    return ""
-
-
-def _spelt(shape: Sequence[int]) -> str:
-    """A per-sample input shape as the command line spells it: ``3x224x224``."""
-    return "x".join(map(str, shape))
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
