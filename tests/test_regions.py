@@ -140,6 +140,7 @@ def test_a_region_compiled_before_with_other_weights_is_read_from_inductors_cach
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    alive = []
     for scale in (1.5, 2.5):
         torch.manual_seed(int(scale))
         model = Scaled().double().eval()
@@ -154,7 +155,10 @@ def test_a_region_compiled_before_with_other_weights_is_read_from_inductors_cach
         with torch.no_grad():
             assert relative_error(runner(x), model(x)) <= 1e-12
             assert relative_error(runner(x), model(x)) <= 1e-12
+        alive.append((model, runner))
     assert counters["inductor"]["fxgraph_cache_hit"] == 1  # the second model's region: the first one's code
+    with torch.no_grad():  # each region still computes with its own weights (none shares the other's)
+        assert all(relative_error(runner(x), model(x)) <= 1e-12 for model, runner in alive)
 
 
 def test_a_region_that_reads_a_value_runs_its_code_as_it_is_and_says_so() -> None:
