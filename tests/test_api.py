@@ -225,8 +225,8 @@ def test_an_option_search_lacks_is_a_type_error_naming_search_and_the_closest_op
                                         r"'check_rounds'\?$"):
         ios_ray.search(TwoBranch(), "sim:v100", check_round=3)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match=r"^optimize\(\) got an unexpected keyword argument 'zzz'; its options are "
-                                        r"store, out, "):
-        ios_ray.optimize(TwoBranch(), torch.randn(1, *INPUT_SHAPE), zzz=1)
+                                        r"store, out, .*, memory_budget, progress\.$"):
+        ios_ray.optimize(TwoBranch(), torch.randn(1, *INPUT_SHAPE), zzz=1, progress=False)  # progress is search's own
 
 
 def test_optimize_runs_on_this_machine_only() -> None:

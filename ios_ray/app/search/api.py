@@ -150,7 +150,7 @@ def optimize(
     for clash in ("devices", "batches", "input_shape", "dtype"):
         if clash in options:
             raise UserError(f"optimize takes the {clash} from the example input and device; leave {clash} out.")
-    check_option_names(options, "optimize")
+    check_option_names(options, "optimize", also=("progress",))
     dtype, held = dtype_name(example_input.dtype), module_dtype(model)
     if dtype != held:
         raise UserError(f"example_input is {dtype} and the model's parameters are {held}; convert one to the other's "

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 from ios_ray.errors import UserError
 from ios_ray.store import DEFAULT_STORE_PATH
@@ -209,10 +209,11 @@ def api_parameters() -> list[inspect.Parameter]:
             for f in dataclasses.fields(SearchOptions)]
 
 
-def check_option_names(options: Iterable[str], function: str = "search") -> None:
+def check_option_names(options: Iterable[str], function: str = "search", also: Sequence[str] = ()) -> None:
     """TypeError, as Python raises it for an unexpected keyword argument, naming ``function`` (not the dataclass
-    behind it) and the closest option, where ``options`` names one that :class:`SearchOptions` lacks."""
-    known = [f.name for f in dataclasses.fields(SearchOptions)]
+    behind it) and the closest option, where ``options`` names one that neither :class:`SearchOptions` nor ``also``
+    (the function's own keyword arguments) has."""
+    known = [f.name for f in dataclasses.fields(SearchOptions)] + list(also)
     for name in options:
         if name not in known:
             close = difflib.get_close_matches(name, known, n=1)
