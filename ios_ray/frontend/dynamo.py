@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import enum
 import re
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch

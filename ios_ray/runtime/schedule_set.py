@@ -89,14 +89,20 @@ def why_none_fit(found: Iterable[Schedule], graph: Graph) -> str:
         return (f" (those there are for models in {' and '.join(layouts)} memory format, and this one is "
                 f"{graph.memory_format}: convert it, as model.to(memory_format=torch.channels_last) does, or search "
                 "it as it is)")
-    shape = tuple(graph.input_shape)
-    shapes = sorted({tuple(s.input_shape) for s in found if s.input_shape is not None})
-    if shapes and shape not in shapes:
+    shapes = other_input_shapes(found, graph)
+    if shapes:
         made = " and ".join(spelt_shape(s) for s in shapes)
         return (f" (those there were made for inputs of shape {made}, and this one is imported at "
-                f"{spelt_shape(shape)}: pass the shape it was searched at, --input-shape on the command line, "
-                "input_shape= in Python)")
+                f"{spelt_shape(graph.input_shape)}: pass the shape it was searched at, --input-shape on the command "
+                "line, input_shape= in Python)")
     return ""
+
+
+def other_input_shapes(found: Iterable[Schedule], graph: Graph) -> list[tuple[int, ...]]:
+    """The input shapes the schedules record, where none is the graph's (they were all made at other shapes); else
+    none."""
+    shapes = sorted({tuple(s.input_shape) for s in found if s.input_shape is not None})
+    return [] if tuple(graph.input_shape) in shapes else shapes
 
 
 def spelt_shape(shape: Sequence[int]) -> str:

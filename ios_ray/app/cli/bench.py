@@ -37,7 +37,7 @@ from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, EAGER_KERNE
 from ios_ray.runtime import Program, Programs, ScheduleRunner, read_schedules
 from ios_ray.runtime.accuracy import relative_error
 from ios_ray.runtime.cuda_graph import CapturedForward
-from ios_ray.runtime.schedule_set import pick_batch, spelt_shape, why_none_fit
+from ios_ray.runtime.schedule_set import other_input_shapes, pick_batch, spelt_shape, why_none_fit
 from ios_ray.runtime.timing import interleaved_samples_ms, summary_ms
 from ios_ray.schedule import Schedule
 from ios_ray.scheduler import baseline_schedule
@@ -152,7 +152,7 @@ def find_schedule(schedules_dir: Path, graph: Graph, device: str, batch: int, dt
         option = "" if dtype == DEFAULT_DTYPE else f" --dtype {dtype}"
         option += "" if graph.memory_format == DEFAULT_MEMORY_FORMAT else f" --memory-format {graph.memory_format}"
         mine = [s for s in here if s.model == graph.name]
-        if any(s.input_shape is not None and tuple(s.input_shape) != tuple(graph.input_shape) for s in mine):
+        if other_input_shapes(mine, graph):
             option += f" --input-shape {spelt_shape(graph.input_shape)}"
         raise UserError(f"no {dtype} schedule of {graph.name} for device {device!r} under {schedules_dir}"
                         f"{why_none_fit(mine, graph) if mine else ''}; run `ios-ray search --model {graph.name} "
