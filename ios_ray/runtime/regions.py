@@ -23,12 +23,10 @@ saying why: slower, never wrong.
 
 A region is compiled as Dynamo hands a graph to Inductor (fake inputs of static shape in a tracing context), so
 that Inductor's on-disk cache of compiled graphs (the FX graph cache) serves a region compiled before, in this
-process or another, whatever its weights (they are read from the region's own graph): SqueezeNet's sequential region
-in float64 on a CPU compiles in 2.4 s from the cache against 5.2 s without (on a GPU, where no weights are packed
-into oneDNN tensors, it should be served alike; not yet measured there). On a CPU in float32 and bfloat16 the cache
-refuses a region (freezing packs the weights into oneDNN tensors, which it does not pickle) and it compiles again in
-every process, though the C++ it generates is cached by its source (14.6 s in a fresh cache folder, 4.6 s after);
-bench/RESULTS.md, "Inductor's FX graph cache and regions".
+process or another, whatever its weights (they are read from the region's own graph). The cache refuses weights that
+freezing packed into oneDNN tensors, so on a CPU it serves float64 regions only, and float32 and bfloat16 ones compile
+again in every process (the C++ they generate is cached by its source); figures in bench/RESULTS.md, "Inductor's FX
+graph cache and regions".
 """
 
 from __future__ import annotations

@@ -34,9 +34,9 @@ class CommandLine(typer.Typer):
     """The ``ios-ray`` app. Called as the process's command (the console script, ``python -m ios_ray``), a SIGTERM
     stops a command as a Ctrl-C does (:func:`~ios_ray.interrupts.stop_on_sigterm`), and the process ends at once when
     the command has (:func:`_end_now`): the local Ray a search kept is shut down, the output flushed, and the
-    interpreter's own exit skipped. That exit cost one to two seconds after every search (Ray's exit hook sleeps half a
-    second, the modules' teardown takes a second more) and, after a Ctrl-C, raced the threads Ray leaves winding down
-    (a segfault now and then, bench/ctrl_c.py). Run in-process (``CliRunner``), it behaves as any Typer app."""
+    interpreter's own exit skipped. That exit (Ray's exit hook sleeps, the modules' teardown) held every search for a
+    second or two (bench/RESULTS.md, "How a command ends") and, after a Ctrl-C, raced the threads Ray leaves winding
+    down (a segfault now and then, bench/ctrl_c.py). Run in-process (``CliRunner``), it behaves as any Typer app."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the command line, then end the process with its exit status (130 after a Ctrl-C, 143 after a
