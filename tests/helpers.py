@@ -40,6 +40,21 @@ NAMED_KERNELS = "fused"
 GIVEN_KERNELS = ("--kernels", NAMED_KERNELS)
 
 
+def processes_holding(text: str, part: str) -> list[int]:
+    """The other processes running whose ``/proc/<pid>/<part>`` (``cmdline``, ``environ``: NUL-separated strings)
+    holds ``text`` (where ``text`` ends in a NUL, the last string counts as ended by one too)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if text.encode() in (entry / part).read_bytes() + b"\0":
+                found.append(int(entry.name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
 def open_store(path: str | os.PathLike[str], create: bool = True) -> LatencyStore:
     """The latency store at ``path``, created where missing if ``create`` (the library's ``LatencyStore``)."""
     return LatencyStore(path, create=create)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from tests.helpers import HANG_S
+from tests.helpers import HANG_S, processes_holding
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The seconds a node may take to start on a loaded 2-core machine.
@@ -159,22 +159,8 @@ def _stop(nodes: list[subprocess.Popen[str]], temp: Path) -> None:
             except subprocess.TimeoutExpired:
                 node.kill()
                 node.wait()
-    for pid in _left_behind(temp):
+    for pid in processes_holding(str(temp), "cmdline"):  # started by this test's nodes
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-
-
-def _left_behind(temp: Path) -> list[int]:
-    """Processes whose command line names ``temp`` (each started by this test's nodes)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if str(temp).encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found

@@ -30,11 +30,11 @@ from ios_ray.schedule import CANDIDATES, read_schedule
 from ios_ray.store import LatencyStore
 from ios_ray.paired import LookPlan, least_rounds
 from ios_ray.vocabulary import DEFAULT_CHECK_ROUNDS, kernel_named
-from tests.helpers import GIVEN_KERNELS, HANG_S, ios_ray_here
+from tests.helpers import GIVEN_KERNELS, HANG_S, ios_ray_here, processes_holding
 
 def ios_ray(*args: str, cwd: Path, timeout: float = HANG_S, mark: str = "") -> subprocess.CompletedProcess[str]:
     """Run ``python -m ios_ray ARGS`` in ``cwd`` and capture its output; with a ``mark``, the command and every
-    process it starts hold it in their environment (:func:`marked_processes`)."""
+    process it starts hold it in their environment (:func:`left_running`)."""
     env = {**os.environ, MARK: mark} if mark else None
     return subprocess.run(
         [sys.executable, "-m", "ios_ray", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
@@ -45,23 +45,11 @@ def ios_ray(*args: str, cwd: Path, timeout: float = HANG_S, mark: str = "") -> s
 MARK = "IOS_RAY_TEST_MARK"
 
 
-def marked_processes(mark: str) -> list[int]:
-    """The processes still running whose environment holds :data:`MARK` set to ``mark``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and f"{MARK}={mark}\0".encode() in (entry / "environ").read_bytes() + b"\0":
-                found.append(int(entry.name))
-        except OSError:  # gone, or not ours to read
-            continue
-    return found
-
-
 def left_running(mark: str, wait_s: float = 15.0) -> list[str]:
     """The command lines of the processes marked ``mark`` still running after up to ``wait_s`` (each is killed, so
     that a failing test leaves nothing behind)."""
     deadline = time.monotonic() + wait_s
-    while (pids := marked_processes(mark)) and time.monotonic() < deadline:
+    while (pids := processes_holding(f"{MARK}={mark}\0", "environ")) and time.monotonic() < deadline:
         time.sleep(0.2)
     lines = []
     for pid in pids:
