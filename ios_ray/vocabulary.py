@@ -9,7 +9,7 @@ once. It imports nothing of torch, Ray or DuckDB, so the scheduler and the store
 
 from __future__ import annotations
 
-from typing import Iterable, Literal
+from typing import Iterable, Literal, Sequence
 
 from ios_ray.errors import UserError
 
@@ -102,3 +102,8 @@ def numerics_named(dtype: str, memory_format: str) -> tuple[str, ...]:
 def kernel_named(name: str, kernels: str) -> str:
     """A schedule's name with the kernels it runs with where they are not eager: ``IOS fused``, ``sequential``."""
     return name if kernels == EAGER_KERNELS else f"{name} {kernels}"
+
+
+def spelt_shape(shape: Sequence[int]) -> str:
+    """A per-sample input shape as the command line spells it (``--input-shape``): ``3x224x224``."""
+    return "x".join(map(str, shape))

@@ -19,6 +19,7 @@ from ios_ray.devices import DeviceSpec, parse_device
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.schedule import Schedule, read_schedule
+from ios_ray.vocabulary import spelt_shape
 
 #: Ranks of labels on a CUDA tensor by (label kind, whether the label names this very GPU).
 _CUDA_RANKS = {("gpu", True): 0, ("cuda", False): 1, ("sim", True): 2, ("gpu", False): 3, ("sim", False): 4}
@@ -103,8 +104,3 @@ def other_input_shapes(found: Iterable[Schedule], graph: Graph) -> list[tuple[in
     none."""
     shapes = sorted({tuple(s.input_shape) for s in found if s.input_shape is not None})
     return [] if tuple(graph.input_shape) in shapes else shapes
-
-
-def spelt_shape(shape: Sequence[int]) -> str:
-    """A per-sample input shape as the command line spells it: ``3x224x224``."""
-    return "x".join(map(str, shape))

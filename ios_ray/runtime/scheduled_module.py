@@ -54,11 +54,11 @@ from ios_ray.frontend import Imported, import_module
 from ios_ray.ir import Graph
 from ios_ray.runtime.executor import ScheduleRunner
 from ios_ray.runtime.program import Programs
-from ios_ray.runtime.schedule_set import (device_rank, read_schedules, select_schedule, spelt_shape,
-                                          why_none_fit)
+from ios_ray.runtime.schedule_set import device_rank, read_schedules, select_schedule, why_none_fit
 from ios_ray.runtime.stages import resolve_device
 from ios_ray.runtime.weights import WeightWatch
 from ios_ray.schedule import Schedule, check_schedule, save_schedule
+from ios_ray.vocabulary import spelt_shape
 
 SAVE_FORMAT = "ios-ray-scheduled-module"
 SAVE_VERSION = 1

@@ -15,7 +15,7 @@ from ios_ray.app.cli.util import CommandLine, debug_option, parse_batches, parse
 from ios_ray.app.search.options import cli_parameters, from_cli, parse_input_shape
 from ios_ray.app.search.progress import make_console
 from ios_ray.store import DEFAULT_STORE_PATH
-from ios_ray.vocabulary import DEFAULT_R, DEFAULT_S
+from ios_ray.vocabulary import DEFAULT_R, DEFAULT_S, spelt_shape
 
 app = CommandLine(
     help="ios-ray: find and deploy the fastest inter-operator schedule of a CNN per device and batch size.",
@@ -42,7 +42,7 @@ def models() -> None:
 
     table = Table("model", "input", "description")
     for entry in ZOO.values():
-        table.add_row(entry.name, "x".join(map(str, entry.input_shape)), entry.description)
+        table.add_row(entry.name, spelt_shape(entry.input_shape), entry.description)
     console.print(table)
 
 

@@ -36,6 +36,7 @@ from ios_ray.dtypes import dtype_name, module_dtype
 from ios_ray.errors import UserError
 from ios_ray.runtime import ScheduledModule
 from ios_ray.schedule import Schedule, save_schedule, schedule_path
+from ios_ray.vocabulary import spelt_shape
 
 if TYPE_CHECKING:
     from ios_ray.app.search.compiled_search import CompiledSearchResult
@@ -88,7 +89,7 @@ class SearchResult:
 
     def __repr__(self) -> str:
         dtypes = ", ".join(sorted({" ".join(o.schedule.numerics) for o in self.outcomes}))
-        lines = [f"SearchResult({self.model!r}, input {'x'.join(map(str, self.input_shape))}, {dtypes}):"]
+        lines = [f"SearchResult({self.model!r}, input {spelt_shape(self.input_shape)}, {dtypes}):"]
         lines += [f"  {o.summary()}" for o in self.outcomes]
         return "\n".join(lines)
 
