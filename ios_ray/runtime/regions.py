@@ -23,10 +23,11 @@ saying why: slower, never wrong.
 
 A region is compiled as Dynamo hands a graph to Inductor (fake inputs of static shape in a tracing context), so
 that Inductor's on-disk cache of compiled graphs (the FX graph cache) serves a region compiled before, in this
-process or another, whatever its weights (they are read from the region's own graph). The cache refuses weights that
-freezing packed into oneDNN tensors, so on a CPU it serves float64 regions only, and float32 and bfloat16 ones compile
-again in every process (the C++ they generate is cached by its source); figures in bench/RESULTS.md, "Inductor's FX
-graph cache and regions".
+process or another, whatever its weights: frozen weights are read from the region's own graph, packed by its own
+compile, and the cache keys them by shape and dtype only. Inductor refuses to cache code whose frozen weights are
+oneDNN tensors (a CPU's packed convs and linears, in float32 and bfloat16), though it reads those from the graph as it
+reads any other: while a region compiles they are keyed as other frozen weights are
+(:func:`_packed_weights_keyed_as_frozen`). Figures in bench/RESULTS.md, "Inductor's FX graph cache and regions".
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ import sys
 import threading
 import warnings
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
+from unittest import mock
 
 import torch
 
@@ -91,7 +93,8 @@ class Region:
         try:
             with _ONE_COMPILE_AT_A_TIME, torch.no_grad(), _loaded_modules_forgotten():
                 traced = make_fx(self.code, tracing_mode="fake", _allow_non_fake_inputs=True)(*inputs)
-                with config.patch(freezing=_freezes(inputs)), _as_dynamo_would(inputs) as example:
+                with config.patch(freezing=_freezes(inputs)), _packed_weights_keyed_as_frozen(), \
+                        _as_dynamo_would(inputs) as example:
                     return compile_fx(traced, example)  # type: ignore[return-value]
         except Exception as error:  # noqa: BLE001  # any failure leaves the region as it is: slower, never wrong
             warnings.warn(f"ios-ray: {self.name} runs uncompiled ({type(error).__name__}: {first_line(error)})",
@@ -112,6 +115,37 @@ def _as_dynamo_would(inputs: Sequence[torch.Tensor]) -> Iterator[list[torch.Tens
     mode = FakeTensorMode(shape_env=ShapeEnv(), static_shapes=True, allow_non_fake_inputs=True)
     with tracing(TracingContext(mode)):
         yield [mode.from_tensor(t, static_shapes=True) for t in inputs]
+
+
+@contextlib.contextmanager
+def _packed_weights_keyed_as_frozen() -> Iterator[None]:
+    """Inductor's FX graph cache made to key a frozen weight held as a oneDNN tensor by its shape and dtype, as it keys
+    every other frozen weight (whose values a cache hit reads from the graph being compiled), instead of refusing to
+    cache the graph. The packing is the compile's own, done before the cache is consulted, and decided by what the key
+    holds (the weight's shape and dtype, the op's arguments, the input shapes). A weight small enough for Inductor to
+    write into the code is still refused. Where torch names these hooks otherwise, nothing changes."""
+    from torch._inductor import codecache
+    from torch._inductor.freezing_utils import is_frozen_param
+    from torch._inductor.graph import GraphLowering
+
+    def read_from_the_graph(t: torch.Tensor) -> bool:
+        return t.is_mkldnn and is_frozen_param(t) and not GraphLowering.can_inline_constant(t)
+
+    pickler = getattr(codecache, "FxGraphCachePickler", None)
+    validator = getattr(codecache, "CacheabilityValidator", None)  # in newer torch; in older, _reduce_tensor refuses
+    with contextlib.ExitStack() as patches:
+        if (reduce_tensor := getattr(pickler, "_reduce_tensor", None)) is not None:
+            def keyed(self: object, t: torch.Tensor, reduce_tensor: Callable = reduce_tensor) -> object:
+                if read_from_the_graph(t):
+                    return (codecache._ident, (("oneDNN frozen weight", tuple(t.shape), t.dtype),))
+                return reduce_tensor(self, t)
+            patches.enter_context(mock.patch.object(pickler, "_reduce_tensor", keyed))
+        if (check_tensor := getattr(validator, "check_tensor", None)) is not None:
+            def checked(t: torch.Tensor, check_tensor: Callable = check_tensor) -> None:
+                if not read_from_the_graph(t):
+                    check_tensor(t)
+            patches.enter_context(mock.patch.object(validator, "check_tensor", staticmethod(checked)))
+        yield
 
 
 @contextlib.contextmanager
