@@ -120,18 +120,18 @@ def limit(dtype: torch.dtype, eager: float | None) -> float:
 
 def check_model(
     spec: str, timeout_s: int, dtype: torch.dtype = torch.float64, memory_format: str = "contiguous",
-    kernels: str = "eager",
+    kernels: str = "eager", seed: int = 0,
 ) -> dict[str, Any]:
-    """Import one model spec, compare its schedules, run with ``kernels``, with eager in ``dtype`` and
-    ``memory_format``, count what the search would measure."""
+    """Import one model spec with random weights drawn from ``seed``, compare its schedules, run with ``kernels``,
+    with eager in ``dtype`` and ``memory_format``, count what the search would measure."""
     row: dict[str, Any] = {"model": spec}
     started = time.perf_counter()
     signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(_Timeout()))
     signal.alarm(timeout_s)
     try:
         resolved = resolve_model(spec)
-        torch.manual_seed(0)  # the same random weights and inputs on every run, so that rows compare run to run
-        model = randomised(resolved.build())
+        torch.manual_seed(seed)  # the same random weights and inputs on every run, so that rows compare run to run
+        model = randomised(resolved.build(), seed)
         reference = None if dtype == torch.float64 else copy.deepcopy(model).double()
         model = to_memory_format(model.to(dtype), memory_format)
         imported = import_module(model, example_input(model, resolved.input_shape), spec)
@@ -143,8 +143,11 @@ def check_model(
         report = opaque_report(graph)
         row.update(units=len(graph.units), opaque=report.opaque, opaque_flops=report.flops_share,
                    opaque_ops=", ".join(f"{op} x{n}" for op, n in report.ops[:3]), import_s=_since(started))
+        cache_before = _fx_cache_counts()
         _check_schedules(model, Program.from_imported(imported, "cpu", kernels), row.setdefault("errors", {}),
                          reference)
+        if kernels == "inductor":  # regions compiled (miss, bypass) and read from Inductor's cache (hit)
+            row["fx_cache"] = {k: n - cache_before.get(k, 0) for k, n in _fx_cache_counts().items()}
         row["stages"] = len(plan_graph(graph, SearchParams(r=3, s=8)).stages)
     except _Timeout:
         row["failed"] = f"still running after {timeout_s} s"
@@ -154,6 +157,13 @@ def check_model(
         signal.alarm(0)
     row["seconds"] = _since(started)
     return row
+
+
+def _fx_cache_counts() -> dict[str, int]:
+    """How often Inductor's FX graph cache has, in this process, served a compile (hit), missed, or been bypassed."""
+    from torch._dynamo.utils import counters
+
+    return {k.removeprefix("fxgraph_cache_"): n for k, n in counters["inductor"].items() if k.startswith("fxgraph_cache_")}
 
 
 def _check_schedules(model: nn.Module, program: Program, errors: dict[str, float],
@@ -191,11 +201,11 @@ def _nhwc_share(program: Program, x: torch.Tensor) -> float:
     return round(len(nhwc) / len(spatial), 3) if spatial else 1.0
 
 
-def randomised(model: nn.Module) -> nn.Module:
+def randomised(model: nn.Module, seed: int = 0) -> nn.Module:
     """Random running statistics and affine parameters in every batch-norm, so that folding is exercised, and small
     random values in every parameter initialised to zeros (torchvision's ViTs zero their head: their output would be
     zeros whatever the layers before computed, and a check of it could not fail)."""
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for parameter in model.parameters():
             if parameter.is_floating_point() and parameter.numel() > 1 and not parameter.any():
@@ -335,6 +345,9 @@ def main() -> int:
     parser.add_argument("--memory-format", choices=tuple(MEMORY_FORMATS), default="contiguous",
                         help="channels_last: the model held NHWC, as a search of such a model runs it")
     parser.add_argument("--start-at", metavar="SPEC", help="skip the models before this one (to resume a sweep)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the random weights' seed (another, over a warm Inductor cache, checks regions read back "
+                             "from it with other weights)")
     args = parser.parse_args()
     dtype = torch.float64 if args.dtype == "float64" else torch_dtype(args.dtype)
     if not (args.torchvision or args.segmentation or args.backbones or args.timm or args.timm_families or args.smp
@@ -350,7 +363,7 @@ def main() -> int:
             parser.error(f"--start-at {args.start_at} is none of the models named")
         chosen = chosen[chosen.index(args.start_at):]
     for spec in chosen:
-        rows.append(check_model(spec, args.timeout, dtype, args.memory_format, args.kernels))
+        rows.append(check_model(spec, args.timeout, dtype, args.memory_format, args.kernels, args.seed))
         console.print(json.dumps(rows[-1]))
         if args.out:
             with args.out.open("a") as out:
