@@ -99,6 +99,30 @@ def test_a_region_compiles_once_per_input_signature() -> None:
     assert len(region.compiled) == 2 and None not in region.compiled.values()
 
 
+def test_passes_over_one_program_share_the_regions_they_both_run_and_compile_them_once() -> None:
+    # a search's check runs several candidate schedules over one program: a region two of them run (the same group,
+    # or the same run of stages returning the same values) is one region, compiled once; other regions stay apart
+    model, x = tiny().double(), torch.randn(2, *Tiny.input_shape, dtype=torch.float64)
+    imported = import_module(model, x[:1])
+    program = Program.from_imported(imported, CPU, "inductor")
+    runners = {strategy: ScheduleRunner(program, make_schedule(imported.graph, BUILDERS[strategy], 2,
+                                                               kernels="inductor"))
+               for strategy in ("ios_like", "greedy", "sequential")}
+    again = ScheduleRunner(program, runners["ios_like"].schedule)
+    assert [id(r) for r in regions_of(again)] == [id(r) for r in regions_of(runners["ios_like"])]
+    assert len(program.regions) == len({id(r) for runner in runners.values() for r in regions_of(runner)}) > 1
+    with torch.no_grad():
+        expected = model(x)
+        for runner in runners.values():
+            assert relative_error(runner(x), expected) <= 1e-12
+        compiled = {id(r): dict(r.compiled) for r in regions_of(again)}
+        assert relative_error(again(x), expected) <= 1e-12
+    assert {id(r): r.compiled for r in regions_of(again)} == compiled  # nothing compiled again
+    del runners, runner, again
+    gc.collect()
+    assert len(program.regions) == 0  # a region lives as long as a pass that runs it
+
+
 def test_a_dropped_runner_frees_the_weights_its_regions_compiled() -> None:
     def frozen() -> dict[int, weakref.ref[torch.Tensor]]:  # the tensors in the namespaces of Inductor's Python code
         return {id(v): weakref.ref(v) for d in gc.get_objects() if type(d) is dict

@@ -11,7 +11,8 @@ CPU keeps freed memory in the process (:mod:`~ios_ray.runtime.allocator`), for m
 
 from __future__ import annotations
 
-from typing import Mapping
+import weakref
+from typing import Any, Hashable, Mapping
 
 import torch
 
@@ -38,6 +39,10 @@ class Program:
         self.kernels = kernels
         #: The memory format of the program's 4-D activations (the graph's, or channels-last for fused kernels).
         self.layout = activation_layout(kernels, graph.memory_format)
+        #: With ``inductor`` kernels, the regions of every pass over the program, by what decides their code
+        #: (:func:`~ios_ray.runtime.regions.regions`): a region two passes share (candidates of a search's check,
+        #: schedules of two batch sizes) is compiled once; it is dropped with the last pass that runs it.
+        self.regions: weakref.WeakValueDictionary[Hashable, Any] = weakref.WeakValueDictionary()
 
     @staticmethod
     def from_imported(imported: Imported, device: torch.device | str = "cpu", kernels: str = EAGER_KERNELS

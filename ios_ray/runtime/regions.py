@@ -9,6 +9,10 @@ too (:func:`in_regions`), run at once with the stage's other groups, each on its
 other kernels; where either holds a single unit, that unit runs as it is (:data:`LEAST_UNITS`). The schedule decides
 where the regions end. A stage alone, as the profiler times it, is not compiled.
 
+Passes over one program share their regions (:attr:`~ios_ray.runtime.program.Program.regions`): where two run the
+same group, or the same run of stages returning the same values (the candidates of a search's check, the schedules
+of two batch sizes), they call one region, compiled once.
+
 A region is compiled per input signature (shapes, strides, dtype and device of its inputs), at the first call with
 it: that call runs the region's code as it is (so every lazily made tensor is real), then the code is traced with
 fake tensors (``make_fx``: a trace that would have to read a tensor's value, which it would freeze into the code,
@@ -38,7 +42,7 @@ import sys
 import threading
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Hashable, Iterator, MutableMapping, Sequence
 from unittest import mock
 
 import torch
@@ -172,22 +176,30 @@ def _freezes(inputs: Sequence[torch.Tensor]) -> bool:
     return not any(t.device.type == "cpu" and t.dtype == torch.float64 for t in inputs)
 
 
-def regions(stages: Sequence[CompiledStage], releases: Sequence[tuple[str, ...]], read_at_end: Sequence[str]
-            ) -> tuple[list[StageStep], list[tuple[str, ...]]]:
+def regions(stages: Sequence[CompiledStage], releases: Sequence[tuple[str, ...]], read_at_end: Sequence[str],
+            shared: MutableMapping[Hashable, Region] | None = None) -> tuple[list[StageStep], list[tuple[str, ...]]]:
     """A pass's steps with ``inductor`` kernels, and the values each one's end releases: each stage of several groups
-    with its groups in regions (:func:`in_regions`), each run of the others one region (:func:`region_steps`)."""
-    stages = [in_regions(s) if isinstance(s, ParallelStage) else s for s in stages]
+    with its groups in regions (:func:`in_regions`), each run of the others one region (:func:`region_steps`).
+
+    ``shared`` (a program's :attr:`~ios_ray.runtime.program.Program.regions`) holds the regions of other passes over
+    the same program, by what decides their code (a group's units and inputs; a run's stages and what it returns): a
+    pass takes a region found there instead of making its own, so that it compiles once, and adds its own."""
+    stages = [in_regions(s, shared) if isinstance(s, ParallelStage) else s for s in stages]
     together = [not isinstance(s, ParallelStage) for s in stages]
-    return region_steps([stage_step(s) for s in stages], together, releases, read_at_end)
+    return region_steps([stage_step(s) for s in stages], together, releases, read_at_end,
+                        [s.stage for s in stages], shared)
 
 
 def region_steps(steps: Sequence[StageStep], together: Sequence[bool], releases: Sequence[tuple[str, ...]],
-                 read_at_end: Sequence[str]) -> tuple[list[StageStep], list[tuple[str, ...]]]:
+                 read_at_end: Sequence[str], keys: Sequence[Hashable] | None = None,
+                 shared: MutableMapping[Hashable, Region] | None = None,
+                 ) -> tuple[list[StageStep], list[tuple[str, ...]]]:
     """A pass's steps with each run of consecutive steps that may run ``together`` (one-group and merge stages) as
     one :class:`Region` where it holds :data:`LEAST_UNITS` or more, and the values each new step's end releases.
 
     A region returns what it computes that a later step or the graph's output (``read_at_end``) reads; what it
-    computes and reads itself alone never leaves it.
+    computes and reads itself alone never leaves it. With ``keys`` (what decides each step's code) a run's region is
+    taken from ``shared`` where it holds one of the same steps returning the same values, and added otherwise.
     """
     found: list[StageStep] = []
     released: list[tuple[str, ...]] = []
@@ -205,28 +217,43 @@ def region_steps(steps: Sequence[StageStep], together: Sequence[bool], releases:
             found.extend(steps[start:end])
             released.extend(releases[start:end])
         else:
-            step, inside = _region(steps, start, end, read_at_end, len(found))
-            found.append(step)
+            outputs, inputs, region, inside = _region(steps, start, end, read_at_end, len(found))
+            if keys is not None:
+                region = _shared(shared, ("run", tuple(keys[start:end]), outputs), region)
+            found.append((outputs, inputs, region))
             released.append(tuple(s for r in releases[start:end] for s in r if s not in inside))
         start = end
     return found, released
 
 
 def _region(steps: Sequence[StageStep], start: int, end: int, read_at_end: Sequence[str], index: int
-            ) -> tuple[StageStep, set[str]]:
-    """Steps ``start`` to ``end`` as one region's step, and the values that never leave it."""
+            ) -> tuple[tuple[str, ...], tuple[str, ...], Region, set[str]]:
+    """Steps ``start`` to ``end`` as one region: what it returns, what it reads, the region, and the values that never
+    leave it."""
     made = {u for units, _, _ in steps[start:end] for u in units}
     later = {s for _, inputs, _ in steps[end:] for s in inputs} | set(read_at_end)
     outputs = tuple(u for units, _, _ in steps[start:end] for u in units if u in later)
     inputs = tuple(dict.fromkeys(s for _, ins, _ in steps[start:end] for s in ins if s not in made))
     code = steps_code(steps[start:end], inputs, outputs)
-    return (outputs, inputs, Region(code, f"region {index} (stages {start} to {end - 1})")), made - set(outputs)
+    return outputs, inputs, Region(code, f"region {index} (stages {start} to {end - 1})"), made - set(outputs)
 
 
-def in_regions(stage: ParallelStage) -> ParallelStage:
-    """A stage of several groups whose groups of :data:`LEAST_UNITS` or more each run as a :class:`Region`."""
+def _shared(shared: MutableMapping[Hashable, Region] | None, key: Hashable, region: Region) -> Region:
+    """The region ``shared`` holds under ``key``, else ``region``, then held there (where there is a ``shared``)."""
+    if shared is None:
+        return region
+    found = shared.get(key)
+    if found is None:
+        found = shared[key] = region
+    return found
+
+
+def in_regions(stage: ParallelStage, shared: MutableMapping[Hashable, Region] | None = None) -> ParallelStage:
+    """A stage of several groups whose groups of :data:`LEAST_UNITS` or more each run as a :class:`Region`, taken from
+    ``shared`` where it holds one of the same units and inputs (and added there otherwise)."""
     groups = tuple(group if len(group.units) < LEAST_UNITS else
-                   dataclasses.replace(group, code=Region(group.code, f"the group of {group.units[0]} to "
-                                                                      f"{group.units[-1]}"))
+                   dataclasses.replace(group, code=_shared(
+                       shared, ("group", group.units, group.inputs),
+                       Region(group.code, f"the group of {group.units[0]} to {group.units[-1]}")))
                    for group in stage.groups)
     return dataclasses.replace(stage, groups=groups)
