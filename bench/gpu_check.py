@@ -9,21 +9,21 @@ planned, each keeping the least time of the planned steps after it; a short budg
 the first; extra steps run only on time the others left over:
 
 1. environment: the GPU, driver, torch/CUDA/cuDNN versions, CPU and date (``bench/gpu_steps.py env``);
-2. the GPU tests (``pytest -m gpu``): all must pass, none be skipped;
-3. calibration: what measuring one planned stage costs on the GPU at both batch sizes (``gpu_steps.py
+2. calibration: what measuring one planned stage costs on the GPU at both batch sizes (``gpu_steps.py
    calibrate``); each search's warmup and repeat are then sized to fit its time limit;
-4. at batch 1: ``ios-ray search --devices cuda`` on a fresh store (its kernels chosen by timing, its stages timed
-   in CUDA graphs, its check running the DP's schedule, its alternatives, greedy and sequential), the same search
-   again on that store (nothing measured twice; its DP priced by the correction the first check fitted, so that its
-   prediction of what deploys can be judged), ``ios-ray bench --device cuda --json --no-compile`` (every variant but
-   torch.compile), the same
-   bench again with ``torch.compile(mode="reduce-overhead")`` beside the others (its own step, since compiling a
-   large model can take minutes), and a PyTorch profiler summary of the DP's and the sequential schedule in a graph
-   (``profile.txt``: kernels and cuDNN's layout transposes per forward);
+3. at batch 1: ``ios-ray search --devices cuda`` on a fresh store (its kernels chosen by timing, its stages timed
+   in CUDA graphs, its check running the DP's schedule, its alternatives, greedy and sequential), ``ios-ray bench
+   --device cuda --json --no-compile`` (every variant but torch.compile), the same bench again with
+   ``torch.compile(mode="reduce-overhead")`` beside the others (its own step, since compiling a large model can take
+   minutes), and a PyTorch profiler summary of the DP's and the sequential schedule in a graph (``profile.txt``:
+   kernels and cuDNN's layout transposes per forward);
+4. the GPU tests (``pytest -m gpu``): all must pass, none be skipped;
 5. the same at batch 1 in float16 and channels_last (what GPU serving mostly runs in), on a store of its own: the
-   search twice, its bench with reduce-overhead, and its profile;
-6. at batch 32: the search, on the main store, the bench, then the bench with reduce-overhead (its own step);
-7. extra, on time left over: the profile at batch 1 again with ``inductor`` kernels (the DP's and the sequential
+   search, its bench with reduce-overhead, and its profile;
+6. each batch-1 search again on its store (nothing measured twice; its DP priced by the correction the first check
+   fitted, so that its prediction of what deploys can be judged);
+7. at batch 32: the search, on the main store, the bench, then the bench with reduce-overhead (its own step);
+8. extra, on time left over: the profile at batch 1 again with ``inductor`` kernels (the DP's and the sequential
    schedule with Inductor's regions in the CUDA graph, whatever kernels the search chose; the seconds their regions
    took to compile); a second model (``--second-model``, RandWire by default) searched and benched at batch 1; then
    calibration and ``ios-ray search --devices cpu`` at batch 1 on this host's CPU, on a store of its own.
@@ -560,30 +560,30 @@ def steps(setup: Setup) -> list[Step]:
     half = " ".join(HALF_NHWC)
     with_compile = f" {COMPILED}" if compiles else ""
     second = setup.second_model
-    # (name, time limit, least time worth starting with, what it does); the batch-1 figures (most targets) first,
-    # torch.compile in a step of its own after the bench without it (compiling can take minutes, and a fault in it,
-    # as at batch 32 on the H100 on 2026-11-26, must not cost the other variants' figures);
-    # searches are sized to measure for about 45 and 60 s, with room in their limits where calibration was
-    # optimistic (the first one's most: its kernel choice compiles Inductor's regions, about as long as torch.compile
-    # takes for the model, whose bench step ran 27 s longer than the one without on the H100 with Inception V3, and
-    # its check each candidate's where they are kept; the searches and benches after it read them from Inductor's
-    # cache, not yet seen on a GPU); a short --budget-s leaves out the last steps
-    # (planned), extra ones run on time left over
+    # (name, time limit, least time worth starting with, what it does), in the order of what the issues ask most:
+    # the batch-1 search and its benches first (most targets; torch.compile in a step of its own after the bench
+    # without it: compiling can take minutes, and a fault in it, as at batch 32 on the H100 on 2026-11-26, must not
+    # cost the other variants' figures), then the GPU tests (77 s on the H200 on 2026-11-28, where before them the
+    # first search was left 85 s and did not finish), float16, the searches again, batch 32. A first search needs
+    # about two minutes on a fresh machine: its kernel choice compiles Inductor's regions of the sequential schedule
+    # and its check each candidate's (the H200, 2026-11-28: 72 s in float16, over 120 s in float32); later steps
+    # read the regions from Inductor's cache. A short --budget-s leaves out the last steps (planned), extra ones run
+    # on time left over
     return [
         Step("environment", 40, 10, environment_step),
-        Step("GPU tests", 100, 30, tests_step),
-        Step(f"calibrate {device}", 60, 20, partial(calibrate_step, key=device, device=device, batches=(small, large))),
-        Step(f"search {device} bs{small}", 210, 40, search(small, 45)),
-        Step(f"search {device} bs{small} again", 60, 15, search(small, 45, again=True)),
+        Step(f"calibrate {device}", 60, 15, partial(calibrate_step, key=device, device=device, batches=(small, large))),
+        Step(f"search {device} bs{small}", 210, 120, search(small, 45)),
         Step(f"bench {device} bs{small}", 60, 25, bench(small)),
         *([Step(f"bench {device} bs{small} {COMPILED}", 130, 50, bench(small, compiled=True))] if compiles else []),
-        Step(f"profile {device} bs{small}", 40, 15, profile_step),
-        Step(f"search {device} bs{small} {half}", 120, 40, search(small, 40, *HALF_NHWC)),
-        Step(f"search {device} bs{small} {half} again", 60, 15, search(small, 40, *HALF_NHWC, again=True)),
-        Step(f"bench {device} bs{small} {half}{with_compile}", 130, 40, bench(small, *HALF_NHWC, compiled=True)),
-        Step(f"profile {device} bs{small} {half}", 40, 15, partial(profile_step, dtype=HALF_NHWC[0],
+        Step(f"profile {device} bs{small}", 60, 30, profile_step),
+        Step("GPU tests", 100, 60, tests_step),
+        Step(f"search {device} bs{small} {half}", 150, 80, search(small, 40, *HALF_NHWC)),
+        Step(f"bench {device} bs{small} {half}{with_compile}", 130, 45, bench(small, *HALF_NHWC, compiled=True)),
+        Step(f"profile {device} bs{small} {half}", 60, 30, partial(profile_step, dtype=HALF_NHWC[0],
                                                                     memory_format=HALF_NHWC[1])),
-        Step(f"search {device} bs{large}", 160, 50, search(large, 50)),
+        Step(f"search {device} bs{small} again", 90, 40, search(small, 45, again=True)),
+        Step(f"search {device} bs{small} {half} again", 90, 40, search(small, 40, *HALF_NHWC, again=True)),
+        Step(f"search {device} bs{large}", 160, 60, search(large, 50)),
         Step(f"bench {device} bs{large}", 60, 25, bench(large)),
         *([Step(f"bench {device} bs{large} {COMPILED}", 130, 50, bench(large, compiled=True))] if compiles else []),
         Step(f"profile {device} bs{small} inductor", 150, 40, partial(profile_step, kernels="inductor"), extra=True),
