@@ -294,13 +294,16 @@ def deduplicated(text: str) -> str:
 
 def planned(steps: list[Step], budget_s: float) -> list[Step]:
     """The steps (not extra) that keep their least time within ``budget_s``: taken in order while their least times,
-    with a stop's grace, still fit; a step that does not fit is left out and the later ones are still tried, so a
-    short budget drops the last steps, never the first."""
+    with a stop's grace, still fit, up to the first that does not, so a short budget drops the last steps, never the
+    first, and never plans a step whose search it left out (a bench or profile comes after its search)."""
     kept, used = [], STOP_GRACE_S
     for step in steps:
-        if not step.extra and used + step.need_s <= budget_s:
-            kept.append(step)
-            used += step.need_s
+        if step.extra:
+            continue
+        if used + step.need_s > budget_s:
+            break
+        kept.append(step)
+        used += step.need_s
     return kept
 
 

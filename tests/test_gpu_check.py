@@ -250,8 +250,7 @@ def test_a_short_budget_leaves_out_the_last_steps_never_the_first(tmp_path: Path
     kept = gpu_check_module.planned(steps, setup.budget_s)
     names = [step.name for step in kept]
     assert names[:4] == ["environment", "calibrate cuda", "search cuda bs1", "bench cuda bs1"]
-    every = [step.name for step in steps if not step.extra]
-    assert names[:6] == every[:6] and names == sorted(names, key=every.index)  # the first ones, in order
+    assert names == [step.name for step in steps if not step.extra][:len(names)]  # a prefix, in order
     assert sum(step.need_s for step in kept) + gpu_check_module.STOP_GRACE_S <= 320
     assert len(kept) < len([step for step in steps if not step.extra])  # the last ones left out
     check = gpu_check_module.Check(setup, "test")
