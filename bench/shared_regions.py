@@ -49,7 +49,8 @@ def stored_candidates(imported: Imported, model: str, store: Path, device: str, 
                       ) -> dict[str, Schedule]:
     """The check's candidates over the store's ``inductor`` latencies of ``device`` at ``batch``, as a search would
     solve them from what it measured."""
-    rows = LatencyStore(store, create=False).query(device=device, batch=batch).to_pylist()
+    latencies = LatencyStore(store, create=False)
+    rows = latencies.query(device=device, batch=batch).to_pylist()
     rows = [row for row in rows if row["dtype"] == dtype and '"inductor"' in row["device_info"]]
     infos = [row["device_info"] for row in rows]
     fingerprints = {row["device_fingerprint"] for row in rows}
@@ -60,7 +61,7 @@ def stored_candidates(imported: Imported, model: str, store: Path, device: str, 
     solver = Solver(measuring, model, dtype, mode="store")
     setting = Setting(identity, batch)
     setting.kernels = KernelChoice(INDUCTOR_KERNELS, "given")
-    setting.table = LatencyStore(store, create=False).lookup(measuring.keys, identity.fingerprint, batch, dtype)
+    setting.table = latencies.lookup(measuring.keys, identity.fingerprint, batch, dtype)
     measuring.wanted(setting, round_size=1)
     return candidates(solver, setting)
 
