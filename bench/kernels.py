@@ -56,6 +56,9 @@ The parts (``--part``):
   (:func:`~ios_ray.frontend.branches.branches_as_one_conv`), against the same model imported without that pass (as
   before 2026-11-28: a conv unit per branch and the sums as add units), beside ``torch.compile``, no search. Target:
   never slower beyond noise.
+* ``inductor-layout`` (not run by default): the sequential and the greedy schedule with inductor kernels, activations
+  held channels-last (as deployed) against held in the graph's format (as before 2026-11-28, inductor kernels'
+  version 1), beside ``torch.compile``. Target: never slower beyond noise, outputs within the model's tolerance.
 * ``opaque-code`` (not run by default): the sequential schedule with fused kernels, opaque units as deployed (their
   fx nodes turned into Python once: :func:`~ios_ray.runtime.units.unit_code`; a 4-D input that is a permuted view,
   as another such unit returns one, copied into the graph's format: :class:`~ios_ray.runtime.kernels.AsTheyCome`),
@@ -495,6 +498,42 @@ def regions(models: list[str], batches: list[int], rounds: int, console: Console
     return table, passed
 
 
+def inductor_layout(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
+    """The sequential and the greedy schedule with inductor kernels, activations held channels-last (as deployed)
+    against held in the graph's format (as before 2026-11-28, inductor kernels' version 1), regions compiled first,
+    beside torch.compile, in interleaved rounds."""
+    confidence = percent(REPORT_CONFIDENCE)
+    table = Table("model", "batch", "schedule", "channels-last ms", "graph's format ms", "torch.compile ms",
+                  f"channels-last / graph's format ({confidence})", "error / limit", "target",
+                  title="Inductor regions on activations held channels-last against in the graph's format (CPU, "
+                        "interleaved rounds)")
+    passed = True
+    for model in models:
+        loaded = _loaded(model)
+        imported = import_model(loaded)
+        held = {"channels-last": Program.from_imported(imported, "cpu", "inductor")}
+        with mock.patch("ios_ray.runtime.program.activation_layout", lambda kernels, graph_format: graph_format):
+            held["graph's format"] = Program.from_imported(imported, "cpu", "inductor")
+        for batch in batches:
+            x = torch.randn(batch, *loaded.input_shape)
+            calls = {f"{name} {layout}": ScheduleRunner(program, baseline_schedule(
+                imported.graph, name, device="cpu", batch=batch, kernels="inductor"))
+                for name in ("sequential", "greedy") for layout, program in held.items()}
+            for runner in calls.values():
+                runner(x)  # regions compile at their first call
+            timed = _Timed.of(calls, loaded.module.eval(), x, rounds, f"{model} bs{batch}", console)
+            with torch.inference_mode():
+                limit = model_tolerance(loaded.module, x, output_tensor(loaded.module(x)), FLOAT32_TOLERANCE).limit
+            for name in ("sequential", "greedy"):
+                now, before = f"{name} channels-last", f"{name} graph's format"
+                error = max(timed.errors[now], timed.errors[before])
+                ok = error <= limit and _not_slower(timed.ratio(now, before))
+                passed &= ok
+                table.add_row(model, str(batch), name, *timed.cells(now, before, "torch.compile"),
+                              _cell(timed.ratio(now, before)), f"{error:.1e} / {limit:.1e}", "PASS" if ok else "FAIL")
+    return table, passed
+
+
 def _two_programs(table: Table, loaded: Model, programs: dict[str, Program], counts: list[str], batches: list[int],
                   rounds: int, console: Console) -> bool:
     """Add a row per batch size to ``table`` (``counts`` in its count columns): the sequential schedule of the first
@@ -632,7 +671,7 @@ ON_DEMAND = {"packing": packing, "residual": residual, "linear-and-opaque": line
              "moved-linears": moved_linears, "five-dims": five_dims, "path-sums": path_sums, "scales": scales,
              "concatenated-convs": concatenated_convs, "gate-scalings": gate_scalings,
              "parallel-branches": parallel_branches, "opaque-code": opaque_code, "pass-code": pass_code,
-             "versus-compile": versus_compile, "regions": regions}
+             "versus-compile": versus_compile, "regions": regions, "inductor-layout": inductor_layout}
 
 
 def main() -> int:

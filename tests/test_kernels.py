@@ -320,10 +320,14 @@ class Segmenter(nn.Module):
         return self.b(torch.relu(self.a(x)))
 
 
-def test_a_deployed_fused_schedule_returns_what_the_model_does_in_its_layout() -> None:
+@pytest.mark.parametrize("kernels", ["fused", "inductor"])
+def test_a_deployed_schedule_holding_activations_channels_last_returns_what_the_model_does_in_its_layout(
+        kernels: str) -> None:
     model, x = Segmenter().eval(), torch.randn(2, 3, 8, 8)
     graph = import_module(model, x[:1]).graph
-    scheduled = ScheduledModule(model, [make_schedule(graph, BUILDERS["sequential"], 2, kernels="fused")])
+    assert activation_layout(kernels, graph.memory_format) == "channels_last" != graph.memory_format
+    assert activation_layout("eager", graph.memory_format) == graph.memory_format
+    scheduled = ScheduledModule(model, [make_schedule(graph, BUILDERS["sequential"], 2, kernels=kernels)])
     with torch.no_grad():
         got, expected = scheduled(x), model(x)
     assert relative_error(got, expected) <= 1e-5
@@ -343,6 +347,10 @@ def test_kernels_change_the_device_fingerprint_and_eager_keeps_the_old_one() -> 
     earlier = {**fused.info, "kernels_version": KERNEL_VERSIONS["fused"] - 1}
     assert len({fingerprint_of(first), fingerprint_of(earlier), fused.fingerprint}) == 3
     assert fused.fingerprint == fused.running("fused").fingerprint
+    # inductor's activations were held in the graph's format before version 2
+    inductor = identity.running("inductor")
+    assert inductor.info["kernels_version"] == KERNEL_VERSIONS["inductor"] >= 2 and inductor.fingerprint not in (
+        fused.fingerprint, fingerprint_of({k: v for k, v in inductor.info.items() if k != "kernels_version"}))
 
 
 def test_a_schedule_file_records_its_kernels_and_older_files_are_eager(tmp_path: Path) -> None:

@@ -20,9 +20,16 @@
   once: MobileViT's patches); else in the graph's format (:func:`in_layout`): an extension's kernel, or the model's own
   function, may read memory as NCHW, and torch's reductions run slowly over a five-dimensional tensor made from a
   channels-last one (ResNeSt's and SKNet's split attention).
-* ``inductor``: the units as in ``eager``; a pass compiles each run of stages that are not of several groups, and
-  each group of the others, into one region with Inductor (:mod:`~ios_ray.runtime.regions`), which fuses what runs
-  inside it as ``torch.compile`` would.
+* ``inductor``: the units as in ``eager``, on activations held channels-last as ``fused`` holds them; a pass
+  compiles each run of stages that are not of several groups, and each group of the others, into one region with
+  Inductor (:mod:`~ios_ray.runtime.regions`), which fuses what runs inside it as ``torch.compile`` would. Inductor
+  computes convolutions channels-last wherever it can (on a CPU with oneDNN always; on a GPU where its estimate of
+  the convolutions' work says so), and returns each region's outputs in the strides its inputs came in: regions
+  handed NCHW activations would convert their inputs on entry and their outputs on exit, and a lone unit between
+  regions would run an NCHW convolution (cuDNN's layout transposes around it in float32 on a GPU). On this 2-core
+  CPU, Inception V3 at batch 1 in float32: the greedy schedule (many regions) 0.88 (0.83-0.92) of its time with the
+  activations in the graph's format, the sequential schedule (one region) 1.00 (bench/RESULTS.md, "Inductor regions
+  held channels-last").
 
 Neither changes what a unit computes, only how fast: which is faster depends on the device, the dtype and the
 model, so a search measures it (``kernels="auto"``) and each schedule records the kernels its stages were measured
@@ -44,7 +51,7 @@ from ios_ray.frontend.activations import activation_parts
 from ios_ray.ir import Shape, Unit
 from ios_ray.runtime.units import (CodeCall, ConvBinder, Dense, Epilogue, FoldedConv, LinearBinder, UnitFn,
                                   eager_conv, eager_linear)
-from ios_ray.vocabulary import FUSED_KERNELS, KERNEL_NAMES
+from ios_ray.vocabulary import EAGER_KERNELS, FUSED_KERNELS, KERNEL_NAMES
 
 #: Activations oneDNN applies inside a convolution: canonical name -> (oneDNN's name, its parameters from ours).
 _ONEDNN_ACTIVATIONS: dict[str, tuple[str, Callable[[tuple[Any, ...]], list[Any]]]] = {
@@ -69,8 +76,9 @@ def checked_kernels(name: str) -> str:
 
 
 def activation_layout(kernels: str, memory_format: str) -> str:
-    """The memory format a program's 4-D activations are held in, for a graph in ``memory_format``."""
-    return "channels_last" if checked_kernels(kernels) == FUSED_KERNELS else memory_format
+    """The memory format a program's 4-D activations are held in, for a graph in ``memory_format``: channels-last
+    for every kernels but ``eager``, which runs the model's ops as its code does."""
+    return memory_format if checked_kernels(kernels) == EAGER_KERNELS else "channels_last"
 
 
 def conv_binder(kernels: str, device: torch.device) -> ConvBinder:
