@@ -478,7 +478,7 @@ def search_figures(store: Path, schedule_path: Path, device: str, batch: int) ->
             "dp_predicted_ms": check.dp_predicted_ms, "sequential_predicted_ms": check.sequential_predicted_ms,
             "dp_ms": check.dp_ms, "sequential_ms": check.sequential_ms, "kept": check.kept,
             "rounds": check.rounds, "decision": check.decision,
-            "candidates": {c.name: round(c.ms, 4) for c in check.candidates},
+            "candidates": {c.name: round(c.ms, 4) for c in check.candidates}, "left_out": list(check.left_out),
             "kept_over_predicted": None if over is None else round(over, 3),
             "sequential_over_dp": _ratio(check.sequential_ms, check.dp_ms),
             "phases": schedule.params.get("search_s")}

@@ -283,8 +283,7 @@ def _searches(searches: dict[str, dict[str, Any]]) -> list[str]:
               "DP predicted ms", "seq predicted ms", "check DP / seq ms", "decision", "kept measured / predicted"]
     rows = [[name, f"{s['warmup']} / {s['repeat']}", s["stages"], s["uncaptured"], f"{s['wall_s']:.1f}",
              _phases(s.get("phases")), _num(s["dp_predicted_ms"]), _num(s["sequential_predicted_ms"]),
-             f"{_num(s['dp_ms'])} / {_num(s['sequential_ms'])}", s.get("decision", s["kept"]),
-             _num(s["kept_over_predicted"])]
+             f"{_num(s['dp_ms'])} / {_num(s['sequential_ms'])}", _decision(s), _num(s["kept_over_predicted"])]
             for name, s in searches.items()]
     return ["## Searches", "", "Each first on a fresh store, then again on it (`again`: priced by the correction the "
             "first check fitted); predictions are sums of stage latencies; the check runs the candidates (the DP's "
@@ -292,6 +291,12 @@ def _searches(searches: dict[str, dict[str, Any]]) -> list[str]:
             "fastest only where the interval of its ratio over sequential lies wholly below 1. Wall s is the "
             "command's, Python's start included; the phases are the search's own clock "
             "(`ios_ray/app/search/phases.py`).", "", *_table(header, rows)]
+
+
+def _decision(search: dict[str, Any]) -> str:
+    """What a search's check kept and why, and the candidates it left out for its time."""
+    left_out = search.get("left_out")
+    return search.get("decision", search["kept"]) + (f"; left out for time: {', '.join(left_out)}" if left_out else "")
 
 
 def _phases(phases: dict[str, float] | None) -> str:

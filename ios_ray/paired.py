@@ -95,12 +95,14 @@ class ContestTiming:
     """Several callables timed in rounds against a baseline (:func:`~ios_ray.runtime.compare.contest`): each one's ms
     per round it ran (one dropped at the first look stops there), and each candidate's ratio over the baseline, at
     the rounds both ran, with its interval; and where it was timed after them, the candidate kept against the model
-    as is (``as_is``: kept first, the model second)."""
+    as is (``as_is``: kept first, the model second). ``left_out``: the candidates that never ran, their first calls
+    due past the share of the time cap those may take (:data:`~ios_ray.runtime.compare.WARMUP_SHARE`)."""
 
     times_ms: dict[str, tuple[float, ...]]
     baseline: str
     ratios: dict[str, RatioInterval]
     as_is: PairedTiming | None = None
+    left_out: tuple[str, ...] = ()
 
     @property
     def rounds(self) -> int:

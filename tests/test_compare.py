@@ -20,10 +20,11 @@ class FakeMachine:
     """A shared, drifting machine on a fake clock: a call of a callable takes its base time, times a drift both
     calls of a round share (a slow random walk, as this kind of machine drifts by 5-25% over seconds), times noise of
     its own; one call in twenty runs into a burst of load from elsewhere (2 to 5 times slower). The clock advances by
-    every call, timed or not."""
+    every call, timed or not, and the first call of a callable also by its ``first_s`` (a compile, a capture)."""
 
-    def __init__(self, base_ms: dict[str, float], seed: int) -> None:
+    def __init__(self, base_ms: dict[str, float], seed: int, first_s: dict[str, float] | None = None) -> None:
         self.base_ms = base_ms
+        self.first_s = first_s or {}
         self.random = random.Random(seed)
         self.drift = 1.0
         self.now_s = 0.0
@@ -33,6 +34,7 @@ class FakeMachine:
     def callable(self, name: str) -> Callable[[], None]:
         """A callable that runs as ``name``, advancing the clock by the time it takes."""
         def run() -> None:
+            self.now_s += 0.0 if name in self.calls else self.first_s.get(name, 0.0)
             self.calls.append(name)
             self.last_ms = self._ms(name)
             self.now_s += self.last_ms / 1e3
@@ -192,6 +194,25 @@ def test_a_candidate_that_left_the_screening_is_never_the_one_to_go_on_though_it
     assert len(timing.times_ms["dp"]) == HOPELESS_ROUNDS and timing.ratios["dp"].median < 2.2
     assert len(timing.times_ms["greedy"]) == len(timing.times_ms["sequential"]) > SCREEN_ROUNDS
     assert timing.kept == "sequential" and timing.ratios["greedy"].low > 1  # greedy went on, and lost
+
+
+def test_candidates_whose_first_calls_would_start_past_half_the_time_cap_leave_the_contest() -> None:
+    """A first call compiles a schedule's regions (on an H200 the float32 check's compiles ran past its step's time,
+    2026-11-28): the candidates after the first whose first calls would start past half the cap never run."""
+    base, compiles = {"dp": 10.0, "dp-fewer-stages": 10.6, "greedy": 9.0, "sequential": 13.0}, \
+        {"dp": 20.0, "dp-fewer-stages": 15.0, "greedy": 10.0}
+    capped = FakeMachine(base, 0, compiles)
+    timing = contest_of(capped, CANDIDATES, max_seconds=60.0)
+    assert timing.left_out == ("greedy",) and "greedy" not in capped.calls and timing.times_ms["greedy"] == ()
+    assert timing.kept == "dp" and "greedy" not in timing.ratios
+    assert capped.now_s < 60.0
+    uncapped = contest_of(FakeMachine(base, 0, compiles), CANDIDATES)  # no cap: every candidate runs
+    assert uncapped.left_out == () and uncapped.kept == "greedy"
+    # the first candidate and the baseline run however long the first calls took
+    slow = FakeMachine(base, 0, {"dp": 100.0})
+    timing = contest_of(slow, CANDIDATES, max_seconds=60.0)
+    assert timing.left_out == ("dp-fewer-stages", "greedy")
+    assert len(timing.times_ms["dp"]) == timing.rounds > 0  # then the cap, long passed, ends it at its first look
 
 
 def test_a_contest_of_four_costs_at_most_half_again_a_paired_check() -> None:

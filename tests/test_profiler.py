@@ -155,6 +155,26 @@ def test_the_model_as_is_that_does_not_fit_beside_the_schedules_is_left_out_not_
     assert timing.as_is is None and timing.rounds == 2 and timing.kept == "second"
 
 
+def test_a_candidate_whose_first_calls_would_start_past_half_the_checks_time_is_left_out_and_never_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = import_model("squeezenet").graph
+    backend = RealBackend(parse_device("cpu"))
+    first, second = whole_schedules(graph, "squeezenet").values()
+    called: list[str] = []
+    run = ScheduleRunner.__call__
+
+    def counted(self: ScheduleRunner, x: torch.Tensor) -> torch.Tensor:
+        called.append(next(name for name, s in schedules.items() if s is self.schedule))
+        return run(self, x)
+
+    monkeypatch.setattr(ScheduleRunner, "__call__", counted)
+    schedules = {"first": first, "late": dataclasses.replace(first), "second": second}
+    timing = backend.time_schedules(CheckJob(SQUEEZENET, graph, schedules, "second", 2, rounds=2,
+                                             max_seconds=1e-9))
+    assert timing.left_out == ("late",) and timing.times_ms["late"] == () and "late" not in called
+    assert len(timing.times_ms["first"]) == len(timing.times_ms["second"]) >= 1  # the first candidate and the baseline
+
+
 def test_a_check_takes_over_the_last_checks_kept_runner_where_it_runs_the_same_schedule(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The kernel choice's kept sequential schedule comes back as the check's baseline: built once (inductor regions

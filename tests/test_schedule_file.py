@@ -82,6 +82,20 @@ def test_the_end_to_end_check_keeps_the_dp_schedule_only_where_it_is_faster_beyo
     assert json.loads(path.read_text())["end_to_end"] is None and read_schedule(path).end_to_end is None
 
 
+def test_the_candidates_a_check_left_out_for_its_time_are_said_and_round_trip(tmp_path: Path,
+                                                                              squeezenet_schedule: Schedule) -> None:
+    paired = RatioInterval(0.9, 0.85, 0.95, 0.99, 12)
+    check = EndToEnd(12, 0.9, 1.0, 0.8, 1.1, paired, (CandidateRun("dp", 0.9, 12, 0.8, None, paired),
+                                                      CandidateRun("sequential", 1.0, 12, 1.1)),
+                     "dp", left_out=("dp-fewer-groups", "greedy"))
+    assert "left out for the check's time: IOS fewer groups, greedy" in check.summary()
+    save_schedule(kept_schedule({"dp": squeezenet_schedule, "sequential": squeezenet_schedule}, check),
+                  tmp_path / "bs8.json")
+    assert json.loads((tmp_path / "bs8.json").read_text())["end_to_end"]["left_out"] == ["dp-fewer-groups", "greedy"]
+    assert read_schedule(tmp_path / "bs8.json").end_to_end == check
+    assert "left out" not in dataclasses.replace(check, left_out=()).summary()
+
+
 @pytest.mark.parametrize("low, high, slower", [(1.04, 1.10, True), (0.95, 1.02, False), (0.55, 0.61, False)])
 def test_the_model_as_is_round_trips_and_a_kept_schedule_slower_than_it_is_warned_of(
         tmp_path: Path, squeezenet_schedule: Schedule, low: float, high: float, slower: bool) -> None:
@@ -230,6 +244,8 @@ HAND_EDITS = {
     "half an interval": (("end_to_end",), {**PAIRED, "ratio_high": None},
                          "end_to_end.ratio_low and ratio_high are not both numbers or both null"),
     "decision a number": (("end_to_end",), {**PAIRED, "decision": 1}, "end_to_end.decision is 1, not a string"),
+    "unknown candidate left out": (("end_to_end",), {**PAIRED, "left_out": ["fastest"]},
+                                   'end_to_end.left_out is ["fastest"], not a list of names from dp, dp-fewer-stages'),
 }
 
 

@@ -57,6 +57,11 @@ def contest(
     of each) against ``baseline``, looking at the intervals of each one's ratio over the baseline as ``plan`` says
     (its confidence must already be shared among the candidates: :func:`~ios_ray.paired.contest_confidence`).
 
+    The untimed calls come first, callable after callable in the given order; a first call may be slow (a schedule's
+    regions compiled, its CUDA graph captured). With ``max_seconds``, a candidate whose untimed calls would start
+    past :data:`WARMUP_SHARE` of it leaves the contest before it runs (``left_out``), though never the first
+    candidate or the baseline: so a contest ends within about its cap however long the candidates take to compile.
+
     With more than one candidate, the first :data:`SCREEN_ROUNDS` rounds run them all (a candidate that ran at
     least twice the baseline's time in each of its first two rounds leaves them early: :data:`HOPELESS_RATIO`), and
     only the one of the lowest median ratio goes on beside the baseline (the others keep the median of their rounds,
@@ -67,17 +72,21 @@ def contest(
     """
     if baseline not in callables or len(callables) < 2:
         raise ValueError(f"a contest needs the baseline {baseline!r} and at least one candidate, got {list(callables)}")
+    if warmup < 0:
+        raise ValueError(f"need warmup >= 0, got {warmup}")
     times: dict[str, list[float]] = {name: [] for name in callables}
     ratios: dict[str, RatioInterval] = {}
     started = clock()
     with torch.inference_mode():
-        rounds = alternating_rounds(dict(callables), device, warmup, sample, rewarm=False)
-        running = list(callables)
-        if len(callables) > 2:
-            left = _screen(callables, rounds, times, baseline, min(SCREEN_ROUNDS, plan.looks[0]), device, sample)
+        warmed = _warmed(callables, baseline, warmup, None if max_seconds is None else WARMUP_SHARE * max_seconds,
+                         lambda: clock() - started)
+        rounds = alternating_rounds(warmed, device, 0, sample, rewarm=False)
+        running = list(warmed)
+        if len(warmed) > 2:
+            left = _screen(warmed, rounds, times, baseline, min(SCREEN_ROUNDS, plan.looks[0]), device, sample)
             screened = {name: median_interval(ratios_of(times[name], times[baseline][:len(times[name])]),
                                               plan.confidence)
-                        for name in callables if name != baseline}
+                        for name in warmed if name != baseline}
             best = min(left, key=lambda name: screened[name].median)  # of those screened whole
             ratios |= {name: dataclasses.replace(found, low=None, high=None) for name, found in screened.items()}
             running = [best, baseline]
@@ -91,7 +100,29 @@ def contest(
             if max_seconds is not None and _next_look_ends(clock() - started, times, running, look,
                                                            plan.looks[index + 1]) > max_seconds:
                 break
-    return ContestTiming({name: tuple(found) for name, found in times.items()}, baseline, ratios)
+    return ContestTiming({name: tuple(found) for name, found in times.items()}, baseline, ratios,
+                         left_out=tuple(name for name in callables if name not in warmed))
+
+
+#: The share of a contest's time cap its untimed first calls may start within: a candidate whose calls would start
+#: later leaves the contest (:func:`contest`). On an H200, compiling Inductor's regions of five candidates of
+#: Inception V3 took the float16 check 34 s, and the float32 check more than a minute (bench/RESULTS.md).
+WARMUP_SHARE = 0.5
+
+
+def _warmed(callables: Mapping[str, Callable[[], object]], baseline: str, warmup: int, seconds: float | None,
+            elapsed: Callable[[], float]) -> dict[str, Callable[[], object]]:
+    """The callables that take part, each called ``warmup`` times, in order: all but those candidates, after the
+    first, whose calls would start past ``seconds`` of ``elapsed`` (None: none is left out)."""
+    first = next(name for name in callables if name != baseline)
+    warmed = {}
+    for name, fn in callables.items():
+        if name not in (baseline, first) and seconds is not None and elapsed() > seconds:
+            continue
+        for _ in range(warmup):
+            fn()
+        warmed[name] = fn
+    return warmed
 
 
 #: The rounds a contest of several candidates runs them all before only the best goes on beside the baseline.

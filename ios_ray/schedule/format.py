@@ -136,6 +136,11 @@ def _groups(value: Any) -> str | None:
     return None if fine else "a non-empty list of non-empty lists of unit ids"
 
 
+def _candidate_names(value: Any) -> str | None:
+    fine = isinstance(value, list) and all(isinstance(name, str) and name in CANDIDATES for name in value)
+    return None if fine else f"a list of names from {', '.join(CANDIDATES)}"
+
+
 def _float_or_none(value: Any) -> float | None:
     return None if value is None else float(value)
 
@@ -231,9 +236,10 @@ END_TO_END = Record((
     Field("kept", _one_of(tuple(CANDIDATES))),
     Field("decision", _text, read=False),
     Field("as_is", _object_or_null, record=AS_IS, get=lambda check: ABSENT if check.as_is is None else check.as_is),
+    Field("left_out", _candidate_names, default=(), get=lambda check: list(check.left_out) or ABSENT, load=tuple),
 ), build=lambda v, _: EndToEnd(v["rounds"], v["dp_ms"], v["sequential_ms"], v["dp_predicted_ms"],
                                v["sequential_predicted_ms"], _interval(v, v["confidence"], v["rounds"]),
-                               v["candidates"], v["kept"] if v["candidates"] else None, v["as_is"]),
+                               v["candidates"], v["kept"] if v["candidates"] else None, v["as_is"], v["left_out"]),
     rules=_interval_defects)
 
 MEMORY = Record((

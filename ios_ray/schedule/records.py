@@ -81,7 +81,8 @@ class EndToEnd:
     only the IOS and the sequential schedule and keep the IOS schedule where its interval lies wholly below 1;
     ``ratio`` is None in files written before checks were paired, which kept the lower median. ``as_is``: the kept
     schedule against the model as is, timed after the check (None in files before 2026-11-27, and on ``sim:``
-    devices)."""
+    devices). ``left_out``: the candidates that never ran, their first calls (regions compiled, a graph captured)
+    due past the share of the check's time those may take (:data:`~ios_ray.runtime.compare.WARMUP_SHARE`)."""
 
     rounds: int
     dp_ms: float
@@ -92,6 +93,7 @@ class EndToEnd:
     candidates: tuple[CandidateRun, ...] = ()
     kept_name: str | None = None
     as_is: ModelAsIs | None = None
+    left_out: tuple[str, ...] = ()
 
     @property
     def kept(self) -> str:
@@ -152,6 +154,8 @@ class EndToEnd:
         times = f"IOS schedule {self.dp_ms:.3f} ms, sequential {self.sequential_ms:.3f} ms"
         others = "".join(f"; {CANDIDATES[c.name]} {c.ms:.3f} ms" for c in self.candidates
                          if c.name not in ("dp", "sequential"))
+        if self.left_out:
+            others += f"; left out for the check's time: {', '.join(CANDIDATES[name] for name in self.left_out)}"
         as_is = "" if self.as_is is None else f"; {self.as_is.summary()}"
         if self.ratio is None:
             return f"{times}{others} ({self.rounds} rounds); {self.decision}{as_is}"

@@ -5,7 +5,10 @@ candidate / sequential lies wholly below 1, the one of the lowest median; where 
 threads and streams, the same speed as far as the check can tell). The intervals hold together at
 ``check_confidence`` (each at a share of it: :func:`~ios_ray.paired.contest_confidence`); at the first of three
 planned looks, up to ``check_rounds``, only the candidate of the lowest median goes on beside sequential, and the
-check stops early once it decides or where the next look would end past ``check_seconds``.
+check stops early once it decides or where the next look would end past ``check_seconds``. Each candidate's first
+calls (its regions compiled, with ``inductor`` kernels; its CUDA graph captured) come before any round, in order
+(the DP's schedule first): a candidate after the DP's whose first calls would start past half of ``check_seconds``
+never runs (:data:`~ios_ray.runtime.compare.WARMUP_SHARE`; the check's record names it, ``left_out``).
 
 Then the schedule kept runs against the model as is (its own forward, eager) in a few paired rounds
 (:data:`~ios_ray.vocabulary.MODEL_AS_IS_ROUNDS`, at 95%): a report, not a decision (the search warns where the kept
@@ -84,7 +87,7 @@ def end_to_end(timing: ContestTiming, candidates: dict[str, Schedule], correctio
     as_is = None if timing.as_is is None else \
         ModelAsIs(statistics.median(timing.as_is.second_ms), timing.as_is.rounds, timing.as_is.ratio)
     return EndToEnd(timing.rounds, medians["dp"], medians[BASELINE], dp.predicted_latency, plain.predicted_latency,
-                    timing.ratios["dp"], tuple(ran), timing.kept, as_is)
+                    timing.ratios["dp"], tuple(ran), timing.kept, as_is, timing.left_out)
 
 
 def kept_schedule(candidates: dict[str, Schedule], check: EndToEnd) -> Schedule:

@@ -114,7 +114,9 @@ class SearchOptions:
     check_confidence: float = _option(DEFAULT_CHECK_CONFIDENCE, "confidence of the check's interval of IOS / "
                                       "sequential")
     check_seconds: Optional[float] = _option(DEFAULT_CHECK_SECONDS, "the check goes on to its next look only where "
-                                             "it would reach it within this many seconds (None: no time cap)",
+                                             "it would reach it within this many seconds, and runs a candidate after "
+                                             "the IOS schedule only where its first calls (compiles) start within "
+                                             "half of them (None: no time cap)",
                                              CliForm(kind=float))
     measure: str = _option(DEFAULT_MEASURE, "lazy: only the stages that can change the schedule, round by round; "
                            "all: every candidate stage", CliForm(kind=MeasureChoice, default=MeasureChoice.lazy,
