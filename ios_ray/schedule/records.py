@@ -148,14 +148,19 @@ class EndToEnd:
                                   CandidateRun("sequential", self.sequential_ms, self.rounds))
         return ", ".join(f"{CANDIDATES[c.name]} {c.ms:.3f}" for c in ran) + " ms"
 
+    def left_out_text(self) -> str:
+        """The candidates left out in words, ``; left out for the check's time: IOS fewer groups, greedy``, or ''."""
+        if not self.left_out:
+            return ""
+        return f"; left out for the check's time: {', '.join(CANDIDATES[name] for name in self.left_out)}"
+
     def summary(self) -> str:
         """One line: both end-to-end times, the ratio with its interval and rounds, the other candidates, the
-        decision, and the model as is."""
+        candidates left out, the decision, and the model as is."""
         times = f"IOS schedule {self.dp_ms:.3f} ms, sequential {self.sequential_ms:.3f} ms"
         others = "".join(f"; {CANDIDATES[c.name]} {c.ms:.3f} ms" for c in self.candidates
                          if c.name not in ("dp", "sequential"))
-        if self.left_out:
-            others += f"; left out for the check's time: {', '.join(CANDIDATES[name] for name in self.left_out)}"
+        others += self.left_out_text()
         as_is = "" if self.as_is is None else f"; {self.as_is.summary()}"
         if self.ratio is None:
             return f"{times}{others} ({self.rounds} rounds); {self.decision}{as_is}"
