@@ -43,6 +43,7 @@ crash in this script shows up here, not on the GPU host; its report says it is n
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -55,7 +56,6 @@ import threading
 import time
 import traceback
 import xml.etree.ElementTree as ElementTree
-import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial

@@ -4,7 +4,7 @@ The stage runs exactly as deployed: ``compile_stage`` from ``ios_ray.runtime.sta
 model (built from its spec, or fetched as the driver's object; :mod:`~ios_ray.profiler.model_source`) on this
 process's device, with the job's kernels. Its external inputs are random (``torch.randn``) tensors of the graph's
 shapes with the batch dimension prepended, in the job's dtype and laid out as the program holds activations (the
-graph's memory format, or channels-last for fused kernels; the model is converted to the dtype and format and
+graph's memory format for eager kernels, else channels-last; the model is converted to the dtype and format and
 imported there, as on the driver). On a CPU each call follows a small untimed op on the same thread
 (:func:`~ios_ray.runtime.timing.cpu_primer`), as in a pass; on a GPU the stages of a batch are timed together inside
 a CUDA graph, as a deployed schedule runs (:func:`~ios_ray.profiler.timing.time_stages`), captured on one stream kept

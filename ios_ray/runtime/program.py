@@ -37,7 +37,7 @@ class Program:
         self.fns = dict(fns)
         self.device = device
         self.kernels = kernels
-        #: The memory format of the program's 4-D activations (the graph's, or channels-last for fused kernels).
+        #: The memory format of the program's 4-D activations (the graph's for eager kernels, else channels-last).
         self.layout = activation_layout(kernels, graph.memory_format)
         #: With ``inductor`` kernels, the regions of every pass over the program, by what decides their code
         #: (:func:`~ios_ray.runtime.regions.regions`): a region two passes share (candidates of a search's check,
@@ -65,7 +65,7 @@ class Program:
         return conv_binder(self.kernels, self.device)(conv, input_shape)
 
     def enter(self, x: torch.Tensor) -> torch.Tensor:
-        """The graph's input as the program's units take it (channels-last for fused kernels)."""
+        """The graph's input as the program's units take it (channels-last but for eager kernels)."""
         return x if self.layout == self.graph.memory_format else in_memory_format(x, self.layout)
 
     def leave(self, y: torch.Tensor) -> torch.Tensor:
