@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -30,7 +31,7 @@ from ios_ray.scheduler.lazy import LazyParams, LazyRound, LazySpace, next_round
 from ios_ray.scheduler.memory import GraphMemory, to_bytes
 from ios_ray.scheduler.relations import StageIndex
 from ios_ray.scheduler.space import BlockSpace
-from ios_ray.stage import StageKeys
+from ios_ray.stage import Stage, StageKeys
 from tests.random_graphs import dag_graph
 
 PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -87,6 +88,61 @@ def test_array_dp_matches_the_dp(graph: Graph, params: SearchParams) -> None:
     assert math.isclose(forward[arrays.full], optimize_block(graph, block, cost, params).cost, rel_tol=1e-9)
     through = arrays.through(forward, arrays.backward(weights))
     assert math.isclose(float(np.min(through + weights)), forward[arrays.full], rel_tol=1e-9)
+
+
+@PROPS
+@given(dags(), PARAMS)
+def test_block_arrays_number_states_by_size_and_endings_as_the_walk_meets_them_in_any_mask_type(
+        graph: Graph, params: SearchParams) -> None:
+    space = BlockSpace(graph, graph.blocks[0], params)
+    arrays = BlockArrays.of(space, StageIndex(StageKeys(graph)).add)
+    assert list(arrays.masks) == sorted(arrays.masks, key=lambda mask: (mask.bit_count(), mask))
+    assert list(arrays.endings) == list(dict.fromkeys(e for _, endings in space.states() for e in endings))
+    transitions = [(arrays.masks[s], arrays.masks[r], arrays.endings[e]) for s, r, e in
+                   zip(arrays.by_state.state, arrays.by_state.rest, arrays.by_state.ending)]
+    walked = sorted(((state, state & ~e, e) for state, endings in space.states() for e in endings),
+                    key=lambda t: arrays.masks.index(t[0]))  # stable: each state's endings in the walk's order
+    assert transitions == walked
+    with patch("ios_ray.scheduler.arrays._mask_dtype", return_value=object):  # as for a block of 64 units or more
+        as_ints = BlockArrays.of(space, StageIndex(StageKeys(graph)).add)
+    assert (as_ints.masks, as_ints.endings, as_ints.counts) == (arrays.masks, arrays.endings, arrays.counts)
+    for name in ("candidates", "state_start", "ending_start"):
+        assert np.array_equal(getattr(as_ints, name), getattr(arrays, name))
+    for order in ("by_state", "by_rest", "by_ending"):
+        for column in ("state", "rest", "ending"):
+            assert np.array_equal(getattr(getattr(as_ints, order), column), getattr(getattr(arrays, order), column))
+
+
+def test_the_array_dp_of_a_block_wider_than_an_int64_mask_matches_the_dp() -> None:
+    preds = [[]] + [[j - 1] for j in range(1, 66)] + [[10], [20, 66], [30, 67]]  # 69 units: a chain, a side branch
+    graph = dag_graph(preds, seed=3)
+    cost = SyntheticCost(graph)
+    index = StageIndex(StageKeys(graph))
+    arrays = BlockArrays.of(BlockSpace(graph, graph.blocks[0], SearchParams()), index.add)
+    latency = np.array([cost.latency(p.stage) for p in index.planned])
+    forward = arrays.forward(arrays.ending_weights(latency))
+    assert max(arrays.masks) >= 1 << 63
+    assert math.isclose(forward[arrays.full], optimize_block(graph, graph.blocks[0], cost).cost, rel_tol=1e-9)
+
+
+@PROPS
+@given(dags(), PARAMS)
+def test_relations_give_each_larger_stage_its_sub_stages_and_ordered_pairs(graph: Graph,
+                                                                         params: SearchParams) -> None:
+    space, keys = LazySpace.build(graph, params), StageKeys(graph)
+
+    def key_of(*groups: tuple[str, ...]) -> str:
+        return keys.key(Stage("concurrent", groups))
+
+    for run in space.relations.runs:
+        for row, stage in enumerate(run.stages):
+            groups = space.planned[stage].stage.groups
+            assert len(groups) == run.size
+            assert [space.keys[n] for n in run.subs[row]] == [key_of(*groups[:j], *groups[j + 1:])
+                                                              for j in range(run.size)]
+            ordered = [(j, h) for j in range(run.size) for h in range(run.size) if j != h]
+            assert [space.keys[n] for n in run.pairs[row]] == [key_of(groups[j], groups[h]) for j, h in ordered]
+            assert [space.keys[n] for n in run.others[row]] == [key_of(groups[h]) for _, h in ordered]
 
 
 @PROPS

@@ -20,6 +20,7 @@ PNASNet-5 Large's 5-million-transition block that is 6x faster backward and 3x t
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -80,24 +81,27 @@ class BlockArrays:
 
     @staticmethod
     def of(space: BlockSpace, index_of: Callable[[Stage], int]) -> BlockArrays:
-        """The arrays of ``space``; ``index_of`` gives a candidate stage's index in the latency vectors."""
-        transitions: list[tuple[int, int, int]] = []
-        endings: dict[int, int] = {}
-        for state, found in space.states():
-            for mask in found:
-                transitions.append((state, state & ~mask, endings.setdefault(mask, len(endings))))
-        masks = sorted({0, space.full, *(r for _, r, _ in transitions)}, key=lambda m: (m.bit_count(), m))
-        order = {mask: i for i, mask in enumerate(masks)}
-        table = np.array([(order[s], order[r], e) for s, r, e in transitions], dtype=np.int64).reshape(-1, 3)
-        table = table[np.argsort(table[:, 0], kind="stable")]
+        """The arrays of ``space``; ``index_of`` gives a candidate stage's index in the latency vectors. Endings are
+        numbered in the order the walk first meets them, states by size, then mask."""
+        states, found = zip(*space.states())
+        dtype = _mask_dtype(space.dag.size)
+        per_state = np.array([len(endings) for endings in found], dtype=np.int64)
+        state: np.ndarray = np.repeat(np.array(states, dtype=dtype), per_state)
+        ending: np.ndarray = np.array(list(itertools.chain.from_iterable(found)), dtype=dtype)
+        rest = state & ~ending
+        endings, ending_number = _first_seen(ending)
+        masks, mask_number = _by_size(np.concatenate((np.array([0, space.full], dtype=dtype), rest)))
+        state_number = mask_number(np.array(states, dtype=dtype))
+        table = np.stack((np.repeat(state_number, per_state), mask_number(rest), ending_number), axis=1)
+        table = table[_grouped_order(state_number, per_state)]
         candidates = np.full((len(endings), 2), -1, dtype=np.int64)
-        for mask, e in endings.items():
+        for e, mask in enumerate(endings):
             for stage in space.stages(mask):
                 candidates[e, CONCURRENT if stage.strategy == "concurrent" else MERGE] = index_of(stage)
         sizes = np.array([m.bit_count() for m in masks], dtype=np.int64)
         counts = BlockCounts(space.block.index, space.dag.size, space.dag.width, len(masks) - 1, len(table),
                              int(np.count_nonzero(candidates >= 0)))
-        return _assemble(counts, order[space.full], tuple(masks), tuple(endings), table, candidates, sizes)
+        return _assemble(counts, masks.index(space.full), masks, endings, table, candidates, sizes)
 
     def ending_weights(self, latency: np.ndarray) -> np.ndarray:
         """Per ending, the least latency of its candidate stages (``inf`` where none is finite)."""
@@ -147,6 +151,41 @@ class BlockArrays:
             chosen.append(int(ending[best]))
             state = int(rest[best])
         return chosen
+
+
+def _mask_dtype(units: int) -> type:
+    """The array type that holds masks of ``units`` units: int64 where they fit (up to 63 units; every block
+    ``find_blocks`` makes has at most 40), Python ints otherwise."""
+    return np.int64 if units < 64 else object
+
+
+def _first_seen(values: np.ndarray) -> tuple[tuple[int, ...], np.ndarray]:
+    """The distinct ``values`` in the order they first occur, and each value's number in that order."""
+    distinct, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    number = np.empty(len(distinct), dtype=np.int64)
+    number[order] = np.arange(len(distinct))
+    return tuple(distinct[order].tolist()), number[inverse.reshape(-1)]
+
+
+def _by_size(values: np.ndarray) -> tuple[tuple[int, ...], Callable[[np.ndarray], np.ndarray]]:
+    """The distinct masks among ``values`` by size, then mask, and a function giving masks' places in that order."""
+    distinct = np.unique(values)
+    order = np.argsort([m.bit_count() for m in distinct.tolist()], kind="stable")
+    place = np.empty(len(distinct), dtype=np.int64)
+    place[order] = np.arange(len(distinct))
+    return tuple(distinct[order].tolist()), lambda masks: place[np.searchsorted(distinct, masks)]
+
+
+def _grouped_order(keys: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The order of rows that sorts consecutive runs of ``lengths`` rows by the runs' ``keys``, each run's rows
+    kept in order (a stable sort of the rows by their run's key, without sorting every row)."""
+    runs = np.argsort(keys, kind="stable")
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))[runs]
+    sizes = lengths[runs]
+    offsets = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    order: np.ndarray = np.repeat(starts, sizes) + offsets
+    return order
 
 
 def _assemble(counts: BlockCounts, full: int, masks: tuple[int, ...], endings: tuple[int, ...], table: np.ndarray,

@@ -90,8 +90,16 @@ class BlockDag:
 
     def ids(self, mask: int) -> tuple[str, ...]:
         """The unit ids of a mask, in topological order."""
-        units = self.units
-        return tuple(units[i] for i in bits(mask))
+        found = self._ids.get(mask)
+        if found is None:
+            units = self.units
+            found = self._ids[mask] = tuple(units[i] for i in bits(mask))
+        return found
+
+    @cached_property
+    def _ids(self) -> dict[int, tuple[str, ...]]:
+        """:meth:`ids` by mask, as asked (a search asks for the same groups in many endings)."""
+        return {}
 
     def mask(self, unit_ids: Iterable[str]) -> int:
         """The mask of these unit ids."""

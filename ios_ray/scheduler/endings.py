@@ -71,7 +71,7 @@ def _pruned_endings(dag: BlockDag, state: int, r: int | None, s: int | None) -> 
     most_units = r * s if r is not None and s is not None else None
     below = {x: _below(x, state, desc, neighbours) for x in bits(roots)}
     found = []
-    stack: list[tuple[int, int, tuple[tuple[int, int], ...]]] = [(0, roots, ())]
+    stack: list[tuple[int, int, list[tuple[int, int]]]] = [(0, roots, [])]
     while stack:
         up, candidates, groups = stack.pop()
         while candidates:
@@ -82,14 +82,22 @@ def _pruned_endings(dag: BlockDag, state: int, r: int | None, s: int | None) -> 
             ending = up | down[0]
             if most_units is not None and ending.bit_count() > most_units:
                 continue  # no ending grown from this one fits s groups of r units
-            grown = _join(groups, down)
-            if r is not None and grown[-1][0].bit_count() > r:
+            units, reach = down  # the new group: down joined with every group it overlaps or touches
+            kept: list[tuple[int, int]] = []
+            for group in groups:
+                if group[1] & down[0]:
+                    units |= group[0]
+                    reach |= group[1]
+                else:
+                    kept.append(group)
+            if r is not None and units.bit_count() > r:
                 continue
-            if s is None or len(grown) <= s:
+            if s is None or len(kept) < s:
                 found.append(ending)
             later = candidates & incomparable[x]
             if later:
-                stack.append((ending, later, grown))
+                kept.append((units, reach))
+                stack.append((ending, later, kept))
     return found
 
 
@@ -101,16 +109,3 @@ def _below(x: int, state: int, desc: tuple[int, ...], neighbours: tuple[int, ...
         reach |= neighbours[y]
     return down, reach
 
-
-def _join(groups: tuple[tuple[int, int], ...], down: tuple[int, int]) -> tuple[tuple[int, int], ...]:
-    """``groups`` with the group ``down`` added, as (units, reach) pairs; the joined group comes last."""
-    units, reach = down
-    kept = []
-    for group in groups:
-        if group[1] & down[0]:
-            units |= group[0]
-            reach |= group[1]
-        else:
-            kept.append(group)
-    kept.append((units, reach))
-    return tuple(kept)

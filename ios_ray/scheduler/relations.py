@@ -16,12 +16,15 @@ size is one vectorised step.
 
 from __future__ import annotations
 
+import functools
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 from ios_ray.scheduler.plan import PlannedStage
 from ios_ray.stage import Stage, StageKeys
+from ios_ray.vocabulary import Strategy
 
 
 class StageIndex:
@@ -30,24 +33,29 @@ class StageIndex:
     def __init__(self, keys: StageKeys) -> None:
         self.keys = keys
         self.planned: list[PlannedStage] = []
-        self._number: dict[str, int] = {}
-        self._seen: dict[Stage, int] = {}
+        self._number: dict[str, int] = {}  # by description: one key is one description
+        self._seen: dict[tuple[str, tuple[tuple[str, ...], ...]], int] = {}
 
     def __len__(self) -> int:
         return len(self.planned)
 
     def add(self, stage: Stage) -> int:
         """The number of ``stage``'s key, numbering it if it is new."""
-        seen = self._seen.get(stage)
+        return self.number(stage.strategy, stage.groups)
+
+    def number(self, strategy: Strategy, groups: tuple[tuple[str, ...], ...]) -> int:
+        """The number of the stage of ``groups`` under ``strategy`` (as :meth:`add`; no stage is made where it is
+        known: relating asks for millions)."""
+        seen = self._seen.get((strategy, groups))
         if seen is not None:
             return seen
+        stage = Stage(strategy, groups)
         description = self.keys.describe_json(stage)
-        key = self.keys.key_of(description)
-        number = self._number.get(key)
+        number = self._number.get(description)
         if number is None:
-            number = self._number[key] = len(self.planned)
-            self.planned.append(PlannedStage(key, stage, description))
-        self._seen[stage] = number
+            number = self._number[description] = len(self.planned)
+            self.planned.append(PlannedStage(self.keys.key_of(description), stage, description))
+        self._seen[strategy, groups] = number
         return number
 
 
@@ -89,12 +97,12 @@ def relate(index: StageIndex) -> StageRelations:
     done = 0
     while done < len(index):
         stage = index.planned[done].stage
-        unit_numbers = [index.add(Stage("concurrent", ((u,),))) for u in stage.units]
+        unit_numbers = [index.number("concurrent", ((u,),)) for u in stage.units]
         units.append(unit_numbers)
         if stage.strategy == "merge":
             groups.append(unit_numbers)
         else:
-            groups.append([index.add(Stage("concurrent", (g,))) for g in stage.groups])
+            groups.append([index.number("concurrent", (g,)) for g in stage.groups])
             if len(stage.groups) >= 3:
                 larger.setdefault(len(stage.groups), []).append((done, *_composition(index, stage, groups[-1])))
         done += 1
@@ -108,12 +116,21 @@ def relate(index: StageIndex) -> StageRelations:
 
 def _composition(index: StageIndex, stage: Stage, one_group: list[int]) -> tuple[list[int], list[int], list[int]]:
     """A stage's sub-stages (one group dropped), its ordered pairs of groups, and the other group of each pair."""
-    k = len(stage.groups)
-    subs = [index.add(Stage("concurrent", stage.groups[:j] + stage.groups[j + 1:])) for j in range(k)]
-    pair = {(j, h): index.add(Stage("concurrent", (stage.groups[j], stage.groups[h])))
-            for j in range(k) for h in range(j + 1, k)}
+    groups = stage.groups
+    k = len(groups)
+    subs = [index.number("concurrent", groups[:j] + groups[j + 1:]) for j in range(k)]
+    pairs = [index.number("concurrent", (groups[j], groups[h])) for j, h in itertools.combinations(range(k), 2)]
+    which, others = _ordered_pairs(k)
+    return subs, [pairs[i] for i in which], [one_group[h] for h in others]
+
+
+@functools.cache
+def _ordered_pairs(k: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """For the ordered pairs ``(j, h)`` of ``k`` groups (``j`` major), each one's place among the unordered pairs in
+    ``itertools.combinations`` order, and its ``h``."""
+    place = {pair: i for i, pair in enumerate(itertools.combinations(range(k), 2))}
     ordered = [(j, h) for j in range(k) for h in range(k) if j != h]
-    return subs, [pair[min(j, h), max(j, h)] for j, h in ordered], [one_group[h] for _, h in ordered]
+    return tuple(place[min(j, h), max(j, h)] for j, h in ordered), tuple(h for _, h in ordered)
 
 
 def _run(size: int, rows: list[tuple[int, list[int], list[int], list[int]]]) -> SizeRun:
