@@ -85,15 +85,13 @@ class BlockArrays:
         numbered in the order the walk first meets them, states by size, then mask."""
         states, found = zip(*space.states())
         dtype = _mask_dtype(space.dag.size)
-        per_state = np.array([len(endings) for endings in found], dtype=np.int64)
-        state: np.ndarray = np.repeat(np.array(states, dtype=dtype), per_state)
+        state: np.ndarray = np.repeat(np.array(states, dtype=dtype), [len(endings) for endings in found])
         ending: np.ndarray = np.array(list(itertools.chain.from_iterable(found)), dtype=dtype)
         rest = state & ~ending
         endings, ending_number = _first_seen(ending)
         masks, mask_number = _by_size(np.concatenate((np.array([0, space.full], dtype=dtype), rest)))
-        state_number = mask_number(np.array(states, dtype=dtype))
-        table = np.stack((np.repeat(state_number, per_state), mask_number(rest), ending_number), axis=1)
-        table = table[_grouped_order(state_number, per_state)]
+        table = np.stack((mask_number(state), mask_number(rest), ending_number), axis=1)
+        table = table[np.argsort(table[:, 0], kind="stable")]
         candidates = np.full((len(endings), 2), -1, dtype=np.int64)
         for e, mask in enumerate(endings):
             for stage in space.stages(mask):
@@ -175,17 +173,6 @@ def _by_size(values: np.ndarray) -> tuple[tuple[int, ...], Callable[[np.ndarray]
     place = np.empty(len(distinct), dtype=np.int64)
     place[order] = np.arange(len(distinct))
     return tuple(distinct[order].tolist()), lambda masks: place[np.searchsorted(distinct, masks)]
-
-
-def _grouped_order(keys: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The order of rows that sorts consecutive runs of ``lengths`` rows by the runs' ``keys``, each run's rows
-    kept in order (a stable sort of the rows by their run's key, without sorting every row)."""
-    runs = np.argsort(keys, kind="stable")
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))[runs]
-    sizes = lengths[runs]
-    offsets = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    order: np.ndarray = np.repeat(starts, sizes) + offsets
-    return order
 
 
 def _assemble(counts: BlockCounts, full: int, masks: tuple[int, ...], endings: tuple[int, ...], table: np.ndarray,
