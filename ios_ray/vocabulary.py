@@ -52,8 +52,7 @@ DEFAULT_MEMORY_FORMAT = "contiguous"
 #: graph's memory format), ``fused`` (activations channels-last, each conv one call that adds its bias and applies
 #: its activation in the same kernel) or ``inductor`` (the units as with ``eager`` on activations channels-last, each
 #: run of stages that are not of several groups, and each group of the others, compiled by Inductor into one region);
-#: a schedule records its own,
-#: files before kernels were ``eager``.
+#: a schedule records its own, files before kernels were ``eager``.
 EAGER_KERNELS, FUSED_KERNELS, INDUCTOR_KERNELS = "eager", "fused", "inductor"
 KERNEL_NAMES = (EAGER_KERNELS, FUSED_KERNELS, INDUCTOR_KERNELS)
 #: The version of a kernels' implementation (:mod:`~ios_ray.runtime.kernels`), where it is not the first: part of the
