@@ -194,7 +194,10 @@ def test_cli_searches_and_runs_a_torchvision_model_end_to_end(tmp_path: Path) ->
                          str(tmp_path / "store.duckdb"), "--out", str(tmp_path / "schedules"), "--check-rounds",
                          str(least_rounds()), *GIVEN_KERNELS)
     assert search.returncode == 0, search.stderr
-    assert f"{spec}: 13 units" in search.stdout and "warning" not in search.stdout
+    assert f"{spec}: 13 units" in search.stdout and "units are opaque" not in search.stdout  # no import warning
+    # the check timed the model as is beside the schedule kept (whether ios-ray ran slower than it is a measurement on a
+    # shared machine, warned or not, so not asserted here: tests/test_schedule_file.py covers the warning's rule)
+    assert "the model as is" in search.stdout and "kept / as is" in search.stdout
     assert (tmp_path / "schedules" / "torchvision-resnet_style" / "cpu" / "bs1.json").exists()
     run = ios_ray_cli("run", "--model", spec, "--schedules", str(tmp_path / "schedules"), "--repeat", "3")
     assert run.returncode == 0, run.stderr
