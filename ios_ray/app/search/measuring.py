@@ -29,6 +29,7 @@ from ios_ray.scheduler import (GraphResult, LazyParams, LazyRound, LazySpace, Pl
                                SearchSpace, TableLatency, greedy_stages, inflated, lower_bounds, next_round,
                                unit_parts)
 from ios_ray.scheduler.correction import IDENTITY, Correction, corrected_table
+from ios_ray.scheduler.lazy import TOLERANCE
 from ios_ray.stage import StageKeys
 
 #: On a measured device, lower bounds sit this fraction below what they come from (timing noise); 0 on ``sim:``.
@@ -201,9 +202,10 @@ class Lazy(Measuring):
 
     Under a memory budget the rounds go on once the unbudgeted schedule is certified: the budgeted DP
     (:func:`~ios_ray.app.search.budgets.budgeted`) runs on the lower bounds, and the unmeasured stages of its schedule are
-    measured, until that schedule is all measured stages. It is then the fastest within the budget as far as the
-    bounds hold (every other schedule within it is bounded below by its cost), which the DP over measured stages
-    finds in :meth:`solve`. Where the unbudgeted schedule fits, this adds nothing."""
+    measured, until the budgeted DP over measured stages costs no more than it: every other schedule within the
+    budget is bounded below by that cost, so the schedule of measured stages is the fastest within the budget as far
+    as the bounds hold, which :meth:`solve` finds. Where the unbudgeted schedule fits, this adds nothing (not even the
+    stages of another schedule of the same cost on the bounds)."""
 
     mode = "lazy"
     space: LazySpace
@@ -225,7 +227,9 @@ class Lazy(Measuring):
 
     def _within_budget(self, setting: Setting, certified: LazyRound, margin: float) -> LazyRound:
         """The certified round, or one asking for the unmeasured stages of the budgeted DP's schedule under the
-        lower bounds (none once that schedule is measured, or the budget of stages is spent)."""
+        lower bounds; none once the budgeted DP over measured stages costs no more than that one (within
+        :data:`~ios_ray.scheduler.lazy.TOLERANCE`: no schedule within the budget can be cheaper, as far as the bounds
+        hold; so where the unbudgeted schedule fits, at once), or the budget of stages is spent."""
         if self.budget is not None and len(setting.table) >= self.budget:
             return certified
         bounds = lower_bounds(self.space, self.costs(setting), margin)
@@ -234,10 +238,20 @@ class Lazy(Measuring):
                              setting.batch, self.dtype, setting.memory_budget)
         keys = [self.stage_keys.key(stage) for block in result.schedules for stage in block.stages]
         missing = tuple(dict.fromkeys(key for key in keys if key not in setting.table))
-        if not missing:
+        if not missing or result.cost >= self._measured_within(setting) * (1 - TOLERANCE):
             return certified
         return dataclasses.replace(certified, measure=missing, bounds=tuple(bounds[key] for key in missing),
                                    certified=False)
+
+    def _measured_within(self, setting: Setting) -> float:
+        """The cost of the fastest schedule of measured stages within the setting's memory budget (inf: none)."""
+        found, latency = self.dp(setting)
+        try:
+            result, _ = budgeted(self.space.graph, found, latency, self.space.params, setting.batch, self.dtype,
+                                 setting.memory_budget)
+        except UserError:  # no schedule of measured stages keeps within the budget yet
+            return math.inf
+        return result.cost
 
     def _record(self, setting: Setting) -> dict[str, object]:
         found = setting.round
