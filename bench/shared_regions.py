@@ -36,8 +36,6 @@ from ios_ray.dtypes import torch_dtype  # noqa: E402
 from ios_ray.frontend import Imported, import_model  # noqa: E402
 from ios_ray.profiler.jobs import DeviceIdentity  # noqa: E402
 from ios_ray.runtime import Program, ScheduleRunner  # noqa: E402
-from ios_ray.runtime.regions import Region  # noqa: E402
-from ios_ray.runtime.stages import ParallelStage  # noqa: E402
 from ios_ray.schedule import Schedule  # noqa: E402
 from ios_ray.scheduler import SearchParams  # noqa: E402
 from ios_ray.stage import StageKeys  # noqa: E402
@@ -64,18 +62,6 @@ def stored_candidates(imported: Imported, model: str, store: Path, device: str, 
     setting.table = latencies.lookup(measuring.keys, identity.fingerprint, batch, dtype)
     measuring.wanted(setting, round_size=1)
     return candidates(solver, setting)
-
-
-def regions_of(runner: ScheduleRunner) -> list[Region]:
-    """The regions a runner's pass calls."""
-    found: list[Region] = []
-    for _, _, code in runner._pass.steps:
-        stage = getattr(code, "__self__", None)
-        if isinstance(stage, ParallelStage):
-            found += [g.code for g in stage.groups if isinstance(g.code, Region)]
-        elif isinstance(code, Region):
-            found.append(code)
-    return found
 
 
 def alone(imported: Imported, device: str, schedule: Schedule) -> ScheduleRunner:
@@ -114,7 +100,7 @@ def main() -> None:
                         f"({args.device}'s latencies), built on {args.run_on}")
     for column in ("candidate", "stages", "regions", "of them in another candidate too"):
         table.add_column(column, justify="right")
-    ids = {name: {id(r) for r in regions_of(runner)} for name, runner in shared.items()}
+    ids = {name: {id(r) for r in runner.regions} for name, runner in shared.items()}
     for name, runner in shared.items():
         others = set().union(*(ids[o] for o in ids if o != name))
         table.add_row(name, str(len(runner.schedule.stages)), str(len(ids[name])), str(len(ids[name] & others)))

@@ -26,17 +26,15 @@ CUDA = torch.device("cuda", 0)
 
 
 def regions_of(runner: ScheduleRunner) -> list[Region]:
-    """The regions a runner's pass calls: its steps that are regions, and the groups of its other steps."""
-    found: list[Region] = []
+    """The regions a runner's pass calls (:attr:`ScheduleRunner.regions`), its steps checked on the way: a group or a
+    run of stages is a region exactly where it holds :data:`LEAST_UNITS` units or more."""
     for units, _, code in runner._pass.steps:
         stage = getattr(code, "__self__", None)
         if isinstance(stage, ParallelStage):
             assert all(isinstance(g.code, Region) == (len(g.units) >= LEAST_UNITS) for g in stage.groups)
-            found.extend(g.code for g in stage.groups if isinstance(g.code, Region))
         else:
             assert isinstance(code, Region) or len(units) < LEAST_UNITS
-            found.extend([code] if isinstance(code, Region) else [])
-    return found
+    return runner.regions
 
 
 def test_region_steps_cut_at_stages_of_several_groups_and_return_only_what_is_read_later() -> None:

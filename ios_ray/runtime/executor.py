@@ -24,7 +24,7 @@ from ios_ray.lifetimes import release_plan
 from ios_ray.runtime.codegen import StageStep, pass_code
 from ios_ray.runtime.cuda_graph import CapturedForward
 from ios_ray.runtime.program import Program
-from ios_ray.runtime.regions import regions
+from ios_ray.runtime.regions import Region, regions, step_regions
 from ios_ray.runtime.stages import CompiledStage, compile_stage, make_lanes, resolve_device, stage_step
 from ios_ray.schedule import Schedule, check_schedule
 from ios_ray.vocabulary import INDUCTOR_KERNELS
@@ -64,6 +64,11 @@ class ScheduleRunner:
     def run_stages(self, x: torch.Tensor) -> torch.Tensor:
         """Run the stages in order, dropping each output after its last reader (without a CUDA graph)."""
         return self._pass(x)
+
+    @property
+    def regions(self) -> list[Region]:
+        """The regions the pass calls, in order (none unless the program's kernels are ``inductor``)."""
+        return step_regions(self._pass.steps)
 
 
 @dataclass(frozen=True)

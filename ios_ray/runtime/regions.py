@@ -248,6 +248,19 @@ def _shared(shared: MutableMapping[Hashable, Region] | None, key: Hashable, regi
     return found
 
 
+def step_regions(steps: Sequence[StageStep]) -> list[Region]:
+    """The regions a pass's steps call, in order: the steps that are regions, and the groups that are of its stages
+    of several groups (what the pass's first call compiles)."""
+    found: list[Region] = []
+    for _, _, code in steps:
+        stage = getattr(code, "__self__", None)  # a stage of several groups steps in as its bound ``run``
+        if isinstance(stage, ParallelStage):
+            found += [group.code for group in stage.groups if isinstance(group.code, Region)]
+        elif isinstance(code, Region):
+            found.append(code)
+    return found
+
+
 def in_regions(stage: ParallelStage, shared: MutableMapping[Hashable, Region] | None = None) -> ParallelStage:
     """A stage of several groups whose groups of :data:`LEAST_UNITS` or more each run as a :class:`Region`, taken from
     ``shared`` where it holds one of the same units and inputs (and added there otherwise)."""
