@@ -18,7 +18,13 @@ lazy schedule within noise of the exhaustive one: at most 5% slower than the slo
 by the whole 95% interval of the per-round ratios (rounds time all four side by side; a lazy schedule faster than
 both loses nothing, so no lower bound).
 
-Run: python bench/lazy_search.py [--only sim|cpu] [--models ...]   (exit code 1 when a target is missed)
+(c) Stored, with ``--store S``: a store's latencies (a GPU's, imported from the Parquet export of a gpu_check run) at
+each margin of :data:`MARGINS`: per device fingerprint, how many measured stages of several units lie below the lower
+bound the others give them, and the worst bound / latency: how much margin that device's noise needs (a report, no
+target).
+
+Run: python bench/lazy_search.py [--only sim|cpu|stored] [--models ...] [--store S [--store-model M]]
+(exit code 1 when a target is missed)
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -66,6 +73,8 @@ RATIO_TARGET = 5.0
 CPU_MODELS = ("squeezenet", "inception_v3")
 #: How much slower than an exhaustive search's schedule the lazy one may run (beyond noise) and still count as equal.
 CPU_NOISE = 0.05
+#: (c) The margins a stored run's bounds are tried at (the job's own among them).
+MARGINS = (0.0, 0.02, 0.05, LAZY_MARGIN)
 #: Stages per setting and round in the sim part, as the job asks of a sim device's default actors.
 ROUND_SIZE = ROUND_STAGES_PER_ACTOR * DEFAULT_SIM_ACTORS
 
@@ -239,17 +248,47 @@ def within_noise(samples: dict[str, list[float]]) -> tuple[RatioInterval, bool]:
 def bound_misses(model: str, store: Path, fingerprint: str) -> tuple[int, int]:
     """How many measured stages of several units lie below the lower bound all other measurements give them, with
     the job's margin and without: measurement noise makes a bound miss on a real device."""
-    graph = import_model(model).graph
-    space = LazySpace.build(graph, SearchParams())
-    latency = space.vector(LatencyStore(store, create=False).lookup(space.keys, fingerprint, 1))
+    misses = below_bounds(LazySpace.build(import_model(model).graph, SearchParams()),
+                          LatencyStore(store, create=False).lookup, fingerprint, 1, (LAZY_MARGIN, 0.0))
+    return len(misses[LAZY_MARGIN]), len(misses[0.0])
+
+
+def below_bounds(space: LazySpace, lookup: Callable[..., dict[str, float]], fingerprint: str, batch: int,
+                 margins: Sequence[float]) -> dict[float, list[float]]:
+    """Per margin, for every measured stage of several units (``lookup``: a store's, by key) that lies below the lower
+    bound the other measurements give it at that margin, bound / latency."""
+    latency = space.vector(lookup(space.keys, fingerprint, batch))
     units = np.array([len(p.stage.units) for p in space.planned])
-    misses = [0, 0]
+    misses: dict[float, list[float]] = {margin: [] for margin in margins}
     for stage in np.flatnonzero(~np.isnan(latency) & (units > 1)):
         others = latency.copy()
         others[stage] = np.nan
-        for column, margin in enumerate((LAZY_MARGIN, 0.0)):
-            misses[column] += int(latency[stage] < estimate(space.relations, others, margin).lower[stage])
-    return misses[0], misses[1]
+        for margin in margins:
+            bound = estimate(space.relations, others, margin).lower[stage]
+            if latency[stage] < bound:
+                misses[margin].append(float(bound / latency[stage]))
+    return misses
+
+
+def margin_table(model: str, store: Path, batch: int, console: Console) -> tuple[Table, bool]:
+    """(c) A stored run's bounds at each of :data:`MARGINS`: per device fingerprint in ``store`` at ``batch``, how many
+    measured stages of several units lie below the bound the others give them, and by how much (a report: no
+    target)."""
+    space = LazySpace.build(import_model(model).graph, SearchParams())
+    found = LatencyStore(store, create=False)
+    rows = found.query(batch=batch)
+    table = Table(title=f"{model} bs{batch}: measured stages below the bound the others give them, per margin ({store})")
+    for column in ("device", "fingerprint", "stages of several units", *(f"margin {m:g}" for m in MARGINS)):
+        table.add_column(column, justify="right")
+    for device, fingerprint in sorted(set(zip(rows.column("device").to_pylist(),
+                                              rows.column("device_fingerprint").to_pylist()))):
+        console.print(f"{device} {fingerprint[:12]}: relating every measured stage to the others ...")
+        latency = space.vector(found.lookup(space.keys, fingerprint, batch))
+        several = int((~np.isnan(latency) & (np.array([len(p.stage.units) for p in space.planned]) > 1)).sum())
+        misses = below_bounds(space, found.lookup, fingerprint, batch, MARGINS)
+        table.add_row(device, fingerprint[:12], str(several), *(
+            f"{len(misses[m])}" + (f" (worst {max(misses[m]):.3f})" if misses[m] else "") for m in MARGINS))
+    return table, True
 
 
 def time_side_by_side(model: str, schedules: dict[str, Schedule], rounds: int) -> dict[str, list[float]]:
@@ -299,19 +338,25 @@ def cpu_table(models: list[str], rounds: int, console: Console) -> tuple[Table, 
 def parse_args() -> argparse.Namespace:
     """The bench's options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("sim", "cpu"), default=None, help="run only (a) or (b)")
+    parser.add_argument("--only", choices=("sim", "cpu", "stored"), default=None, help="run only (a), (b) or (c)")
     parser.add_argument("--models", default=",".join(SIM_MODELS), help="(a) comma-separated models")
     parser.add_argument("--cpu-models", default=",".join(CPU_MODELS), help="(b) comma-separated models")
     parser.add_argument("--rounds", type=int, default=30, help="(b) interleaved timing rounds")
+    parser.add_argument("--store", type=Path, default=None, help="(c) a store (a GPU's, imported from its Parquet "
+                        "export) whose latencies of --store-model at --store-batch are tried at each margin")
+    parser.add_argument("--store-model", default="inception_v3", help="(c) the model the store's stages are of")
+    parser.add_argument("--store-batch", type=int, default=1, help="(c) the batch size")
     return parser.parse_args()
 
 
 def main() -> int:
     """Run (a) then (b); 0 when every target is met."""
     args = parse_args()
-    return run_parts({"sim": lambda console: sim_table(sim_cases(args.models.split(","), console)),
-                      "cpu": lambda console: cpu_table(args.cpu_models.split(","), args.rounds, console)},
-                     args.only, width=240)
+    parts = {"sim": lambda console: sim_table(sim_cases(args.models.split(","), console)),
+             "cpu": lambda console: cpu_table(args.cpu_models.split(","), args.rounds, console)}
+    if args.store is not None:
+        parts["stored"] = lambda console: margin_table(args.store_model, args.store, args.store_batch, console)
+    return run_parts(parts, args.only, width=240)
 
 
 if __name__ == "__main__":
