@@ -249,8 +249,8 @@ def _shared(shared: MutableMapping[Hashable, Region] | None, key: Hashable, regi
 
 
 def step_regions(steps: Sequence[StageStep]) -> list[Region]:
-    """The regions a pass's steps call, in order: the steps that are regions, and the groups that are of its stages
-    of several groups (what the pass's first call compiles)."""
+    """The regions a pass's steps call, in order: the steps that are regions and, of its stages of several groups,
+    the groups that are (what the pass's first call compiles)."""
     found: list[Region] = []
     for _, _, code in steps:
         stage = getattr(code, "__self__", None)  # a stage of several groups steps in as its bound ``run``
