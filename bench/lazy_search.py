@@ -37,7 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -248,19 +248,24 @@ def within_noise(samples: dict[str, list[float]]) -> tuple[RatioInterval, bool]:
 def bound_misses(model: str, store: Path, fingerprint: str) -> tuple[int, int]:
     """How many measured stages of several units lie below the lower bound all other measurements give them, with
     the job's margin and without: measurement noise makes a bound miss on a real device."""
-    misses = below_bounds(LazySpace.build(import_model(model).graph, SearchParams()),
-                          LatencyStore(store, create=False).lookup, fingerprint, 1, (LAZY_MARGIN, 0.0))
+    space = LazySpace.build(import_model(model).graph, SearchParams())
+    latency = space.vector(LatencyStore(store, create=False).lookup(space.keys, fingerprint, 1))
+    misses = below_bounds(space, latency, several_units(space, latency), (LAZY_MARGIN, 0.0))
     return len(misses[LAZY_MARGIN]), len(misses[0.0])
 
 
-def below_bounds(space: LazySpace, lookup: Callable[..., dict[str, float]], fingerprint: str, batch: int,
-                 margins: Sequence[float]) -> dict[float, list[float]]:
-    """Per margin, for every measured stage of several units (``lookup``: a store's, by key) that lies below the lower
-    bound the other measurements give it at that margin, bound / latency."""
-    latency = space.vector(lookup(space.keys, fingerprint, batch))
+def several_units(space: LazySpace, latency: np.ndarray) -> np.ndarray:
+    """The numbers of the measured stages (``latency`` not NaN) of several units."""
     units = np.array([len(p.stage.units) for p in space.planned])
+    return np.flatnonzero(~np.isnan(latency) & (units > 1))
+
+
+def below_bounds(space: LazySpace, latency: np.ndarray, stages: np.ndarray, margins: Sequence[float]
+                 ) -> dict[float, list[float]]:
+    """Per margin, for each of ``stages`` (measured) that lies below the lower bound the other measurements in
+    ``latency`` give it at that margin, bound / latency."""
     misses: dict[float, list[float]] = {margin: [] for margin in margins}
-    for stage in np.flatnonzero(~np.isnan(latency) & (units > 1)):
+    for stage in stages:
         others = latency.copy()
         others[stage] = np.nan
         for margin in margins:
@@ -284,9 +289,9 @@ def margin_table(model: str, store: Path, batch: int, console: Console) -> tuple
                                               rows.column("device_fingerprint").to_pylist()))):
         console.print(f"{device} {fingerprint[:12]}: relating every measured stage to the others ...")
         latency = space.vector(found.lookup(space.keys, fingerprint, batch))
-        several = int((~np.isnan(latency) & (np.array([len(p.stage.units) for p in space.planned]) > 1)).sum())
-        misses = below_bounds(space, found.lookup, fingerprint, batch, MARGINS)
-        table.add_row(device, fingerprint[:12], str(several), *(
+        stages = several_units(space, latency)
+        misses = below_bounds(space, latency, stages, MARGINS)
+        table.add_row(device, fingerprint[:12], str(len(stages)), *(
             f"{len(misses[m])}" + (f" (worst {max(misses[m]):.3f})" if misses[m] else "") for m in MARGINS))
     return table, True
 
