@@ -338,8 +338,11 @@ def test_the_whole_pipeline_runs_on_the_cpu_with_tiny_repeats(
         again = report["searches"][f"{first} again"]
         # priced as the first search was, the search again measures nothing; priced by a fitted correction, the lazy
         # search may ask for stages the corrected costs newly need (a burst of load during the first check fits a
-        # steep one: CI, 2026-11-27, one new stage after a check that ran a 0.3-ms model in 28 ms)
-        assert again["new_stages"] == 0 or again["corrected"]
+        # steep one: CI, 2026-11-27, one new stage after a check that ran a 0.3-ms model in 28 ms), and so may it
+        # where it measured again a unit alone stored as an outlier, whose new latency moves the bounds (CI,
+        # 2026-11-29: float16, one outlier measured again, then one new stage); the file kept is the search again's
+        remeasured = report["schedules"][first]["params"]["measure"]["remeasured"]
+        assert again["new_stages"] == 0 or again["corrected"] or remeasured > 0
         # fitted from the first search's check, unless a burst of load put every run beyond belief (the fit leaves
         # those out, scheduler.correction.plausible): then neither the DP's nor sequential's run may be plausible
         ran = report["searches"][first]
