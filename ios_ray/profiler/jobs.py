@@ -79,7 +79,9 @@ class CheckJob:
     ratio of the best of them over the baseline decides at ``confidence`` (shared among the candidates), after at
     most ``rounds`` rounds, or at the look past which ``max_seconds`` would run out. Each schedule runs with its own
     kernels. Then the schedule kept runs against the model as is for at most ``as_is_rounds`` rounds (0: not at
-    all, as by default; a simulated device never does)."""
+    all, as by default; a simulated device never does). Regions of ``inductor`` kernels compile before the first
+    round beside ``compile_workers`` worker processes (None: as many as the host offers,
+    :func:`~ios_ray.runtime.ahead.default_workers`)."""
 
     model: ModelSource
     graph: Graph
@@ -92,6 +94,7 @@ class CheckJob:
     confidence: float = DEFAULT_CHECK_CONFIDENCE
     max_seconds: float | None = DEFAULT_CHECK_SECONDS
     as_is_rounds: int = 0
+    compile_workers: int | None = None
 
 
 @dataclass(frozen=True)

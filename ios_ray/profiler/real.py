@@ -33,10 +33,11 @@ from ios_ray.profiler.timing import GRAPH_STAGES, time_stages
 from ios_ray.runtime.executor import ScheduleRunner
 from ios_ray.runtime.program import Program
 from ios_ray.runtime.stages import Lanes, compile_stage, make_lanes
-from ios_ray.runtime.compare import contest, paired_timing
+from ios_ray.runtime.ahead import compile_ahead, default_workers
+from ios_ray.runtime.compare import WARMUP_SHARE, contest, paired_timing
 from ios_ray.runtime.timing import cpu_primer
 from ios_ray.stage import Stage
-from ios_ray.vocabulary import EAGER_KERNELS
+from ios_ray.vocabulary import EAGER_KERNELS, INDUCTOR_KERNELS
 
 
 class RealBackend:
@@ -112,11 +113,25 @@ class RealBackend:
         runs = {name: functools.partial(runner, x) for name, runner in runners.items()}
         plan = LookPlan.planned(job.rounds, contest_confidence(job.confidence, len(runs) - 1))
         with _fits(self.spec.label, job.model.name, job.batch):
-            timing = contest(runs, job.baseline, self.device, plan, job.warmup, job.max_seconds)
+            seconds = self._compiled_ahead(job, runners, x)
+            timing = contest(runs, job.baseline, self.device, plan, job.warmup, seconds)
         self._kept = runners[timing.kept]
         if job.as_is_rounds == 0:
             return timing
         return dataclasses.replace(timing, as_is=self._time_as_is(job, runs[timing.kept], x))
+
+    def _compiled_ahead(self, job: CheckJob, runners: dict[str, ScheduleRunner], x: torch.Tensor) -> float | None:
+        """The regions of the runners with ``inductor`` kernels compiled side by side before the contest
+        (:func:`~ios_ray.runtime.ahead.compile_ahead`, within the share of the job's time its first calls may take):
+        the job's time left for the contest."""
+        inductor = [runner for runner in runners.values() if runner.program.kernels == INDUCTOR_KERNELS]
+        if not inductor:
+            return job.max_seconds
+        workers = default_workers() if job.compile_workers is None else job.compile_workers
+        share = None if job.max_seconds is None else WARMUP_SHARE * job.max_seconds
+        with torch.no_grad():
+            ahead = compile_ahead([functools.partial(runner.run_stages, x) for runner in inductor], workers, share)
+        return None if job.max_seconds is None else max(0.0, job.max_seconds - ahead.seconds)
 
     def _runners(self, job: CheckJob, host: str) -> dict[str, ScheduleRunner]:
         """A runner per schedule of the job; the previous job's kept runner is taken over where it runs one of the

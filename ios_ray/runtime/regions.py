@@ -21,7 +21,11 @@ packs a conv's weight for oneDNN once and folds what it can, as ``torch.compile`
 on a CPU, which oneDNN lacks); later calls with the signature run the compiled function. Each signature's function
 holds its own packed weights. The first call returns what the compiled function returns, as every later call does:
 a region after it sees inputs laid out as they will always be, so one call compiles every region of a pass.
-On a GPU the first call is the capture's warm-up, so nothing compiles inside a capture. A region that cannot be
+On a GPU the first call is the capture's warm-up, so nothing compiles inside a capture. Within
+:func:`tracing_ahead` a first call runs the code and traces it without compiling: the traces of several passes then
+compile side by side (:mod:`~ios_ray.runtime.ahead`), or each at its region's next first call (the traced pass
+returns its code's outputs: where compiled code laid its outputs out otherwise, a region after it would compile
+again, at its first call, for the strides it then sees; Inductor keeps a graph's output strides). A region that cannot be
 traced or compiled (a value read, no C++ compiler, an op Inductor lacks) runs its code as it is, with one warning
 saying why: slower, never wrong.
 
@@ -37,6 +41,7 @@ reads any other: while a region compiles they are keyed as other frozen weights 
 from __future__ import annotations
 
 import contextlib
+import copyreg
 import dataclasses
 import sys
 import threading
@@ -67,6 +72,48 @@ def signature(inputs: Sequence[torch.Tensor]) -> Signature:
     return tuple((tuple(t.shape), t.stride(), t.dtype, t.device) for t in inputs)
 
 
+@dataclass(frozen=True)
+class Trace:
+    """A region's code traced for one input signature by a pass run ahead (:func:`tracing_ahead`), with the number of
+    torch threads of the thread that called it (its C++ code is specialised to it): compiled by :meth:`compile`."""
+
+    region: "Region"
+    signature: Signature
+    graph: torch.fx.GraphModule
+    threads: int
+
+    def compile(self) -> None:
+        """Compile the region for this signature now (from Inductor's cache where a compile worker put it there), on
+        the calling thread as if on the region's own: its first call with the signature then runs compiled code."""
+        threads = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            self.region.compiled[self.signature] = self.region._compiled(placeholders(self.signature))
+        finally:
+            torch.set_num_threads(threads)
+
+
+_traces: list[Trace] | None = None
+
+
+@contextlib.contextmanager
+def tracing_ahead() -> Iterator[list[Trace]]:
+    """Within it, a region's first call with a new signature runs its code as it is and traces it, instead of
+    compiling it: the traces made, in order, to compile side by side (:mod:`~ios_ray.runtime.ahead`). A region left
+    uncompiled compiles its trace at its next first call."""
+    global _traces
+    before, _traces = _traces, []
+    try:
+        yield _traces
+    finally:
+        _traces = before
+
+
+def placeholders(key: Signature) -> list[torch.Tensor]:
+    """Tensors of a signature, their values unset: what a region's compile needs of its inputs."""
+    return [torch.empty_strided(shape, strides, dtype=dtype, device=device) for shape, strides, dtype, device in key]
+
+
 @dataclass
 class Region:
     """Code that runs on one thread and stream (consecutive stages, or a group) as one function of its inputs
@@ -75,35 +122,67 @@ class Region:
     code: GroupCode
     name: str
     compiled: dict[Signature, GroupCode | None] = field(default_factory=dict, repr=False)
+    #: Its code traced ahead (:func:`tracing_ahead`) for signatures not compiled yet.
+    traced: dict[Signature, torch.fx.GraphModule] = field(default_factory=dict, repr=False)
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The region's outputs: by its compiled function where the signature has one, else by its code (compiling
-        it after a first call with a new signature)."""
+        it after a first call with a new signature, or tracing it within :func:`tracing_ahead`)."""
         key = signature(inputs)
         if key not in self.compiled:
             outputs = self.code(*inputs)  # lazily made tensors (a unit's meta tensors) are made real, outside the trace
+            traces = _traces
+            if traces is not None:
+                if key not in self.traced:
+                    self._trace_ahead(key, inputs, traces)
+                return outputs
             self.compiled[key] = self._compiled(inputs)
             if self.compiled[key] is None:
                 return outputs
         fn = self.compiled[key]  # also at the first call: later regions see the outputs (strides) of every call
         return tuple(fn(*inputs)) if fn is not None else self.code(*inputs)
 
-    def _compiled(self, inputs: tuple[torch.Tensor, ...]) -> GroupCode | None:
-        """The region's code traced and compiled for these inputs; None (with a warning) where it cannot be."""
-        from torch._inductor import config  # Inductor loads in a second or more: only where a region compiles
-        from torch._inductor.compile_fx import compile_fx
+    def _trace_ahead(self, key: Signature, inputs: tuple[torch.Tensor, ...], traces: list[Trace]) -> None:
+        """Trace the code for these inputs and add the trace to ``traces``; nothing where it cannot be traced (the
+        region's compile says why)."""
+        try:
+            graph = self._traced(inputs)
+        except Exception:  # noqa: BLE001  # the compile at the next first call traces again and warns
+            return
+        self.traced[key] = graph
+        traces.append(Trace(self, key, graph, torch.get_num_threads()))
+
+    def _traced(self, inputs: Sequence[torch.Tensor]) -> torch.fx.GraphModule:
+        """The code traced with fake tensors for these inputs (a trace that would read a value fails)."""
         from torch.fx.experimental.proxy_tensor import make_fx
 
+        with _ONE_COMPILE_AT_A_TIME, torch.no_grad():
+            return make_fx(self.code, tracing_mode="fake", _allow_non_fake_inputs=True)(*inputs)
+
+    def _compiled(self, inputs: Sequence[torch.Tensor]) -> GroupCode | None:
+        """The region's code traced (or its trace made ahead) and compiled for these inputs; None (with a warning)
+        where it cannot be."""
+        traced = self.traced.pop(signature(inputs), None)
         try:
-            with _ONE_COMPILE_AT_A_TIME, torch.no_grad(), _loaded_modules_forgotten():
-                traced = make_fx(self.code, tracing_mode="fake", _allow_non_fake_inputs=True)(*inputs)
-                with config.patch(freezing=_freezes(inputs)), _packed_weights_keyed_as_frozen(), \
-                        _as_dynamo_would(inputs) as example:
-                    return compile_fx(traced, example)  # type: ignore[return-value]
+            traced = traced if traced is not None else self._traced(inputs)
+            with _ONE_COMPILE_AT_A_TIME, torch.no_grad(), loaded_modules_forgotten():
+                return compile_traced(traced, inputs)
         except Exception as error:  # noqa: BLE001  # any failure leaves the region as it is: slower, never wrong
             warnings.warn(f"ios-ray: {self.name} runs uncompiled ({type(error).__name__}: {first_line(error)})",
                           RuntimeWarning, stacklevel=3)
             return None
+
+
+def compile_traced(traced: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]) -> GroupCode:
+    """A region's trace compiled by Inductor for inputs of these signatures, as Dynamo would hand it over, its weights
+    frozen where Inductor can (:func:`freezes`): in this process, or in a compile worker's
+    (:mod:`~ios_ray.runtime.ahead`), which so fills the FX graph cache with the entry this process then reads."""
+    from torch._inductor import config  # Inductor loads in a second or more: only where a region compiles
+    from torch._inductor.compile_fx import compile_fx
+
+    with config.patch(freezing=freezes(signature(inputs))), _packed_weights_keyed_as_frozen(), _memory_formats_keyed_by_name(), \
+            _as_dynamo_would(inputs) as example:
+        return compile_fx(traced, example)  # type: ignore[return-value]
 
 
 @contextlib.contextmanager
@@ -153,7 +232,34 @@ def _packed_weights_keyed_as_frozen() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _loaded_modules_forgotten() -> Iterator[None]:
+def _memory_formats_keyed_by_name() -> Iterator[None]:
+    """Inductor's FX graph cache made to key a memory format by its name in every process. Pickle names a memory
+    format by the first module it finds holding it (as ``torch.<name>`` under a module holding ``torch``): in one
+    process one module, in another, which started elsewhere (a compile worker, :mod:`~ios_ray.runtime.ahead`),
+    another, and the same region's key then differs between them."""
+    before = copyreg.dispatch_table.get(torch.memory_format)
+    copyreg.dispatch_table[torch.memory_format] = _reduce_memory_format
+    try:
+        yield
+    finally:
+        if before is None:
+            del copyreg.dispatch_table[torch.memory_format]
+        else:
+            copyreg.dispatch_table[torch.memory_format] = before
+
+
+def _reduce_memory_format(memory_format: torch.memory_format) -> tuple[Callable, tuple[str]]:
+    """A memory format pickled as its name (``torch.channels_last``: :func:`memory_format_named`)."""
+    return memory_format_named, (str(memory_format),)
+
+
+def memory_format_named(name: str) -> torch.memory_format:
+    """The memory format of this name (as ``str`` gives it: ``torch.channels_last``)."""
+    return getattr(torch, name.removeprefix("torch."))
+
+
+@contextlib.contextmanager
+def loaded_modules_forgotten() -> Iterator[None]:
     """Inductor's own references to the modules a compile loads dropped after it: each such module holds its region's
     frozen weights, and Inductor keeps every one for the life of the process (``PyCodeCache.modules``, and
     ``sys.modules``); the compiled function holds what it runs, so a region dropped frees its weights."""
@@ -170,10 +276,10 @@ def _loaded_modules_forgotten() -> Iterator[None]:
                 del sys.modules[module.__name__]
 
 
-def _freezes(inputs: Sequence[torch.Tensor]) -> bool:
-    """Whether a region compiles its weights as constants, packed and folded once: where Inductor can (oneDNN packs no
-    float64 weights on a CPU)."""
-    return not any(t.device.type == "cpu" and t.dtype == torch.float64 for t in inputs)
+def freezes(key: Signature) -> bool:
+    """Whether a region compiles its weights for inputs of this signature as constants, packed and folded once: where
+    Inductor can (oneDNN packs no float64 weights on a CPU)."""
+    return not any(device.type == "cpu" and dtype == torch.float64 for _, _, dtype, device in key)
 
 
 def regions(stages: Sequence[CompiledStage], releases: Sequence[tuple[str, ...]], read_at_end: Sequence[str],

@@ -42,12 +42,14 @@ BASELINE = "sequential"
 
 @dataclass(frozen=True)
 class CheckSettings:
-    """How the end-to-end check runs: at most ``rounds`` rounds (0: no check), intervals at ``confidence``, and a
-    next look only where it would end within ``seconds`` (None: no time cap)."""
+    """How the end-to-end check runs: at most ``rounds`` rounds (0: no check), intervals at ``confidence``, a next
+    look only where it would end within ``seconds`` (None: no time cap), and its regions compiled beside
+    ``compile_workers`` worker processes (None: as many as the device's host offers)."""
 
     rounds: int
     confidence: float
     seconds: float | None
+    compile_workers: int | None = None
 
     def __post_init__(self) -> None:
         """Fail on a check that could never decide, or on a confidence or time cap out of range."""
@@ -69,7 +71,8 @@ def checked_end_to_end(
     runs to store (one per candidate that ran)."""
     dp = candidates["dp"]
     job = CheckJob(source, graph, candidates, BASELINE, dp.batch, settings.rounds, dtype=dp.dtype,
-                   confidence=settings.confidence, max_seconds=settings.seconds, as_is_rounds=MODEL_AS_IS_ROUNDS)
+                   confidence=settings.confidence, max_seconds=settings.seconds, as_is_rounds=MODEL_AS_IS_ROUNDS,
+                   compile_workers=settings.compile_workers)
     timing = pool.time_schedules(dp.device, job)
     check = end_to_end(timing, candidates, correction)
     return kept_schedule(candidates, check), runs(timing, candidates, graph)

@@ -118,6 +118,9 @@ class SearchOptions:
                                              "the IOS schedule only where its first calls (compiles) start within "
                                              "half of them (None: no time cap)",
                                              CliForm(kind=float))
+    compile_workers: Optional[int] = _option(None, "worker processes that compile the check's Inductor regions "
+                                             "beside the device's actor (default: one per core of its host but the "
+                                             "actor's, at most 8, one per 8 regions; 0: none)")
     measure: str = _option(DEFAULT_MEASURE, "lazy: only the stages that can change the schedule, round by round; "
                            "all: every candidate stage", CliForm(kind=MeasureChoice, default=MeasureChoice.lazy,
                                                                  parse=lambda choice: choice.value))

@@ -93,10 +93,11 @@ def checked_request(request: SearchRequest) -> SearchPlan:
     params = request.params
     for name, value, least in (("repeat", request.repeat, 1), ("warmup", request.warmup, 0),
                                ("check_rounds", request.check_rounds, 0), ("sim_actors", request.sim_actors, 1),
-                               ("budget", request.budget, 1)):
+                               ("budget", request.budget, 1), ("compile_workers", request.compile_workers, 0)):
         if value is not None and value < least:
             raise UserError(f"{name} must be at least {least}, not {value}.")
-    check = CheckSettings(request.check_rounds, request.check_confidence, request.check_seconds)
+    check = CheckSettings(request.check_rounds, request.check_confidence, request.check_seconds,
+                          request.compile_workers)
     budget = BudgetRule.parse(request.memory_budget)
     kernels = checked_kernel_choice(request.kernels)
     _check_places(request)
