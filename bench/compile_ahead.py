@@ -99,16 +99,12 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from bench.shared_regions import stored_candidates_arguments
     from ios_ray.paired import median_interval
     from ios_ray.runtime.ahead import default_workers
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", type=Path, required=True)
-    parser.add_argument("--model", default="inception_v3")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--run-on", default="cpu")
+    stored_candidates_arguments(parser)
     parser.add_argument("--workers", type=int, default=default_workers())
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--one-way", choices=WAYS)

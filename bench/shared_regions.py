@@ -80,16 +80,21 @@ def first_calls_s(runners: dict[str, ScheduleRunner], x: torch.Tensor) -> dict[s
     return found
 
 
-def main() -> None:
-    """Count (and with --compile, time) the check's regions shared and apart."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def stored_candidates_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments that say which stored candidates to build, and where (:func:`stored_candidates`)."""
     parser.add_argument("--store", type=Path, required=True)
     parser.add_argument("--model", default="inception_v3")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--memory-format", default="contiguous")
     parser.add_argument("--run-on", default="cpu")
+
+
+def main() -> None:
+    """Count (and with --compile, time) the check's regions shared and apart."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    stored_candidates_arguments(parser)
+    parser.add_argument("--memory-format", default="contiguous")
     parser.add_argument("--compile", action="store_true")
     args = parser.parse_args()
     imported = import_model(args.model, dtype=args.dtype, memory_format=args.memory_format)

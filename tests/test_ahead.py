@@ -15,8 +15,8 @@ from ios_ray.frontend import import_module
 from ios_ray.runtime import Program, ScheduleRunner
 from ios_ray.runtime.ahead import TRACES_PER_WORKER, CompileWorkers, compile_ahead, default_workers
 from ios_ray.runtime.regions import Region, tracing_ahead
-from tests.fake_cuda import FakeCuda
 from tests.helpers import relative_error
+from tests.test_regions import on_a_fake_gpu
 from tests.test_runtime_schedules import BUILDERS, Tiny, make_schedule, tiny
 
 CPU = torch.device("cpu")
@@ -134,18 +134,7 @@ def test_a_memory_format_is_keyed_alike_whichever_module_a_process_finds_torch_i
 def test_on_a_gpu_a_check_compiles_its_regions_ahead_outside_any_capture(monkeypatch: pytest.MonkeyPatch) -> None:
     # the check's runners on a (fake) GPU: the passes run ahead on their streams, uncaptured; every region compiles
     # there, so that the runners' first calls (the capture's warm-up, then the capture) compile nothing
-    cuda = FakeCuda().install(monkeypatch)
-    compiled_while: list[bool] = []
-    compile_region = Region._compiled
-
-    def recorded(self: Region, inputs: tuple[torch.Tensor, ...]):  # noqa: ANN202
-        compiled_while.append(cuda.capturing is not None)
-        return compile_region(self, inputs)
-
-    monkeypatch.setattr(Region, "_compiled", recorded)
-    model, x = tiny(), torch.randn(2, *Tiny.input_shape)
-    cpu = Program.from_imported(import_module(model, x[:1]), CPU, "inductor")
-    program = Program(cpu.graph, cpu.fns, CUDA, "inductor")
+    cuda, compiled_while, model, x, program = on_a_fake_gpu(monkeypatch)
     runners = [ScheduleRunner(program, make_schedule(program.graph, BUILDERS[strategy], 2, kernels="inductor"), CUDA,
                               cuda_graph=True) for strategy in ("ios_like", "sequential")]
     with torch.no_grad():

@@ -195,7 +195,11 @@ def test_a_region_that_reads_a_value_runs_its_code_as_it_is_and_says_so() -> Non
     assert torch.equal(region(2 * x)[0], 2 * x * 6)  # not the value read while tracing: 2x * 3
 
 
-def test_on_a_gpu_regions_compile_at_the_captures_warm_up_never_inside_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def on_a_fake_gpu(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeCuda, list[bool], torch.nn.Module, torch.Tensor,
+                                                               Program]:
+    """A fake GPU installed, the list to which every region's compile adds whether it ran inside a capture, and the
+    tiny model, an input and its ``inductor`` program on the GPU (the fake device runs nothing: tensors stay on the
+    CPU)."""
     cuda = FakeCuda().install(monkeypatch)
     compiled_while: list[bool] = []
     compile_region = Region._compiled
@@ -207,7 +211,11 @@ def test_on_a_gpu_regions_compile_at_the_captures_warm_up_never_inside_it(monkey
     monkeypatch.setattr(Region, "_compiled", recorded)
     model, x = tiny(), torch.randn(2, *Tiny.input_shape)
     cpu = Program.from_imported(import_module(model, x[:1]), CPU, "inductor")
-    program = Program(cpu.graph, cpu.fns, CUDA, "inductor")
+    return cuda, compiled_while, model, x, Program(cpu.graph, cpu.fns, CUDA, "inductor")
+
+
+def test_on_a_gpu_regions_compile_at_the_captures_warm_up_never_inside_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    cuda, compiled_while, model, x, program = on_a_fake_gpu(monkeypatch)
     runner = ScheduleRunner(program, make_schedule(program.graph, BUILDERS["ios_like"], 2, kernels="inductor"), CUDA,
                             cuda_graph=True)
     assert any(isinstance(stage, ParallelStage) for stage in runner.stages)  # side streams between the regions
