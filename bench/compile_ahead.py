@@ -70,7 +70,7 @@ def one_way(args: argparse.Namespace, way: str) -> dict[str, float]:
     worst = max(float((y - expected).abs().max() / expected.abs().max()) for y in outputs)
     if worst > (1e-2 if args.dtype != "float32" else 1e-3):
         raise SystemExit(f"compile_ahead: {way}: an output is off by {worst:.2e} of the model's")
-    return {"seconds": seconds, "traces": ahead.traces if ahead else 0, "workers": ahead.workers if ahead else 0,
+    return {"seconds": seconds, "traces": ahead.regions if ahead else 0, "workers": ahead.workers if ahead else 0,
             "by_workers": ahead.by_workers if ahead else 0}
 
 

@@ -77,7 +77,7 @@ def test_past_the_time_given_a_region_compiles_its_trace_at_its_first_call(monke
         ahead = compile_ahead([lambda runner=runner: runner.run_stages(x) for runner in runners], workers=4,
                               seconds=0.0)
     regions = regions_of(runners)
-    assert ahead.traces == len(regions) == ahead.left and ahead.by_workers == 0
+    assert ahead.regions == len(regions) == ahead.left and ahead.by_workers == 0
     assert ahead.workers == min(4, len(regions) // TRACES_PER_WORKER)  # too few traces for a worker's start
     assert all(not r.compiled and len(r.traced) == 1 for r in regions)
     traced = Region._traced
@@ -93,7 +93,7 @@ def test_compiled_ahead_alone_every_region_compiles_before_the_passes_first_call
     model, x, runners = candidates(torch.float32)
     with torch.no_grad():
         ahead = compile_ahead([lambda runner=runner: runner.run_stages(x) for runner in runners], workers=0)
-        assert ahead.left == 0 and ahead.workers == 0 and ahead.traces == len(regions_of(runners))
+        assert ahead.left == 0 and ahead.workers == 0 and ahead.regions == len(regions_of(runners))
         assert all(len(r.compiled) == 1 and None not in r.compiled.values() for r in regions_of(runners))
         assert all(relative_error(runner(x), model(x)) <= 1e-5 for runner in runners)
 
@@ -139,8 +139,8 @@ def test_on_a_gpu_a_check_compiles_its_regions_ahead_outside_any_capture(monkeyp
                               cuda_graph=True) for strategy in ("ios_like", "sequential")]
     with torch.no_grad():
         ahead = compile_ahead([lambda runner=runner: runner.run_stages(x) for runner in runners], workers=2)
-        assert ahead.left == 0 and not cuda.graphs and compiled_while == [False] * ahead.traces
+        assert ahead.left == 0 and not cuda.graphs and compiled_while == [False] * ahead.regions
         for runner in runners:  # the fake device runs nothing: the tensors stay on the CPU
             assert relative_error(runner.captured(x), model(x)) <= 1e-5  # type: ignore[misc]
-    assert compiled_while == [False] * ahead.traces == [False] * len(regions_of(runners))
+    assert compiled_while == [False] * ahead.regions == [False] * len(regions_of(runners))
     assert [g.captured for g in cuda.graphs] == [True, True]

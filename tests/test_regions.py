@@ -235,6 +235,8 @@ def test_a_search_with_inductor_kernels_checks_and_deploys_its_regions(ray_local
     outcome = result["cpu", 2]
     assert outcome.schedule.kernels == "inductor" and outcome.schedule.device_info["kernels"] == "inductor"
     assert outcome.schedule.end_to_end is not None and outcome.measured > 0
+    compiled = outcome.schedule.end_to_end.compiled  # the candidates' regions, compiled before the rounds
+    assert compiled is not None and compiled.regions >= 4 and compiled.left == 0 and compiled.workers == 0
     model, x = tiny(), torch.randn(2, *Tiny.input_shape)
     deployed = result.deploy(model)
     with torch.no_grad():

@@ -15,7 +15,7 @@ import pytest
 
 from bench.synthetic import SyntheticCost
 from ios_ray.errors import UserError
-from ios_ray.paired import RatioInterval
+from ios_ray.paired import CompiledAhead, RatioInterval
 from ios_ray.frontend import import_model
 from ios_ray.runtime import read_schedules
 from ios_ray.schedule import (SCHEDULE_VERSION, BlockSchedule, CandidateRun, EndToEnd, ModelAsIs, PeakMemory,
@@ -96,6 +96,25 @@ def test_the_candidates_a_check_left_out_for_its_time_are_said_and_round_trip(tm
     assert json.loads((tmp_path / "bs8.json").read_text())["end_to_end"]["left_out"] == ["dp-fewer-groups", "greedy"]
     assert read_schedule(tmp_path / "bs8.json").end_to_end == check
     assert "left out" not in dataclasses.replace(check, left_out=()).summary()
+
+
+def test_what_a_check_compiled_before_its_rounds_is_said_and_round_trips(tmp_path: Path,
+                                                                          squeezenet_schedule: Schedule) -> None:
+    paired = RatioInterval(0.9, 0.85, 0.95, 0.99, 12)
+    check = EndToEnd(12, 0.9, 1.0, 0.8, 1.1, paired, (CandidateRun("dp", 0.9, 12, 0.8, None, paired),
+                                                      CandidateRun("sequential", 1.0, 12, 1.1)),
+                     "dp", compiled=CompiledAhead(8, 75, 61, 0, 9.25))
+    said = "75 regions compiled ahead in 9.2 s, 61 by 8 workers"
+    kept = kept_schedule({"dp": squeezenet_schedule, "sequential": squeezenet_schedule}, check)
+    assert said in check.summary()
+    assert said in SearchOutcome("cpu", 8, kept, 0.8, 1.1, 0, 0, SearchTimes(1.0, ()), None, "measured").summary()
+    save_schedule(kept, tmp_path / "bs8.json")
+    assert json.loads((tmp_path / "bs8.json").read_text())["end_to_end"]["compiled"] == {
+        "workers": 8, "regions": 75, "by_workers": 61, "left": 0, "seconds": 9.25}
+    assert read_schedule(tmp_path / "bs8.json").end_to_end == check
+    left = dataclasses.replace(check, compiled=CompiledAhead(1, 14, 3, 2, 30.0))
+    assert "14 regions compiled ahead in 30.0 s, 3 by 1 worker, 2 left to their first calls" in left.summary()
+    assert "compiled ahead" not in dataclasses.replace(check, compiled=None).summary()
 
 
 @pytest.mark.parametrize("low, high, slower", [(1.04, 1.10, True), (0.95, 1.02, False), (0.55, 0.61, False)])
@@ -248,6 +267,10 @@ HAND_EDITS = {
     "decision a number": (("end_to_end",), {**PAIRED, "decision": 1}, "end_to_end.decision is 1, not a string"),
     "unknown candidate left out": (("end_to_end",), {**PAIRED, "left_out": ["fastest"]},
                                    'end_to_end.left_out is ["fastest"], not a list of names from dp, dp-fewer-stages'),
+    "regions compiled a fraction": (("end_to_end",), {**PAIRED, "compiled": {"workers": 1, "regions": 7.5,
+                                                                             "by_workers": 0, "left": 0,
+                                                                             "seconds": 1.0}},
+                                    "end_to_end.compiled.regions is 7.5, not a whole number from 0"),
 }
 
 

@@ -25,7 +25,7 @@ from ios_ray.dtypes import converted, in_memory_format, torch_dtype
 from ios_ray.profiler.fingerprint import cuda_problem, device_fingerprint
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
-from ios_ray.paired import REPORT_CONFIDENCE, ContestTiming, LookPlan, PairedTiming, contest_confidence
+from ios_ray.paired import REPORT_CONFIDENCE, CompiledAhead, ContestTiming, LookPlan, PairedTiming, contest_confidence
 from ios_ray.profiler.jobs import (CheckJob, DeviceIdentity, MeasureJob, ModelSource, local_identity, make_row,
                                    refuse_another_graph)
 from ios_ray.profiler.model_source import import_source, load_source
@@ -113,25 +113,28 @@ class RealBackend:
         runs = {name: functools.partial(runner, x) for name, runner in runners.items()}
         plan = LookPlan.planned(job.rounds, contest_confidence(job.confidence, len(runs) - 1))
         with _fits(self.spec.label, job.model.name, job.batch):
-            seconds = self._compiled_ahead(job, runners, x)
-            timing = contest(runs, job.baseline, self.device, plan, job.warmup, seconds)
+            compiled = self._compiled_ahead(job, runners, x)
+            seconds = job.max_seconds if compiled is None or job.max_seconds is None else \
+                max(0.0, job.max_seconds - compiled.seconds)
+            timing = dataclasses.replace(contest(runs, job.baseline, self.device, plan, job.warmup, seconds),
+                                         compiled=compiled)
         self._kept = runners[timing.kept]
         if job.as_is_rounds == 0:
             return timing
         return dataclasses.replace(timing, as_is=self._time_as_is(job, runs[timing.kept], x))
 
-    def _compiled_ahead(self, job: CheckJob, runners: dict[str, ScheduleRunner], x: torch.Tensor) -> float | None:
+    def _compiled_ahead(self, job: CheckJob, runners: dict[str, ScheduleRunner], x: torch.Tensor
+                        ) -> CompiledAhead | None:
         """The regions of the runners with ``inductor`` kernels compiled side by side before the contest
-        (:func:`~ios_ray.runtime.ahead.compile_ahead`, within the share of the job's time its first calls may take):
-        the job's time left for the contest."""
+        (:func:`~ios_ray.runtime.ahead.compile_ahead`, within the share of the job's time its first calls may take);
+        None where no runner has regions to compile."""
         inductor = [runner for runner in runners.values() if runner.program.kernels == INDUCTOR_KERNELS]
         if not inductor:
-            return job.max_seconds
+            return None
         workers = default_workers() if job.compile_workers is None else job.compile_workers
         share = None if job.max_seconds is None else WARMUP_SHARE * job.max_seconds
         with torch.no_grad():
-            ahead = compile_ahead([functools.partial(runner.run_stages, x) for runner in inductor], workers, share)
-        return None if job.max_seconds is None else max(0.0, job.max_seconds - ahead.seconds)
+            return compile_ahead([functools.partial(runner.run_stages, x) for runner in inductor], workers, share)
 
     def _runners(self, job: CheckJob, host: str) -> dict[str, ScheduleRunner]:
         """A runner per schedule of the job; the previous job's kept runner is taken over where it runs one of the

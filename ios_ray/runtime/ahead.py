@@ -26,11 +26,11 @@ import os
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence, cast
 
 import torch
 
+from ios_ray.paired import CompiledAhead
 from ios_ray.runtime.regions import Signature, Trace, compile_traced, freezes, loaded_modules_forgotten, \
     placeholders, tracing_ahead
 
@@ -52,20 +52,8 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-@dataclass(frozen=True)
-class Ahead:
-    """What :func:`compile_ahead` did: ``traces`` regions traced, ``by_workers`` of them compiled by ``workers``
-    workers, ``left`` left to compile at their first call (past the time given), in ``seconds``."""
-
-    workers: int
-    traces: int
-    by_workers: int
-    left: int
-    seconds: float
-
-
 def compile_ahead(passes: Sequence[Callable[[], object]], workers: int, seconds: float | None = None,
-                  clock: Callable[[], float] = time.perf_counter) -> Ahead:
+                  clock: Callable[[], float] = time.perf_counter) -> CompiledAhead:
     """Run each pass once as it is, tracing its regions, then compile the traces side by side with up to ``workers``
     compile workers (one per :data:`TRACES_PER_WORKER` traces; none: here alone); what is not compiled within
     ``seconds`` compiles at its region's first call."""
@@ -80,7 +68,7 @@ def compile_ahead(passes: Sequence[Callable[[], object]], workers: int, seconds:
     workers = min(workers, len(traces) // TRACES_PER_WORKER)
     with CompileWorkers(workers) as pool:
         by_workers, left = pool.compile(traces, seconds_left)
-    return Ahead(workers, len(traces), by_workers, left, clock() - started)
+    return CompiledAhead(workers, len(traces), by_workers, left, clock() - started)
 
 
 class CompileWorkers:

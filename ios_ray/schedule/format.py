@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, TypeGuard
 
-from ios_ray.paired import RatioInterval, valid_confidence
+from ios_ray.paired import CompiledAhead, RatioInterval, valid_confidence
 from ios_ray.schedule.records import (CANDIDATES, MEMORY_FORMAT_TORCH_NAMES, BlockSchedule, CandidateRun, EndToEnd,
                                       ModelAsIs, PeakMemory)
 from ios_ray.stage import Stage
@@ -224,6 +224,22 @@ AS_IS = Record((
     *_interval_fields(confidence=True),
 ), build=lambda v, _: _model_as_is(v), rules=_interval_defects)
 
+def _count(value: Any) -> str | None:
+    return None if _is_int(value) and value >= 0 else "a whole number from 0"
+
+
+def _seconds(value: Any) -> str | None:
+    return None if _is_number(value) and value >= 0 else "a number of seconds"
+
+
+COMPILED = Record((
+    Field("workers", _count, required=True),
+    Field("regions", _count, required=True),
+    Field("by_workers", _count, required=True),
+    Field("left", _count, required=True),
+    Field("seconds", _seconds, required=True, load=float),
+), build=lambda v, _: CompiledAhead(**v))
+
 END_TO_END = Record((
     Field("rounds", _rounds, required=True),
     Field("dp_ms", **_MS),
@@ -237,9 +253,12 @@ END_TO_END = Record((
     Field("decision", _text, read=False),
     Field("as_is", _object_or_null, record=AS_IS, get=lambda check: ABSENT if check.as_is is None else check.as_is),
     Field("left_out", _candidate_names, default=(), get=lambda check: list(check.left_out) or ABSENT, load=tuple),
+    Field("compiled", _object_or_null, record=COMPILED,
+          get=lambda check: ABSENT if check.compiled is None else check.compiled),
 ), build=lambda v, _: EndToEnd(v["rounds"], v["dp_ms"], v["sequential_ms"], v["dp_predicted_ms"],
                                v["sequential_predicted_ms"], _interval(v, v["confidence"], v["rounds"]),
-                               v["candidates"], v["kept"] if v["candidates"] else None, v["as_is"], v["left_out"]),
+                               v["candidates"], v["kept"] if v["candidates"] else None, v["as_is"], v["left_out"],
+                               v["compiled"]),
     rules=_interval_defects)
 
 MEMORY = Record((

@@ -90,7 +90,7 @@ def end_to_end(timing: ContestTiming, candidates: dict[str, Schedule], correctio
     as_is = None if timing.as_is is None else \
         ModelAsIs(statistics.median(timing.as_is.second_ms), timing.as_is.rounds, timing.as_is.ratio)
     return EndToEnd(timing.rounds, medians["dp"], medians[BASELINE], dp.predicted_latency, plain.predicted_latency,
-                    timing.ratios["dp"], tuple(ran), timing.kept, as_is, timing.left_out)
+                    timing.ratios["dp"], tuple(ran), timing.kept, as_is, timing.left_out, timing.compiled)
 
 
 def kept_schedule(candidates: dict[str, Schedule], check: EndToEnd) -> Schedule:

@@ -83,7 +83,8 @@ class SearchOutcome:
         if check is not None:
             deciding = check.deciding
             ratio = "" if deciding is None else f", ratio {deciding.median:.3f}"
-            timed = f"; end to end {check.times()}{ratio} in {check.rounds} rounds{check.left_out_text()}"
+            timed = (f"; end to end {check.times()}{ratio} in {check.rounds} rounds{check.left_out_text()}"
+                     f"{check.compiled_text()}")
             timed += "" if check.as_is is None else f"; {check.as_is.summary()}"
         memory = "" if self.schedule.memory is None else f"; {self.schedule.memory.summary()}"
         return (f"{self.device} batch {self.batch}: {self.decision}; {self.kernels}; IOS {self.predicted_ms:.3f} ms, "
