@@ -479,6 +479,7 @@ def search_figures(store: Path, schedule_path: Path, device: str, batch: int) ->
             "dp_ms": check.dp_ms, "sequential_ms": check.sequential_ms, "kept": check.kept,
             "rounds": check.rounds, "decision": check.decision,
             "candidates": {c.name: round(c.ms, 4) for c in check.candidates}, "left_out": list(check.left_out),
+            "compiled": None if check.compiled is None else check.compiled.summary(),
             "kept_over_predicted": None if over is None else round(over, 3),
             "sequential_over_dp": _ratio(check.sequential_ms, check.dp_ms),
             "phases": schedule.params.get("search_s")}

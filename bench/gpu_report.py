@@ -294,9 +294,11 @@ def _searches(searches: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def _decision(search: dict[str, Any]) -> str:
-    """What a search's check kept and why, and the candidates it left out for its time."""
-    left_out = search.get("left_out")
-    return search.get("decision", search["kept"]) + (f"; left out for time: {', '.join(left_out)}" if left_out else "")
+    """What a search's check kept and why, the candidates it left out for its time, and what it compiled before its
+    rounds."""
+    left_out, compiled = search.get("left_out"), search.get("compiled")
+    return (search.get("decision", search["kept"]) + (f"; left out for time: {', '.join(left_out)}" if left_out else "")
+            + (f"; {compiled}" if compiled else ""))
 
 
 def _phases(phases: dict[str, float] | None) -> str:

@@ -184,7 +184,7 @@ def test_the_report_shows_the_gpu_and_the_copies_calibration(monkeypatch: pytest
     assert "| cuda bs1 | 24 of 3711 | 10.00 | 0.200 | 0.2000 / 0.1500 / 0.1250 / 0.1000 / 0.5000 |" in text
 
 
-def test_the_report_names_the_candidates_a_search_left_out_for_its_time() -> None:
+def test_the_report_names_the_candidates_a_search_left_out_for_its_time_and_what_it_compiled_ahead() -> None:
     search = {"warmup": 1, "repeat": 5, "stages": 1561, "uncaptured": 0, "wall_s": 95.0, "phases": None,
               "dp_predicted_ms": 0.7, "sequential_predicted_ms": 0.9, "dp_ms": 0.6, "sequential_ms": 0.8,
               "kept": "dp", "decision": "kept IOS: faster beyond noise, 0.74-0.77", "kept_over_predicted": 0.86}
@@ -195,6 +195,10 @@ def test_the_report_names_the_candidates_a_search_left_out_for_its_time() -> Non
     rows = [line for line in markdown(report).splitlines() if line.startswith("| cuda bs")]
     assert "| kept IOS: faster beyond noise, 0.74-0.77; left out for time: dp-fewer-groups, greedy |" in rows[0]
     assert "left out" not in rows[1]
+    compiled = "72 regions compiled ahead in 9.1 s, 58 by 8 workers"
+    report["searches"]["cuda bs32"] = {**search, "compiled": compiled}
+    rows = [line for line in markdown(report).splitlines() if line.startswith("| cuda bs")]
+    assert f"| kept IOS: faster beyond noise, 0.74-0.77; {compiled} |" in rows[1]
 
 
 def test_a_target_reads_its_range() -> None:
@@ -351,6 +355,7 @@ def test_the_whole_pipeline_runs_on_the_cpu_with_tiny_repeats(
     for search in report["searches"].values():
         assert search["stages"] > 0 and search["kept"] in ("dp", "sequential") and search["dp_ms"] > 0
         assert search["left_out"] == []  # every candidate's first calls took milliseconds
+        assert (search["compiled"] is not None) == (search["kernels"] == "inductor")  # its regions, before the rounds
         assert (search["warmup"], search["repeat"]) == (0, 1) and search["kernels"] in KERNEL_NAMES
         phases = search["phases"]  # where the search's own time went: its phases and the rest add up to its wall
         assert {"start-up", "import", "DP", "check"} <= phases.keys()
