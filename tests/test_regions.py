@@ -14,6 +14,7 @@ import torch
 
 from ios_ray.frontend import import_module
 from ios_ray.runtime import Program, ScheduleRunner
+from ios_ray.runtime.ahead import TRACES_PER_WORKER, default_workers
 from ios_ray.runtime.regions import LEAST_UNITS, Region, region_steps, signature
 from ios_ray.runtime.stages import ParallelStage
 from tests.fake_cuda import FakeCuda
@@ -236,7 +237,9 @@ def test_a_search_with_inductor_kernels_checks_and_deploys_its_regions(ray_local
     assert outcome.schedule.kernels == "inductor" and outcome.schedule.device_info["kernels"] == "inductor"
     assert outcome.schedule.end_to_end is not None and outcome.measured > 0
     compiled = outcome.schedule.end_to_end.compiled  # the candidates' regions, compiled before the rounds
-    assert compiled is not None and compiled.regions >= 4 and compiled.left == 0 and compiled.workers == 0
+    assert compiled is not None and compiled.regions >= 4 and compiled.left == 0
+    assert compiled.workers == min(default_workers(), compiled.regions // TRACES_PER_WORKER)  # a worker per 8 regions
+    assert compiled.by_workers <= compiled.regions
     model, x = tiny(), torch.randn(2, *Tiny.input_shape)
     deployed = result.deploy(model)
     with torch.no_grad():
