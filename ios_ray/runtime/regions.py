@@ -25,9 +25,9 @@ On a GPU the first call is the capture's warm-up, so nothing compiles inside a c
 :func:`tracing_ahead` a first call runs the code and traces it without compiling: the traces of several passes then
 compile side by side (:mod:`~ios_ray.runtime.ahead`), or each at its region's next first call (the traced pass
 returns its code's outputs: where compiled code laid its outputs out otherwise, a region after it would compile
-again, at its first call, for the strides it then sees; Inductor keeps a graph's output strides). A region that cannot be
-traced or compiled (a value read, no C++ compiler, an op Inductor lacks) runs its code as it is, with one warning
-saying why: slower, never wrong.
+again, at its first call, for the strides it then sees; Inductor keeps a graph's output strides). A region that
+cannot be traced or compiled (a value read, no C++ compiler, an op Inductor lacks) runs its code as it is, with one
+warning saying why: slower, never wrong.
 
 A region is compiled as Dynamo hands a graph to Inductor (fake inputs of static shape in a tracing context), so
 that Inductor's on-disk cache of compiled graphs (the FX graph cache) serves a region compiled before, in this
@@ -180,8 +180,8 @@ def compile_traced(traced: torch.fx.GraphModule, inputs: Sequence[torch.Tensor])
     from torch._inductor import config  # Inductor loads in a second or more: only where a region compiles
     from torch._inductor.compile_fx import compile_fx
 
-    with config.patch(freezing=freezes(signature(inputs))), _packed_weights_keyed_as_frozen(), _memory_formats_keyed_by_name(), \
-            _as_dynamo_would(inputs) as example:
+    with config.patch(freezing=freezes(signature(inputs))), _packed_weights_keyed_as_frozen(), \
+            _memory_formats_keyed_by_name(), _as_dynamo_would(inputs) as example:
         return compile_fx(traced, example)  # type: ignore[return-value]
 
 
