@@ -13,19 +13,17 @@ from bench.synthetic import SyntheticCost
 from ios_ray.app.cli.show import schedule_text
 from ios_ray.app.search.budgets import (MemoryBudget, budgeted, default_budget, device_memory, parse_memory_budget,
                                  refuse_what_cannot_fit, sequential_peak, trade_off)
-from ios_ray.app.search.job import LoadedModel, SearchRequest, _Planned, _search, checked_request, run_search
+from ios_ray.app.search.job import SearchRequest, _plan, _Planned, _search, checked_request, run_search
 from ios_ray.app.search.request import SearchPlan
 from ios_ray.app.search.progress import SilentProgress
-from ios_ray.app.search.measuring import Exhaustive
 from ios_ray.errors import UserError
-from ios_ray.frontend import import_model, load_model
+from ios_ray.frontend import load_model
 from ios_ray.profiler import DeviceIdentity
 from ios_ray.ir import Graph
 from ios_ray.schedule import PeakMemory, Schedule, read_schedule, save_schedule, schedule_from_json
 from ios_ray.scheduler import SearchParams, optimize_graph
 from ios_ray.scheduler.budget import smallest_peak
 from ios_ray.scheduler.memory import GraphMemory, to_bytes
-from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore
 from tests.helpers import search_budget
 from tests.test_schedule_file import squeezenet_schedule  # noqa: F401 - a fixture
@@ -117,22 +115,19 @@ def test_peaks_round_trip_and_files_without_them_still_load(
         schedule_from_json(data)
 
 
-def imported_request_model(plan: SearchPlan) -> LoadedModel:
-    """The checked request's model, built and imported on the driver as a search does."""
-    model = load_model(plan.model, plan.input_shape, plan.name)
-    return LoadedModel(model, import_model(model, dtype=plan.dtype, memory_format=plan.memory_format).graph)
+def planned_request(plan: SearchPlan) -> _Planned:
+    """The checked request's model, built, imported and planned on the driver as a search does."""
+    return _plan(plan, load_model(plan.model, plan.input_shape, plan.name), threaded=False)
 
 
 def test_a_search_on_a_gpu_that_reports_its_memory_keeps_each_setting_within_it(tmp_path: Path) -> None:
     """The search's settings take their default budget from what each device's actor reported."""
     request = checked_request(SearchRequest(model="tests.user_models:wide", devices=("cuda:0", "cpu"), batches=(1, 8),
                                             store=tmp_path / "store.duckdb"))
-    model = imported_request_model(request)
     identities = {"cuda:0": DeviceIdentity("cuda:0", "f", {"kind": "gpu", "memory_bytes": 10**9}, "host", "measured"),
                   "cpu": DeviceIdentity("cpu", "g", {"kind": "cpu"}, "host", "measured")}
-    search = _search(request, _Planned(model, Exhaustive(StageKeys(model.graph), SearchParams()),
-                                       LatencyStore(request.store)), identities)
-    weights = sum(t.numel() * t.element_size() for t in model.model.module.parameters())
+    search = _search(request, planned_request(request), identities)
+    weights = sum(t.numel() * t.element_size() for t in search.model.model.module.parameters())
     assert [(s.device, s.batch, s.memory_budget) for s in search.settings] == [
         ("cuda:0", 1, MemoryBudget(bytes=int(1e9 * 0.9) - weights)),
         ("cuda:0", 8, MemoryBudget(bytes=int(1e9 * 0.9) - weights)), ("cpu", 1, None), ("cpu", 8, None)]
@@ -155,8 +150,6 @@ def test_none_means_no_budget_even_on_a_gpu(tmp_path: Path) -> None:
     assert search_budget(None, "sim:v100", model) == MemoryBudget(bytes=int(16e9 * 0.9) - 440)
     request = checked_request(SearchRequest(model="tests.user_models:wide", devices=("sim:v100",), batches=(1,),
                                             store=tmp_path / "store.duckdb", memory_budget="none"))
-    loaded = imported_request_model(request)
     identities = {"sim:v100": DeviceIdentity("sim:v100", "f", {"kind": "gpu"}, "host", "simulated")}
-    search = _search(request, _Planned(loaded, Exhaustive(StageKeys(loaded.graph), SearchParams()),
-                                       LatencyStore(request.store)), identities)
+    search = _search(request, planned_request(request), identities)
     assert [s.memory_budget for s in search.settings] == [None]

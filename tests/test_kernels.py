@@ -5,7 +5,9 @@ kernels is another device for the store; and the CUDA binding runs cuDNN's fused
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -14,11 +16,14 @@ import torch.nn.functional as F
 from torch import nn
 
 import ios_ray
+from ios_ray.app.search import job
 from ios_ray.app.search.api import SearchResult
+from ios_ray.app.search.progress import SilentProgress
 from ios_ray.dtypes import MEMORY_FORMATS
 from ios_ray.errors import UserError
 from ios_ray.frontend import import_module
 from ios_ray.frontend.activations import ACTIVATIONS, activation_fn, activation_text
+from ios_ray.ir import Graph
 from ios_ray.profiler.fingerprint import cpu_info, fingerprint_of
 from ios_ray.paired import least_rounds
 from ios_ray.profiler.jobs import local_identity
@@ -27,6 +32,7 @@ from ios_ray.runtime.kernels import (AsTheyCome, CudnnConvRelu, InGraphFormat, O
                                      activation_layout, conv_binder, folded, layout_free, linear_binder, onednn_fuses)
 from ios_ray.runtime.units import CodeCall, Dense, Epilogue, FoldedConv
 from ios_ray.schedule import read_schedule, save_schedule, schedule_from_json
+from ios_ray.scheduler import Plan
 from ios_ray.store import LatencyStore
 from ios_ray.vocabulary import KERNEL_VERSIONS
 from tests.fake_cuda import FakeCuda
@@ -434,10 +440,11 @@ def test_on_a_gpu_a_residual_sum_and_its_relu_run_inside_cudnns_fused_convolutio
     assert calls.count(True) == len(residual)  # each captured once (and run uncaptured while the capture warms up)
 
 
-def search_tiny(store: Path, kernels: str, devices: tuple[str, ...] = ("cpu",)) -> SearchResult:
+def search_tiny(store: Path, kernels: str, devices: tuple[str, ...] = ("cpu",),
+                progress: SilentProgress | bool = False) -> SearchResult:
     """A quick search of the tiny model at batch 2 with the given kernels."""
     return ios_ray.search(tiny(), list(devices), [2], input_shape=Tiny.input_shape, store=store, kernels=kernels,
-                          warmup=0, repeat=2, check_rounds=least_rounds(), progress=False)
+                          warmup=0, repeat=2, check_rounds=least_rounds(), progress=progress)
 
 
 def test_stages_run_with_other_kernels_are_other_measurements(ray_local: None, tmp_path: Path) -> None:
@@ -488,6 +495,70 @@ def test_auto_kernels_are_chosen_by_timing_the_sequential_schedule_whole(ray_loc
         assert turn["kernels_ms"] > 0 and turn["versus_ms"] > 0
     assert outcome.kernels.startswith(f"{kept} kernels: measured; fused / eager ")
     assert f"inductor / {inductor['versus']} " in outcome.kernels
+
+
+def test_auto_takes_the_kernels_whose_units_alone_the_store_holds_without_timing_them(
+        ray_local: None, tmp_path: Path) -> None:
+    store = tmp_path / "store.duckdb"
+    search_tiny(store, "fused")
+    again = search_tiny(store, "auto")["cpu", 2]
+    units = len(import_module(tiny(), torch.randn(1, *Tiny.input_shape)).graph.units)
+    assert again.schedule.kernels == "fused" and again.schedule.params["kernels"] == {
+        "kernels": "fused", "how": f"as before: the store holds {units} of the model's units measured alone with them",
+        "decision": f"fused kernels: as before: the store holds {units} of the model's units measured alone with them"}
+
+
+class KernelsTimed(SilentProgress):
+    """Says when the search begins timing kernels (:attr:`timing`), and remembers what it said."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.timing = threading.Event()
+
+    def choosing_kernels(self, device: str, batch: int) -> None:
+        self.events.append("choosing kernels")
+        self.timing.set()
+
+    def planned(self, graph: Graph, plan: Plan) -> None:
+        self.events.append("planned")
+
+
+def test_a_search_imports_and_plans_during_kernels_while_its_device_starts_and_times_the_kernels(
+        ray_local: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: dict[str, str] = {}
+    timed_meanwhile: list[bool] = []
+    progress = KernelsTimed()
+
+    def import_model(*args: Any, **kwargs: Any) -> Any:
+        threads["import"] = threading.current_thread().name
+        return ios_ray.frontend.import_model(*args, **kwargs)
+
+    class WaitingLazy(job.Lazy):
+        def __init__(self, *args: Any) -> None:
+            threads["plan"] = threading.current_thread().name
+            timed_meanwhile.append(progress.timing.wait(timeout=60))  # a plan in the way would wait here in vain
+            super().__init__(*args)
+
+    monkeypatch.setattr(job, "_plans_during_kernels", lambda plan: True)  # as where no device is a CPU
+    monkeypatch.setattr(job, "import_model", import_model)
+    monkeypatch.setattr(job, "Lazy", WaitingLazy)
+    outcome = search_tiny(tmp_path / "store.duckdb", "auto", progress=progress)["cpu", 2]
+    assert threads == {"import": "ios-ray planning", "plan": "ios-ray planning"} and timed_meanwhile == [True]
+    assert progress.events == ["choosing kernels", "planned"] and outcome.kernels.startswith(
+        f"{outcome.schedule.kernels} kernels: measured; ")
+    assert outcome.measured > 0 and outcome.schedule.params["measure"]["mode"] == "lazy"
+
+
+def test_a_search_whose_planning_fails_on_its_thread_says_why(
+        ray_local: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any) -> None:
+        raise UserError("no plan for this model.")
+
+    monkeypatch.setattr(job, "_plans_during_kernels", lambda plan: True)
+    monkeypatch.setattr(job, "Lazy", refuse)
+    with pytest.raises(UserError, match="no plan for this model"):
+        search_tiny(tmp_path / "store.duckdb", "eager")
+    assert all(thread.name != "ios-ray planning" for thread in threading.enumerate())
 
 
 def test_on_a_sim_device_auto_is_eager_and_named_kernels_are_kept(ray_local: None, tmp_path: Path) -> None:

@@ -30,10 +30,12 @@ is its only caller.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
+from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence, TypeVar
 
 from ios_ray.app.search.budgets import refuse_unreachable_budgets, refuse_what_cannot_fit
 from ios_ray.app.search.candidates import candidates
@@ -55,10 +57,13 @@ from ios_ray.ir import Graph
 from ios_ray.profiler import DeviceIdentity, DevicePool, MeasureJob, ModelSource
 from ios_ray.profiler.cluster import check_offered
 from ios_ray.schedule import save_schedule, schedule_path
+from ios_ray.scheduler import sequential_stages
 from ios_ray.scheduler.correction import ScheduleRun, fit_correction
 from ios_ray.stage import StageKeys
 from ios_ray.store import LatencyStore, rows_to_table
 from ios_ray.vocabulary import KERNEL_NAMES
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -87,11 +92,27 @@ def model_source(model: Model, shared: bool) -> ModelSource:
 
 @dataclass(frozen=True)
 class _Planned:
-    """A search's model imported on the driver, its measuring strategy and its store."""
+    """A search's model being imported on the driver and its candidate stages being planned (:func:`_plan`), and its
+    store."""
 
-    model: LoadedModel
-    measuring: Measuring
+    importing: Future[tuple[LoadedModel, StageKeys]]
+    planning: Future[Measuring]
     store: LatencyStore
+
+    @property
+    def model(self) -> LoadedModel:
+        """The model imported (waiting for the thread that imports it, if any)."""
+        return self.importing.result()[0]
+
+    @property
+    def keys(self) -> StageKeys:
+        """The stage keys of the model's graph (waiting for its import)."""
+        return self.importing.result()[1]
+
+    @property
+    def measuring(self) -> Measuring:
+        """The measuring strategy, its candidate stages planned (waiting for the thread that plans them, if any)."""
+        return self.planning.result()
 
 
 @dataclass(frozen=True)
@@ -138,14 +159,16 @@ def run_search(request: SearchRequest, progress: SearchProgress) -> list[SearchO
 
 def _run(plan: SearchPlan, progress: SearchProgress, watch: Stopwatch) -> list[SearchOutcome]:
     """The search after its checks: build the model, import and plan it (on a measured device while the actors
-    build it too), look up, measure what is missing, schedule."""
+    start and build it too, and where no device is a CPU while they time its kernels), look up, measure what is
+    missing, schedule."""
     with watch.phase("import"):
         model = load_model(plan.model, plan.input_shape, plan.name)
     identities = _simulated_identities([device.spec for device in plan.devices])
     planned = None
     if identities is not None:
         with watch.phase("import"):
-            planned = _plan(plan, model, progress)
+            planned = _plan(plan, model, threaded=False)
+            _planned_now(planned, progress)
         search = _search(plan, planned, identities)
         with watch.phase("kernels"):
             _choose_kernels(search, None, progress)
@@ -155,23 +178,29 @@ def _run(plan: SearchPlan, progress: SearchProgress, watch: Stopwatch) -> list[S
             for label in plan.labels:
                 progress.device_started(label, 0, _cached(search, label))
             return _schedule_all(search, watch, None, progress)
+    threaded = planned is None
     with ExitStack() as stack:
         with watch.phase("start-up"):
             stack.enter_context(ray_session(plan.address))
+            measured = not all(device.spec.simulated for device in plan.devices)
+            source = model_source(model, shared=measured)  # before the import: it pickles the module
+            planned = planned or _plan(plan, model, threaded=True)
             pool = stack.enter_context(_pool(plan))
-            identities = pool.identities()
-            measured = any(identity.source == "measured" for identity in identities.values())
-            source = model_source(model, shared=measured)
             building = pool.prepare(source, plan.dtype, plan.memory_format) if measured else None
         with watch.phase("import"):
-            planned = planned or _plan(plan, model, progress)  # the actors build the model meanwhile
+            graph = planned.model.graph  # the actors build the model meanwhile
+            if threaded and not _plans_during_kernels(plan):
+                _planned_now(planned, progress)
         if building is not None:
             with watch.phase("build"):
-                building.check(planned.model.graph)
-        search = _search(plan, planned, identities)
+                building.check(graph)
+        search = _search(plan, planned, pool.identities())
         with watch.phase("kernels"):
             _choose_kernels(search, (pool, source), progress)
             _read_corrections(search)
+        if threaded and _plans_during_kernels(plan):
+            with watch.phase("import"):
+                _planned_now(planned, progress)  # what the kernels' timing left of planning
         _measure_rounds(pool, search, source, progress, watch)
         return _schedule_all(search, watch, (pool, source), progress)
 
@@ -195,16 +224,54 @@ def _measure_rounds(pool: DevicePool, search: _Search, source: ModelSource, prog
             asked = _ask(search, actors, size, before=asked)
 
 
-def _plan(plan: SearchPlan, model: Model, progress: SearchProgress) -> _Planned:
+def _plan(plan: SearchPlan, model: Model, threaded: bool) -> _Planned:
     """Import the model on the driver (in the request's dtype and memory format), refuse a batch that cannot fit,
-    and plan its candidate stages; the store opened."""
-    loaded = LoadedModel(model, import_model(model, dtype=plan.dtype, memory_format=plan.memory_format).graph)
-    refuse_what_cannot_fit(loaded.graph, plan.batches, plan.dtype, plan.labels, local=runs_here(plan.address))
-    keys = StageKeys(loaded.graph)
-    measuring: Measuring = (Lazy(keys, plan.params, plan.stage_budget, plan.dtype) if plan.measure == "lazy"
-                            else Exhaustive(keys, plan.params))
-    progress.planned(loaded.graph, measuring.space.plan)
-    return _Planned(loaded, measuring, LatencyStore(plan.store))
+    and plan its candidate stages (building the measuring strategy: seconds for a RandWire), now, or where ``threaded``
+    on a daemon thread (a Ctrl-C does not wait for it) while the actors start; the store opened. An exception of
+    either step is raised where its result is read (:class:`_Planned`)."""
+    local = runs_here(plan.address)  # asked of Ray here, on the search's thread
+
+    def imported() -> tuple[LoadedModel, StageKeys]:
+        loaded = LoadedModel(model, import_model(model, dtype=plan.dtype, memory_format=plan.memory_format).graph)
+        refuse_what_cannot_fit(loaded.graph, plan.batches, plan.dtype, plan.labels, local=local)
+        return loaded, StageKeys(loaded.graph)
+
+    def measuring() -> Measuring:
+        keys = importing.result()[1]
+        return (Lazy(keys, plan.params, plan.stage_budget, plan.dtype) if plan.measure == "lazy"
+                else Exhaustive(keys, plan.params))
+
+    importing: Future[tuple[LoadedModel, StageKeys]] = Future()
+    planning: Future[Measuring] = Future()
+
+    def run() -> None:
+        _settle(importing, imported)
+        _settle(planning, measuring)
+
+    if threaded:
+        threading.Thread(target=run, name="ios-ray planning", daemon=True).start()
+    else:
+        run()
+    return _Planned(importing, planning, LatencyStore(plan.store))
+
+
+def _settle(future: Future[T], work: Callable[[], T]) -> None:
+    """Give ``future`` the result of ``work``, or the exception it raised."""
+    try:
+        future.set_result(work())
+    except BaseException as error:  # noqa: BLE001 - handed to the reader of the result, whatever it is
+        future.set_exception(error)
+
+
+def _plans_during_kernels(plan: SearchPlan) -> bool:
+    """Whether the search goes on planning its candidate stages while its devices time the kernels: where none is a
+    CPU (a CPU's timing shares the host's cores with the driver's planning, whose work would disturb it)."""
+    return all(device.spec.kind != "cpu" for device in plan.devices)
+
+
+def _planned_now(planned: _Planned, progress: SearchProgress) -> None:
+    """Wait for the candidate stages to be planned, and say how many there are."""
+    progress.planned(planned.model.graph, planned.measuring.space.plan)
 
 
 def _search(plan: SearchPlan, planned: _Planned, identities: dict[str, DeviceIdentity]) -> _Search:
@@ -217,7 +284,7 @@ def _search(plan: SearchPlan, planned: _Planned, identities: dict[str, DeviceIde
                for device in plan.devices}
     settings = tuple(Setting(identities[label], batch, budgets[label]) for label in plan.labels
                      for batch in plan.batches)
-    search = _Search(model, planned.measuring, planned.store, plan, settings)
+    search = _Search(planned.importing, planned.planning, planned.store, plan, settings)
     refuse_unreachable_budgets(model.graph, plan.params, plan.dtype,
                                list(dict.fromkeys((s.batch, s.memory_budget) for s in settings)))
     return search
@@ -226,14 +293,15 @@ def _search(plan: SearchPlan, planned: _Planned, identities: dict[str, DeviceIde
 def _choose_kernels(search: _Search, devices: tuple[DevicePool, ModelSource] | None, progress: SearchProgress
                     ) -> None:
     """Give every setting its kernels (:mod:`~ios_ray.app.search.kernel_choice`): those the request names, else on a
-    measured device those an earlier search chose (the store holds more stages measured with them), else the faster
-    as the sequential schedule runs whole there (``devices``: its pool and the model's source); on a sim device
-    eager."""
-    plan = search.plan
+    measured device those an earlier search chose (the store holds more of the model's units measured alone with
+    them), else the faster as the sequential schedule runs whole there (``devices``: its pool and the model's
+    source); on a sim device eager."""
+    plan, graph = search.plan, search.model.graph
+    units = [search.keys.key(stage) for block in graph.blocks for stage in sequential_stages(graph, block)]
     for setting in search.settings:
         choice = given_kernels(plan.kernels, setting.simulated) or stored_kernels({
-            kernels: len(search.store.lookup(search.measuring.keys, setting.identity.running(kernels).fingerprint,
-                                             setting.batch, search.dtype)) for kernels in KERNEL_NAMES})
+            kernels: len(search.store.lookup(units, setting.identity.running(kernels).fingerprint, setting.batch,
+                                             search.dtype)) for kernels in KERNEL_NAMES})
         if choice is None:
             assert devices is not None, "a measured device is reached through its pool"
             progress.choosing_kernels(setting.device, setting.batch)

@@ -13,9 +13,10 @@ weights), and what Inductor saves is in fusing units, so it shows in the whole p
 
 The choice decides the device identity every stage of the setting is looked up and measured under
 (:meth:`~ios_ray.profiler.DeviceIdentity.running`): a stage run with other kernels is another measurement. So a
-choice, once made, stands: where the store already holds more of the model's stages measured on the device (at that
-batch and dtype) with one kernels than with any other, ``auto`` takes those kernels again without timing (the
-choice of the search that measured them), and a search run twice measures nothing twice.
+choice, once made, stands: where the store already holds more of the model's units measured alone on the device (at
+that batch and dtype; every search measures them first) with one kernels than with any other, ``auto`` takes those
+kernels again without timing (the choice of the search that measured them), and a search run twice measures nothing
+twice. Counting the units alone needs nothing planned, so a search can plan its candidate stages meanwhile.
 """
 
 from __future__ import annotations
@@ -98,13 +99,13 @@ def given_kernels(choice: str, simulated: bool) -> KernelChoice | None:
 
 
 def stored_kernels(stored: dict[str, int]) -> KernelChoice | None:
-    """The kernels an earlier search chose, from how many of the model's stages the store holds measured with each
-    on this device, batch and dtype: the kernels of the most, where one holds more than the other; else None."""
+    """The kernels an earlier search chose, from how many of the model's units the store holds measured alone with
+    each on this device, batch and dtype: the kernels of the most, where one holds more than the other; else None."""
     ranked = sorted(stored.items(), key=lambda item: -item[1])
     if not ranked or ranked[0][1] == 0 or (len(ranked) > 1 and ranked[1][1] == ranked[0][1]):
         return None
     kernels, count = ranked[0]
-    return KernelChoice(kernels, f"as before: the store holds {count} of the model's stages measured with them")
+    return KernelChoice(kernels, f"as before: the store holds {count} of the model's units measured alone with them")
 
 
 def measured_kernels(pool: DevicePool, source: ModelSource, graph: Graph, label: str, batch: int, dtype: str,
