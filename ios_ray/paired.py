@@ -93,20 +93,25 @@ class PairedTiming:
 @dataclass(frozen=True)
 class CompiledAhead:
     """What a device compiled before a contest's rounds (:func:`~ios_ray.runtime.ahead.compile_ahead`): ``regions``
-    traced, ``by_workers`` of them compiled by ``workers`` worker processes (the others by the device's own process),
-    ``left`` left to compile at their first calls (past the time given), in ``seconds``."""
+    traced, ``by_workers`` of them compiled by ``workers`` worker processes and read from Inductor's cache by the
+    device's own process (which compiled the others), ``missed`` more that a worker compiled but the device's process
+    compiled again (its read missed the cache: the two keyed the compile otherwise), ``left`` left to compile at
+    their first calls (past the time given), in ``seconds``."""
 
     workers: int
     regions: int
     by_workers: int
     left: int
     seconds: float
+    missed: int = 0
 
     def summary(self) -> str:
-        """``75 regions compiled ahead in 16.3 s, 22 by 1 worker`` (and how many were left to their first calls)."""
+        """``75 regions compiled ahead in 16.3 s, 22 by 1 worker`` (and how many of the workers' missed the cache,
+        and how many were left to their first calls)."""
+        missed = f" ({self.missed} more missed the cache and compiled again)" if self.missed else ""
         left = f", {self.left} left to their first calls" if self.left else ""
         return (f"{self.regions} regions compiled ahead in {self.seconds:.1f} s, {self.by_workers} by "
-                f"{self.workers} worker{'s' if self.workers != 1 else ''}{left}")
+                f"{self.workers} worker{'s' if self.workers != 1 else ''}{missed}{left}")
 
 
 @dataclass(frozen=True)

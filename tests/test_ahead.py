@@ -6,13 +6,14 @@ computes what eager kernels compute."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from pathlib import Path
 
 import pytest
 import torch
 
 from ios_ray.frontend import import_module
-from ios_ray.runtime import Program, ScheduleRunner
+from ios_ray.runtime import Program, ScheduleRunner, ahead
 from ios_ray.runtime.ahead import TRACES_PER_WORKER, CompileWorkers, compile_ahead, default_workers
 from ios_ray.runtime.regions import Region, tracing_ahead
 from tests.helpers import relative_error
@@ -59,9 +60,9 @@ def test_regions_a_worker_compiled_are_read_from_inductors_cache_and_compute_wha
     assert any(t.threads == 1 for t in traces) and not any(r.compiled for r in regions)
     counters.clear()
     with CompileWorkers(1) as workers:
-        by_workers, left = workers.compile(traces, lambda: None)
-    assert left == 0 and by_workers >= 1
-    assert counters["inductor"]["fxgraph_cache_hit"] >= by_workers  # every worker's compile read here, none again
+        read, left = workers.compile(traces, lambda: None)
+    assert left == 0 and read.hits >= 1 and read.misses == 0
+    assert counters["inductor"]["fxgraph_cache_hit"] >= read.hits  # every worker's compile read here, none again
     assert counters["inductor"]["fxgraph_cache_miss"] + counters["inductor"]["fxgraph_cache_hit"] == len(traces)
     assert all(len(r.compiled) == 1 and None not in r.compiled.values() and not r.traced for r in regions)
     compiled = [dict(r.compiled) for r in regions]
@@ -69,6 +70,20 @@ def test_regions_a_worker_compiled_are_read_from_inductors_cache_and_compute_wha
         for runner in runners:
             assert relative_error(runner(x), expected) <= (1e-5 if dtype == torch.float32 else 1e-12)
     assert [r.compiled for r in regions] == compiled  # the first calls ran the compiled code, compiling nothing
+
+
+def test_a_workers_compile_keyed_otherwise_is_counted_as_compiled_again_not_as_the_workers(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    sent = ahead._payload  # the worker compiles with one torch thread more than the trace ran on: another key
+    monkeypatch.setattr(ahead, "_payload", lambda trace: sent(dataclasses.replace(trace, threads=trace.threads + 1)))
+    monkeypatch.setattr(ahead, "TRACES_PER_WORKER", 1)
+    model, x, runners = candidates(torch.float32)
+    with torch.no_grad():
+        found = compile_ahead([lambda runner=runner: runner.run_stages(x) for runner in runners], workers=1)
+        assert all(relative_error(runner(x), model(x)) <= 1e-5 for runner in runners)
+    assert found.workers == 1 and found.by_workers == 0 and found.missed >= 1 and found.left == 0
+    assert f"0 by 1 worker ({found.missed} more missed the cache and compiled again)" in found.summary()
 
 
 def test_past_the_time_given_a_region_compiles_its_trace_at_its_first_call(monkeypatch: pytest.MonkeyPatch) -> None:

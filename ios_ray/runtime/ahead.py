@@ -20,6 +20,7 @@ worker that fails, is slow or keys otherwise costs time, never a wrong answer.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import multiprocessing
 import os
@@ -67,8 +68,8 @@ def compile_ahead(passes: Sequence[Callable[[], object]], workers: int, seconds:
             run()
     workers = min(workers, len(traces) // TRACES_PER_WORKER)
     with CompileWorkers(workers) as pool:
-        by_workers, left = pool.compile(traces, seconds_left)
-    return CompiledAhead(workers, len(traces), by_workers, left, clock() - started)
+        read, left = pool.compile(traces, seconds_left)
+    return CompiledAhead(workers, len(traces), read.hits, left, clock() - started, read.misses)
 
 
 class CompileWorkers:
@@ -88,10 +89,11 @@ class CompileWorkers:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def compile(self, traces: Sequence[Trace], seconds_left: Callable[[], float | None]) -> tuple[int, int]:
+    def compile(self, traces: Sequence[Trace], seconds_left: Callable[[], float | None]) -> tuple[CacheReads, int]:
         """Compile every trace, the workers taking them from the front and this process from the back, then the
         workers' here in order (read from the cache), then those of the same code as another (read from the cache
-        too), until ``seconds_left`` says 0; how many the workers compiled, and how many were left uncompiled."""
+        too), until ``seconds_left`` says 0; how this process's reads of the workers' compiles went, and how many
+        traces were left uncompiled."""
         firsts = _firsts(traces)
         queue = collections.deque(firsts)
         given: list[tuple[Trace, Future]] = []
@@ -109,11 +111,10 @@ class CompileWorkers:
         stop.set()
         if feeder.is_alive():
             feeder.join()
-        left, by_workers = list(queue), 0
+        left, read = list(queue), CacheReads()
         for trace, future in given:
             if _settled(future, seconds_left()):
-                by_workers += future.exception() is None
-                trace.compile()
+                read.compile(trace, future.exception() is None)
             else:
                 left.append(trace)
         compiled_first = {id(trace) for trace in firsts}
@@ -122,7 +123,7 @@ class CompileWorkers:
                 left.append(trace)
             else:
                 trace.compile()
-        return by_workers, len(left)
+        return read, len(left)
 
     def _feed(self, queue: collections.deque[Trace], given: list[tuple[Trace, Future]], refused: list[Trace],
               lock: threading.Lock, stop: threading.Event) -> None:
@@ -156,6 +157,31 @@ class CompileWorkers:
         for process in processes:
             process.join()
         self._pool = None
+
+
+@dataclasses.dataclass
+class CacheReads:
+    """Of the traces a worker compiled, how many this process then read from Inductor's cache (``hits``) and how many
+    it compiled again (``misses``: the two processes keyed the compile otherwise, so the worker saved nothing)."""
+
+    hits: int = 0
+    misses: int = 0
+
+    def compile(self, trace: Trace, by_a_worker: bool) -> None:
+        """Compile ``trace`` here; where a worker compiled it, count whether Inductor's cache served it."""
+        before = _cache_hits()
+        trace.compile()
+        if by_a_worker:
+            hit = _cache_hits() > before
+            self.hits += hit
+            self.misses += not hit
+
+
+def _cache_hits() -> int:
+    """How many compiles of this process Inductor's FX graph cache has served."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["fxgraph_cache_hit"])
 
 
 def _firsts(traces: Sequence[Trace]) -> list[Trace]:

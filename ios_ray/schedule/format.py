@@ -238,6 +238,7 @@ COMPILED = Record((
     Field("by_workers", _count, required=True),
     Field("left", _count, required=True),
     Field("seconds", _seconds, required=True, load=float),
+    Field("missed", _count, default=0),
 ), build=lambda v, _: CompiledAhead(**v))
 
 END_TO_END = Record((
