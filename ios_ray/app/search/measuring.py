@@ -219,36 +219,39 @@ class Lazy(Measuring):
         """The next round's stages (:func:`~ios_ray.scheduler.next_round`), then those of the budgeted DP's
         schedule under the lower bounds; the round is kept as the setting's ``round``."""
         margin = 0.0 if setting.simulated else LAZY_MARGIN
-        found = next_round(self.space, self.costs(setting), LazyParams(margin, round_size, self.budget))
+        costs = self.costs(setting)
+        found = next_round(self.space, costs, LazyParams(margin, round_size, self.budget))
         if found.certified and setting.memory_budget is not None:
-            found = self._within_budget(setting, found, margin)
+            found = self._within_budget(setting, found, margin, costs)
         setting.round = found
         return list(found.measure)
 
-    def _within_budget(self, setting: Setting, certified: LazyRound, margin: float) -> LazyRound:
+    def _within_budget(self, setting: Setting, certified: LazyRound, margin: float, costs: dict[str, float]
+                       ) -> LazyRound:
         """The certified round, or one asking for the unmeasured stages of the budgeted DP's schedule under the
-        lower bounds; none once the budgeted DP over measured stages costs no more than that one (within
-        :data:`~ios_ray.scheduler.lazy.TOLERANCE`: no schedule within the budget can be cheaper, as far as the bounds
-        hold; so where the unbudgeted schedule fits, at once), or the budget of stages is spent."""
+        lower bounds; none once the budgeted DP over measured stages (priced by ``costs``) costs no more than that
+        one (within :data:`~ios_ray.scheduler.lazy.TOLERANCE`: no schedule within the budget can be cheaper, as far
+        as the bounds hold; so where the unbudgeted schedule fits, at once), or the budget of stages is spent."""
         if self.budget is not None and len(setting.table) >= self.budget:
             return certified
-        bounds = lower_bounds(self.space, self.costs(setting), margin)
+        bounds = lower_bounds(self.space, costs, margin)
         latency = TableLatency(self.stage_keys, bounds, missing=math.inf)
         result, _ = budgeted(self.space.graph, self.space.optimize(bounds), latency, self.space.params,
                              setting.batch, self.dtype, setting.memory_budget)
         keys = [self.stage_keys.key(stage) for block in result.schedules for stage in block.stages]
         missing = tuple(dict.fromkeys(key for key in keys if key not in setting.table))
-        if not missing or result.cost >= self._measured_within(setting) * (1 - TOLERANCE):
+        if not missing or result.cost >= self._measured_within(setting, costs) * (1 - TOLERANCE):
             return certified
         return dataclasses.replace(certified, measure=missing, bounds=tuple(bounds[key] for key in missing),
                                    certified=False)
 
-    def _measured_within(self, setting: Setting) -> float:
-        """The cost of the fastest schedule of measured stages within the setting's memory budget (inf: none)."""
-        found, latency = self.dp(setting)
+    def _measured_within(self, setting: Setting, costs: dict[str, float]) -> float:
+        """The cost of the fastest schedule of measured stages (priced by ``costs``) within the setting's memory
+        budget (inf: none)."""
+        latency = TableLatency(self.stage_keys, costs, missing=math.inf)
         try:
-            result, _ = budgeted(self.space.graph, found, latency, self.space.params, setting.batch, self.dtype,
-                                 setting.memory_budget)
+            result, _ = budgeted(self.space.graph, self.space.optimize(costs), latency, self.space.params,
+                                 setting.batch, self.dtype, setting.memory_budget)
         except UserError:  # no schedule of measured stages keeps within the budget yet
             return math.inf
         return result.cost

@@ -98,7 +98,7 @@ class RichSearchProgress:
         if opaque.warrants_warning:
             self.console.print(f"warning: {opaque.summary()}; they run their original code one op at a time (see "
                                "ios-ray inspect)", highlight=False, soft_wrap=True)
-        self.status.update("looking up the store (the devices build the model)")
+        self.status.update("looking up the store")
 
     def device_started(self, device: str, total: int, cached: int) -> None:
         """Add a bar for a device (the bars show from the first one on), or extend it by a lazy search's round."""
@@ -123,6 +123,7 @@ class RichSearchProgress:
         turns = ", then ".join(KERNEL_NAMES[1:])
         self.console.print(f"{device} batch {batch}: timing the sequential schedule with each kernels in turns "
                            f"({turns})")
+        self.status.update(f"{device} batch {batch}: timing the kernels")
 
     def checking(self, device: str, batch: int) -> None:
         """Say which schedules are being timed end to end."""
