@@ -29,11 +29,13 @@ from ios_ray.scheduler import LatencyModel, SearchParams, TableLatency, optimize
 from ios_ray.scheduler.arrays import BlockArrays
 from ios_ray.scheduler.budget import smallest_peak
 from ios_ray.scheduler.estimate import _compose, estimate
+from ios_ray.scheduler import lazy
 from ios_ray.scheduler.lazy import LazyParams, LazyRound, LazySpace, next_round
 from ios_ray.scheduler.memory import GraphMemory, to_bytes
 from ios_ray.scheduler.relations import StageIndex
 from ios_ray.scheduler.space import BlockSpace
 from ios_ray.stage import Stage, StageKeys
+from tests.helpers import zoo_graph
 from tests.random_graphs import dag_graph
 
 PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -351,3 +353,35 @@ def test_under_a_memory_budget_lazy_ends_as_cheap_as_all(graph: Graph, where: fl
     assert lazy[0] == pytest.approx(every[0], rel=1e-9)
     assert lazy[1] <= budget.bytes and every[1] <= budget.bytes
     assert lazy[2] <= every[2]
+
+
+def test_a_space_builds_with_the_garbage_collector_paused_and_restored() -> None:
+    import gc
+
+    from ios_ray.scheduler.search_space import collection_paused
+
+    seen: list[bool] = []
+    real = lazy.relate
+
+    def relate(index: object) -> object:
+        seen.append(gc.isenabled())
+        return real(index)
+
+    assert gc.isenabled()
+    with patch("ios_ray.scheduler.lazy.relate", relate):
+        LazySpace.build(zoo_graph("squeezenet"), SearchParams())
+    assert seen == [False] and gc.isenabled()  # paused while it built, on again after
+    first, second = collection_paused(), collection_paused()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert not gc.isenabled()  # two at once: on again only once both end
+    second.__exit__(None, None, None)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collection_paused():
+            pass
+        assert not gc.isenabled()  # off before: off after
+    finally:
+        gc.enable()

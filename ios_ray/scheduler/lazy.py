@@ -43,7 +43,7 @@ from ios_ray.ir import Graph
 from ios_ray.scheduler.arrays import BlockArrays
 from ios_ray.scheduler.estimate import Estimates, estimate
 from ios_ray.scheduler.relations import StageRelations, relate
-from ios_ray.scheduler.search_space import SearchSpace, walked
+from ios_ray.scheduler.search_space import SearchSpace, collection_paused, walked
 from ios_ray.scheduler.space import SearchParams
 from ios_ray.stage import StageKeys
 
@@ -100,8 +100,9 @@ class LazySpace(SearchSpace):
     @staticmethod
     def build(graph: Graph, params: SearchParams, keys: StageKeys | None = None) -> LazySpace:
         """The lazy space of ``graph`` under ``params``."""
-        index, space = walked(graph, params, keys)
-        relations = relate(index)
+        with collection_paused():
+            index, space = walked(graph, params, keys)
+            relations = relate(index)
         seeds = np.concatenate([relations.one_group, relations.pairs])
         return LazySpace(**{f.name: getattr(space, f.name) for f in fields(SearchSpace)}, relations=relations,
                          seeds=np.sort(seeds))
