@@ -3,9 +3,11 @@ outcome, its schedule file and the search's last line say of them (:class:`Searc
 
 The phases, in the order a search reaches them (:data:`PHASES`):
 
-* ``start-up``: the checks of the request and the cluster, Ray and the device actors starting;
+* ``start-up``: the checks of the request and the cluster, Ray and the device actors starting (on a measured device
+  the driver's import and plan begin meanwhile, on a thread of their own);
 * ``import``: the model built and imported on the driver, its candidate stages planned, the store opened (on a
-  measured device the actors build the model meanwhile);
+  measured device what is left of them to wait for, while the actors build the model; where no device is a CPU,
+  the plan's rest only after the kernels);
 * ``build``: waiting, after the import, for the actors' own build of the model;
 * ``kernels``: choosing each setting's kernels (on a measured device the sequential schedule timed whole with each)
   and reading the corrections fitted by earlier searches;
