@@ -13,7 +13,8 @@ from bench.synthetic import SyntheticCost
 from ios_ray.app.cli.show import schedule_text
 from ios_ray.app.search.budgets import (MemoryBudget, budgeted, default_budget, device_memory, parse_memory_budget,
                                  refuse_what_cannot_fit, sequential_peak, trade_off)
-from ios_ray.app.search.job import SearchRequest, _plan, _Planned, _search, checked_request, run_search
+from ios_ray.app.search.job import SearchRequest, _search, checked_request, run_search
+from ios_ray.app.search.planning import Planned, plan_model
 from ios_ray.app.search.request import SearchPlan
 from ios_ray.app.search.progress import SilentProgress
 from ios_ray.errors import UserError
@@ -115,9 +116,9 @@ def test_peaks_round_trip_and_files_without_them_still_load(
         schedule_from_json(data)
 
 
-def planned_request(plan: SearchPlan) -> _Planned:
+def planned_request(plan: SearchPlan) -> Planned:
     """The checked request's model, built, imported and planned on the driver as a search does."""
-    return _plan(plan, load_model(plan.model, plan.input_shape, plan.name), threaded=False)
+    return plan_model(plan, load_model(plan.model, plan.input_shape, plan.name), threaded=False)
 
 
 def test_a_search_on_a_gpu_that_reports_its_memory_keeps_each_setting_within_it(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import ios_ray
-from ios_ray.app.search import job
+from ios_ray.app.search import planning
 from ios_ray.app.search.api import SearchResult
 from ios_ray.app.search.progress import SilentProgress
 from ios_ray.dtypes import MEMORY_FORMATS
@@ -523,7 +523,7 @@ class KernelsTimed(SilentProgress):
         self.events.append("planned")
 
 
-def test_a_search_imports_and_plans_during_kernels_while_its_device_starts_and_times_the_kernels(
+def test_a_search_imports_and_plans_on_a_thread_while_its_device_starts_and_times_the_kernels(
         ray_local: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     threads: dict[str, str] = {}
     timed_meanwhile: list[bool] = []
@@ -533,15 +533,15 @@ def test_a_search_imports_and_plans_during_kernels_while_its_device_starts_and_t
         threads["import"] = threading.current_thread().name
         return ios_ray.frontend.import_model(*args, **kwargs)
 
-    class WaitingLazy(job.Lazy):
+    class WaitingLazy(planning.Lazy):
         def __init__(self, *args: Any) -> None:
             threads["plan"] = threading.current_thread().name
             timed_meanwhile.append(progress.timing.wait(timeout=60))  # a plan in the way would wait here in vain
             super().__init__(*args)
 
-    monkeypatch.setattr(job, "_plans_during_kernels", lambda plan: True)  # as where no device is a CPU
-    monkeypatch.setattr(job, "import_model", import_model)
-    monkeypatch.setattr(job, "Lazy", WaitingLazy)
+    monkeypatch.setattr(planning, "plans_during_kernels", lambda plan: True)  # as where no device is a CPU
+    monkeypatch.setattr(planning, "import_model", import_model)
+    monkeypatch.setattr(planning, "Lazy", WaitingLazy)
     outcome = search_tiny(tmp_path / "store.duckdb", "auto", progress=progress)["cpu", 2]
     assert threads == {"import": "ios-ray planning", "plan": "ios-ray planning"} and timed_meanwhile == [True]
     assert progress.events == ["choosing kernels", "planned"] and outcome.kernels.startswith(
@@ -554,8 +554,8 @@ def test_a_search_whose_planning_fails_on_its_thread_says_why(
     def refuse(*args: Any) -> None:
         raise UserError("no plan for this model.")
 
-    monkeypatch.setattr(job, "_plans_during_kernels", lambda plan: True)
-    monkeypatch.setattr(job, "Lazy", refuse)
+    monkeypatch.setattr(planning, "plans_during_kernels", lambda plan: True)
+    monkeypatch.setattr(planning, "Lazy", refuse)
     with pytest.raises(UserError, match="no plan for this model"):
         search_tiny(tmp_path / "store.duckdb", "eager")
     assert all(thread.name != "ios-ray planning" for thread in threading.enumerate())

@@ -3,7 +3,8 @@ check, and hand back (and write) schedules.
 
 The steps follow docs/DESIGN.md's data flow. The model comes as a spec or an ``nn.Module`` object
 (:func:`~ios_ray.frontend.load_model`); actors on real devices rebuild it from the spec or fetch the object through
-Ray's object store (:class:`~ios_ray.profiler.ModelSource`), while the driver imports it. All candidate stages of a
+Ray's object store (:class:`~ios_ray.profiler.ModelSource`), while the driver imports and plans it, on a thread of
+its own (:mod:`~ios_ray.app.search.planning`). All candidate stages of a
 model are known before anything is measured, so they are deduplicated by stage key and looked up in the latency
 store for every setting
 (device, batch, a :class:`~ios_ray.app.search.measuring.Setting`); a measuring strategy
@@ -30,53 +31,36 @@ is its only caller.
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
-from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence, TypeVar
+from typing import Iterator, Sequence
 
-from ios_ray.app.search.budgets import refuse_unreachable_budgets, refuse_what_cannot_fit
+from ios_ray.app.search import planning
+from ios_ray.app.search.budgets import refuse_unreachable_budgets
 from ios_ray.app.search.candidates import candidates
 from ios_ray.app.search.check import checked_end_to_end, corrected_prediction
 from ios_ray.app.search.kernel_choice import given_kernels, measured_kernels, stored_kernels
-from ios_ray.app.search.measuring import Exhaustive, Lazy, Measuring, Setting
+from ios_ray.app.search.measuring import Setting
 from ios_ray.app.search.outcome import SearchOutcome
 from ios_ray.app.search.phases import Stopwatch
+from ios_ray.app.search.planning import Planned, plan_model
 from ios_ray.app.search.progress import SearchProgress
-from ios_ray.app.search.ray_session import cluster_in_use, joined, ray_session, runs_here
+from ios_ray.app.search.ray_session import cluster_in_use, joined, ray_session
 from ios_ray.app.search.request import SearchPlan, SearchRequest, checked_request
 from ios_ray.app.search.rounds import RoundSize
 from ios_ray.app.search.solver import Solver
 from ios_ray.devices import DeviceSpec
 from ios_ray.dtypes import copied, module_device
 from ios_ray.errors import UserError
-from ios_ray.frontend import Model, import_model, load_model
-from ios_ray.ir import Graph
+from ios_ray.frontend import Model, load_model
 from ios_ray.profiler import DeviceIdentity, DevicePool, MeasureJob, ModelSource
 from ios_ray.profiler.cluster import check_offered
 from ios_ray.schedule import save_schedule, schedule_path
 from ios_ray.scheduler import sequential_stages
 from ios_ray.scheduler.correction import ScheduleRun, fit_correction
-from ios_ray.stage import StageKeys
-from ios_ray.store import LatencyStore, rows_to_table
+from ios_ray.store import rows_to_table
 from ios_ray.vocabulary import KERNEL_NAMES
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class LoadedModel:
-    """The model of a request (:func:`~ios_ray.frontend.load_model`) and its graph, imported on the driver."""
-
-    model: Model
-    graph: Graph
-
-    @property
-    def name(self) -> str:
-        """The model's name."""
-        return self.model.name
 
 
 def model_source(model: Model, shared: bool) -> ModelSource:
@@ -91,33 +75,8 @@ def model_source(model: Model, shared: bool) -> ModelSource:
 
 
 @dataclass(frozen=True)
-class _Planned:
-    """A search's model being imported on the driver and its candidate stages being planned (:func:`_plan`), and its
-    store."""
-
-    importing: Future[tuple[LoadedModel, StageKeys]]
-    planning: Future[Measuring]
-    store: LatencyStore
-
-    @property
-    def model(self) -> LoadedModel:
-        """The model imported (waiting for the thread that imports it, if any)."""
-        return self.importing.result()[0]
-
-    @property
-    def keys(self) -> StageKeys:
-        """The stage keys of the model's graph (waiting for its import)."""
-        return self.importing.result()[1]
-
-    @property
-    def measuring(self) -> Measuring:
-        """The measuring strategy, its candidate stages planned (waiting for the thread that plans them, if any)."""
-        return self.planning.result()
-
-
-@dataclass(frozen=True)
-class _Search(_Planned):
-    """What every step of one search shares: the model, the measuring strategy and the store (:class:`_Planned`),
+class _Search(Planned):
+    """What every step of one search shares: the model, the measuring strategy and the store (:class:`Planned`),
     the checked request, and one setting per (device, batch)."""
 
     plan: SearchPlan
@@ -167,7 +126,7 @@ def _run(plan: SearchPlan, progress: SearchProgress, watch: Stopwatch) -> list[S
     planned = None
     if identities is not None:
         with watch.phase("import"):
-            planned = _plan(plan, model, threaded=False)
+            planned = plan_model(plan, model, threaded=False)
             _planned_now(planned, progress)
         search = _search(plan, planned, identities)
         with watch.phase("kernels"):
@@ -184,12 +143,12 @@ def _run(plan: SearchPlan, progress: SearchProgress, watch: Stopwatch) -> list[S
             stack.enter_context(ray_session(plan.address))
             measured = not all(device.spec.simulated for device in plan.devices)
             source = model_source(model, shared=measured)  # before the import: it pickles the module
-            planned = planned or _plan(plan, model, threaded=True)
+            planned = planned or plan_model(plan, model, threaded=True)
             pool = stack.enter_context(_pool(plan))
             building = pool.prepare(source, plan.dtype, plan.memory_format) if measured else None
         with watch.phase("import"):
             graph = planned.model.graph  # the actors build the model meanwhile
-            if threaded and not _plans_during_kernels(plan):
+            if threaded and not planning.plans_during_kernels(plan):
                 _planned_now(planned, progress)
         if building is not None:
             with watch.phase("build"):
@@ -198,7 +157,7 @@ def _run(plan: SearchPlan, progress: SearchProgress, watch: Stopwatch) -> list[S
         with watch.phase("kernels"):
             _choose_kernels(search, (pool, source), progress)
             _read_corrections(search)
-        if threaded and _plans_during_kernels(plan):
+        if threaded and planning.plans_during_kernels(plan):
             with watch.phase("import"):
                 _planned_now(planned, progress)  # what the kernels' timing left of planning
         _measure_rounds(pool, search, source, progress, watch)
@@ -224,57 +183,12 @@ def _measure_rounds(pool: DevicePool, search: _Search, source: ModelSource, prog
             asked = _ask(search, actors, size, before=asked)
 
 
-def _plan(plan: SearchPlan, model: Model, threaded: bool) -> _Planned:
-    """Import the model on the driver (in the request's dtype and memory format), refuse a batch that cannot fit,
-    and plan its candidate stages (building the measuring strategy: seconds for a RandWire), now, or where ``threaded``
-    on a daemon thread (a Ctrl-C does not wait for it) while the actors start; the store opened. An exception of
-    either step is raised where its result is read (:class:`_Planned`)."""
-    local = runs_here(plan.address)  # asked of Ray here, on the search's thread
-
-    def imported() -> tuple[LoadedModel, StageKeys]:
-        loaded = LoadedModel(model, import_model(model, dtype=plan.dtype, memory_format=plan.memory_format).graph)
-        refuse_what_cannot_fit(loaded.graph, plan.batches, plan.dtype, plan.labels, local=local)
-        return loaded, StageKeys(loaded.graph)
-
-    def measuring() -> Measuring:
-        keys = importing.result()[1]
-        return (Lazy(keys, plan.params, plan.stage_budget, plan.dtype) if plan.measure == "lazy"
-                else Exhaustive(keys, plan.params))
-
-    importing: Future[tuple[LoadedModel, StageKeys]] = Future()
-    planning: Future[Measuring] = Future()
-
-    def run() -> None:
-        _settle(importing, imported)
-        _settle(planning, measuring)
-
-    if threaded:
-        threading.Thread(target=run, name="ios-ray planning", daemon=True).start()
-    else:
-        run()
-    return _Planned(importing, planning, LatencyStore(plan.store))
-
-
-def _settle(future: Future[T], work: Callable[[], T]) -> None:
-    """Give ``future`` the result of ``work``, or the exception it raised."""
-    try:
-        future.set_result(work())
-    except BaseException as error:  # noqa: BLE001 - handed to the reader of the result, whatever it is
-        future.set_exception(error)
-
-
-def _plans_during_kernels(plan: SearchPlan) -> bool:
-    """Whether the search goes on planning its candidate stages while its devices time the kernels: where none is a
-    CPU (a CPU's timing shares the host's cores with the driver's planning, whose work would disturb it)."""
-    return all(device.spec.kind != "cpu" for device in plan.devices)
-
-
-def _planned_now(planned: _Planned, progress: SearchProgress) -> None:
+def _planned_now(planned: Planned, progress: SearchProgress) -> None:
     """Wait for the candidate stages to be planned, and say how many there are."""
     progress.planned(planned.model.graph, planned.measuring.space.plan)
 
 
-def _search(plan: SearchPlan, planned: _Planned, identities: dict[str, DeviceIdentity]) -> _Search:
+def _search(plan: SearchPlan, planned: Planned, identities: dict[str, DeviceIdentity]) -> _Search:
     """A search's shared state, one setting per (device, batch) in the request's order, each with its device's
     memory budget (resolved once per device, from the memory its identity reports); UserError where a budget is one
     no schedule meets."""
