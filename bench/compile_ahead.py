@@ -71,7 +71,7 @@ def one_way(args: argparse.Namespace, way: str) -> dict[str, float]:
     if worst > (1e-2 if args.dtype != "float32" else 1e-3):
         raise SystemExit(f"compile_ahead: {way}: an output is off by {worst:.2e} of the model's")
     return {"seconds": seconds, "traces": ahead.regions if ahead else 0, "workers": ahead.workers if ahead else 0,
-            "by_workers": ahead.by_workers if ahead else 0}
+            "by_workers": ahead.by_workers if ahead else 0, "missed": ahead.missed if ahead else 0}
 
 
 def _synchronize(device: str) -> None:
@@ -119,7 +119,8 @@ def main() -> None:
             print(f"round {index + 1}, {way}: {found[way][-1]['seconds']:.1f} s", file=sys.stderr)
     table = Table(title=f"{args.model} bs{args.batch} {args.dtype} on {args.run_on}: the check's regions compiled "
                         f"({args.device}'s candidates from {args.store.name}), {args.pairs} rounds")
-    for column in ("way", "seconds: median (range)", "/ in turn: median (95% interval)", "traces", "by workers"):
+    for column in ("way", "seconds: median (range)", "/ in turn: median (95% interval)", "traces",
+                   "by workers (read from the cache)", "workers' missed"):
         table.add_column(column, justify="right")
     for way, runs in found.items():
         seconds = [run["seconds"] for run in runs]
@@ -128,7 +129,8 @@ def main() -> None:
         name = way if way != "ahead, workers" else f"ahead, {int(runs[0]['workers'])} workers"
         table.add_row(name, f"{statistics.median(seconds):.1f} ({min(seconds):.1f}-{max(seconds):.1f})",
                       f"{ratio.median:.2f}{interval}", f"{int(runs[0]['traces'])}",
-                      f"{statistics.median(run['by_workers'] for run in runs):.0f}")
+                      f"{statistics.median(run['by_workers'] for run in runs):.0f}",
+                      f"{statistics.median(run['missed'] for run in runs):.0f}")
     Console().print(table)
 
 
