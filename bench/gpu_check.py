@@ -448,8 +448,14 @@ def search_step(
     if store == check.setup.store and store.stat().st_size <= KEEP_STORE_BYTES:
         shutil.copyfile(store, check.setup.out / "latency.duckdb")
     return (f"{found['stages']} stages ({found['uncaptured']} uncaptured) with warmup {warmup}, repeat {repeat}; "
-            f"{found['kernels']} kernels; check DP {found['dp_ms']:.3f} ms, sequential {found['sequential_ms']:.3f} ms "
+            f"{found['kernels']} kernels{_compiled_for(found['kernel_choice_compiled_s'])}; check DP "
+            f"{found['dp_ms']:.3f} ms, sequential {found['sequential_ms']:.3f} ms "
             f"in {found['rounds']} rounds; {found['decision']}")
+
+
+def _compiled_for(seconds: float) -> str:
+    """`` (chosen with 17.2 s of compiles)`` where the kernel choice compiled regions, else nothing."""
+    return f" (chosen with {seconds:.1f} s of compiles)" if seconds else ""
 
 
 def _store_rows(store: Path) -> int:
@@ -474,6 +480,8 @@ def search_figures(store: Path, schedule_path: Path, device: str, batch: int) ->
     over = check.kept_over_predicted
     return {"stages": len(rows), "uncaptured": sum("uncaptured" in json.loads(info) for info in rows),
             "kernels": schedule.kernels, "kernel_choice": schedule.params.get("kernels", {}).get("decision"),
+            "kernel_choice_compiled_s": sum(turn.get("compiled_s", 0.0)
+                                            for turn in schedule.params.get("kernels", {}).get("timed", [])),
             "corrected": "correction" in schedule.params,
             "dp_predicted_ms": check.dp_predicted_ms, "sequential_predicted_ms": check.sequential_predicted_ms,
             "dp_ms": check.dp_ms, "sequential_ms": check.sequential_ms, "kept": check.kept,

@@ -110,8 +110,8 @@ class CompiledAhead:
         and how many were left to their first calls)."""
         missed = f" ({self.missed} more missed the cache and compiled again)" if self.missed else ""
         left = f", {self.left} left to their first calls" if self.left else ""
-        return (f"{self.regions} regions compiled ahead in {self.seconds:.1f} s, {self.by_workers} by "
-                f"{self.workers} worker{'s' if self.workers != 1 else ''}{missed}{left}")
+        return (f"{self.regions} region{'s' if self.regions != 1 else ''} compiled ahead in {self.seconds:.1f} s, "
+                f"{self.by_workers} by {self.workers} worker{'s' if self.workers != 1 else ''}{missed}{left}")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import Any
 
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
-from ios_ray.paired import WITHIN_NOISE, RatioInterval
+from ios_ray.paired import WITHIN_NOISE, CompiledAhead, RatioInterval
 from ios_ray.profiler import CheckJob, DevicePool, ModelSource
 from ios_ray.scheduler import baseline_schedule
 from ios_ray.vocabulary import DEFAULT_CHECK_ROUNDS, EAGER_KERNELS, KERNEL_CHOICES, KERNEL_NAMES
@@ -36,13 +36,15 @@ from ios_ray.vocabulary import DEFAULT_CHECK_ROUNDS, EAGER_KERNELS, KERNEL_CHOIC
 @dataclass(frozen=True)
 class Contest:
     """One turn of the choice: the sequential schedule with ``kernels`` against it with ``versus``, whole; both
-    medians in ms and the ratio kernels / versus with its interval."""
+    medians in ms and the ratio kernels / versus with its interval; with ``inductor`` kernels, what the device
+    compiled before the rounds (its regions: the kernel choice's share of a search's compile time)."""
 
     kernels: str
     versus: str
     kernels_ms: float
     versus_ms: float
     ratio: RatioInterval
+    compiled: CompiledAhead | None = None
 
     @property
     def text(self) -> str:
@@ -54,9 +56,13 @@ class Contest:
     def to_json(self) -> dict[str, Any]:
         """What ``params.kernels.timed`` records of it."""
         ratio = self.ratio
-        return {"kernels": self.kernels, "versus": self.versus, "kernels_ms": self.kernels_ms,
-                "versus_ms": self.versus_ms, "ratio": ratio.median, "ratio_low": ratio.low, "ratio_high": ratio.high,
-                "confidence": ratio.confidence, "rounds": ratio.rounds}
+        found = {"kernels": self.kernels, "versus": self.versus, "kernels_ms": self.kernels_ms,
+                 "versus_ms": self.versus_ms, "ratio": ratio.median, "ratio_low": ratio.low, "ratio_high": ratio.high,
+                 "confidence": ratio.confidence, "rounds": ratio.rounds}
+        if self.compiled is not None:
+            found["compiled"] = self.compiled.summary()
+            found["compiled_s"] = round(self.compiled.seconds, 2)
+        return found
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,6 @@ def measured_kernels(pool: DevicePool, source: ModelSource, graph: Graph, label:
                        confidence=confidence, max_seconds=max_seconds)
         timing = pool.time_schedules(label, job)
         timed.append(Contest(challenger, kept, statistics.median(timing.times_ms[challenger]),
-                             statistics.median(timing.times_ms[kept]), timing.ratios[challenger]))
+                             statistics.median(timing.times_ms[kept]), timing.ratios[challenger], timing.compiled))
         kept = timing.kept
     return KernelChoice(kept, "measured", tuple(timed))
