@@ -480,8 +480,8 @@ def search_figures(store: Path, schedule_path: Path, device: str, batch: int) ->
     over = check.kept_over_predicted
     return {"stages": len(rows), "uncaptured": sum("uncaptured" in json.loads(info) for info in rows),
             "kernels": schedule.kernels, "kernel_choice": schedule.params.get("kernels", {}).get("decision"),
-            "kernel_choice_compiled_s": sum(turn.get("compiled_s", 0.0)
-                                            for turn in schedule.params.get("kernels", {}).get("timed", [])),
+            "kernel_choice_compiled_s": sum(turn["compiled"]["seconds"] for turn in
+                                            schedule.params.get("kernels", {}).get("timed", []) if "compiled" in turn),
             "corrected": "correction" in schedule.params,
             "dp_predicted_ms": check.dp_predicted_ms, "sequential_predicted_ms": check.sequential_predicted_ms,
             "dp_ms": check.dp_ms, "sequential_ms": check.sequential_ms, "kept": check.kept,

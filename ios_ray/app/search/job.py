@@ -137,18 +137,18 @@ def _run(plan: SearchPlan, progress: SearchProgress, watch: Stopwatch) -> list[S
             for label in plan.labels:
                 progress.device_started(label, 0, _cached(search, label))
             return _schedule_all(search, watch, None, progress)
-    threaded = planned is None
+    measured = planned is None  # a device is measured: its actors build the model, the driver plans on a thread
+    during_kernels = measured and planning.plans_during_kernels(plan)
     with ExitStack() as stack:
         with watch.phase("start-up"):
             stack.enter_context(ray_session(plan.address))
-            measured = not all(device.spec.simulated for device in plan.devices)
             source = model_source(model, shared=measured)  # before the import: it pickles the module
             planned = planned or plan_model(plan, model, threaded=True)
             pool = stack.enter_context(_pool(plan))
             building = pool.prepare(source, plan.dtype, plan.memory_format) if measured else None
         with watch.phase("import"):
             graph = planned.model.graph  # the actors build the model meanwhile
-            if threaded and not planning.plans_during_kernels(plan):
+            if measured and not during_kernels:
                 _planned_now(planned, progress)
         if building is not None:
             with watch.phase("build"):
@@ -157,7 +157,7 @@ def _run(plan: SearchPlan, progress: SearchProgress, watch: Stopwatch) -> list[S
         with watch.phase("kernels"):
             _choose_kernels(search, (pool, source), progress)
             _read_corrections(search)
-        if threaded and planning.plans_during_kernels(plan):
+        if during_kernels:
             with watch.phase("import"):
                 _planned_now(planned, progress)  # what the kernels' timing left of planning
         _measure_rounds(pool, search, source, progress, watch)

@@ -21,6 +21,7 @@ twice. Counting the units alone needs nothing planned, so a search can plan its 
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -60,8 +61,7 @@ class Contest:
                  "versus_ms": self.versus_ms, "ratio": ratio.median, "ratio_low": ratio.low, "ratio_high": ratio.high,
                  "confidence": ratio.confidence, "rounds": ratio.rounds}
         if self.compiled is not None:
-            found["compiled"] = self.compiled.summary()
-            found["compiled_s"] = round(self.compiled.seconds, 2)
+            found["compiled"] = dataclasses.asdict(self.compiled)  # as the file's end_to_end.compiled holds it
         return found
 
 

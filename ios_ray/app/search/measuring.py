@@ -138,8 +138,12 @@ class Measuring:
     def dp(self, setting: Setting, price: StagePrice = NO_PRICE) -> tuple[GraphResult, TableLatency]:
         """The DP's schedule through the search space over the setting's measured stages, priced by its correction
         (and ``price``), with no memory budget; and those prices as a latency model (a stage not measured: inf)."""
-        costs = self.costs(setting, price)
-        return self.space.optimize(costs), TableLatency(self.stage_keys, costs, missing=math.inf)
+        return self.over(self.costs(setting, price))
+
+    def over(self, table: Mapping[str, float]) -> tuple[GraphResult, TableLatency]:
+        """The DP's schedule through the search space over the stages ``table`` prices (by key), with no memory
+        budget; and those prices as a latency model (a stage not in ``table``: inf)."""
+        return self.space.optimize(table), TableLatency(self.stage_keys, table, missing=math.inf)
 
     def solve(self, setting: Setting, dtype: str, price: StagePrice = NO_PRICE
               ) -> tuple[tuple[BlockSchedule, ...], dict[str, object], PeakMemory]:
@@ -235,9 +239,7 @@ class Lazy(Measuring):
         if self.budget is not None and len(setting.table) >= self.budget:
             return certified
         bounds = lower_bounds(self.space, costs, margin)
-        latency = TableLatency(self.stage_keys, bounds, missing=math.inf)
-        result, _ = budgeted(self.space.graph, self.space.optimize(bounds), latency, self.space.params,
-                             setting.batch, self.dtype, setting.memory_budget)
+        result = self._budgeted(setting, bounds)
         keys = [self.stage_keys.key(stage) for block in result.schedules for stage in block.stages]
         missing = tuple(dict.fromkeys(key for key in keys if key not in setting.table))
         if not missing or result.cost >= self._measured_within(setting, costs) * (1 - TOLERANCE):
@@ -248,13 +250,16 @@ class Lazy(Measuring):
     def _measured_within(self, setting: Setting, costs: dict[str, float]) -> float:
         """The cost of the fastest schedule of measured stages (priced by ``costs``) within the setting's memory
         budget (inf: none)."""
-        latency = TableLatency(self.stage_keys, costs, missing=math.inf)
         try:
-            result, _ = budgeted(self.space.graph, self.space.optimize(costs), latency, self.space.params,
-                                 setting.batch, self.dtype, setting.memory_budget)
+            return self._budgeted(setting, costs).cost
         except UserError:  # no schedule of measured stages keeps within the budget yet
             return math.inf
-        return result.cost
+
+    def _budgeted(self, setting: Setting, table: Mapping[str, float]) -> GraphResult:
+        """The DP's schedule over the stages ``table`` prices, kept within the setting's memory budget (UserError
+        where no schedule of them is)."""
+        return budgeted(self.space.graph, *self.over(table), self.space.params, setting.batch, self.dtype,
+                        setting.memory_budget)[0]
 
     def _record(self, setting: Setting) -> dict[str, object]:
         found = setting.round
