@@ -4,7 +4,8 @@ a SIGTERM that stops a command as a Ctrl-C does.
 Two blocks need it. A store operation: DuckDB polls for Python signals while it works and turns a Ctrl-C into
 whichever error its call was making, losing the batch in flight. Ray's start: it forks its processes, and a Ctrl-C
 that Python raises inside a fork handler (``logging``'s, say) is printed as "Exception ignored" and lost, so the
-search would run on as if nobody had pressed it.
+search would run on as if nobody had pressed it (a SIGTERM likewise; Ray's start is kept from replacing the handlers
+meanwhile: :mod:`ios_ray.app.search.ray_session`).
 
 A SIGTERM (``kill``, ``timeout``, a container stopping) ends a process at once, or where Ray's driver has replaced its
 handler with ``sys.exit``, unwinds it through code that only a Ctrl-C is stopped cleanly in, then aborts (exit -6
@@ -49,33 +50,23 @@ def stop_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, _terminate)
 
 
-def sigterm_handler() -> Any:
-    """The handler a SIGTERM has now (to put it back after something replaced it: Ray's start does)."""
-    return signal.getsignal(signal.SIGTERM)
-
-
-def restore_sigterm_handler(handler: Any) -> None:
-    """Put a SIGTERM handler back (in the main thread; elsewhere nothing can be replaced)."""
-    if handler is not None and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, handler)
-
-
 @contextmanager
-def ctrl_c_held() -> Iterator[None]:
+def ctrl_c_held() -> Iterator[list[int]]:
     """Hold a Ctrl-C, or a SIGTERM handled in Python, that arrives inside the block until the block has ended, then
     deliver it (as the handler that was in place would: ``KeyboardInterrupt`` for Python's own Ctrl-C); outside the
-    main thread, where Python delivers no signal, or for a signal whose handler is not Python's, nothing is held."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    main thread, where Python delivers no signal, or for a signal whose handler is not Python's, nothing is held.
+    Yields the signals held so far (so that the block can cut short what it would otherwise try again)."""
     held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
     previous = {signum: signal.getsignal(signum) for signum in _HELD}
     previous = {signum: handler for signum, handler in previous.items()
                 if callable(handler) or (signum == signal.SIGINT and handler is not None)}
     for signum in previous:
         signal.signal(signum, lambda number, frame: held.append(number))
     try:
-        yield
+        yield held
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
