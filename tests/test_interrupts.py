@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 
 import pytest
 
 from ios_ray import interrupts
 from ios_ray.interrupts import Terminated, ctrl_c_held, stop_on_sigterm, was_terminated
+from tests.helpers import HANG_S
 
 
 @pytest.fixture
@@ -44,3 +48,33 @@ def test_a_sigterm_inside_a_held_block_is_delivered_after_it(sigterm_stops: None
             os.kill(os.getpid(), signal.SIGTERM)
             ended = True
     assert ended and was_terminated(KeyboardInterrupt())
+
+
+#: The command has ended and its process ends (``_end_now``); Ray's shutdown there takes a second or so, and a Ctrl-C
+#: and a SIGTERM arrive meanwhile.
+STOPS_WHILE_THE_COMMAND_ENDS = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from types import SimpleNamespace
+    from ios_ray.app.cli.util import _end_now
+    from ios_ray.interrupts import stop_on_sigterm
+
+    def shutdown():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            os.kill(os.getpid(), signum)
+            time.sleep(0.05)  # Python runs a handler between two bytecodes: here, inside the shutdown
+        print("shut down", flush=True)
+
+    sys.modules["ray"] = SimpleNamespace(is_initialized=lambda: True, shutdown=shutdown)
+    stop_on_sigterm()
+    _end_now(0)
+    """
+)
+
+
+def test_a_stop_while_the_command_ends_changes_nothing() -> None:
+    """A Ctrl-C after a search had written its files, while the command shut Ray down, raised out of the shutdown
+    as a traceback and exit -2 (or Ray's own exit 1); there is nothing left to stop then."""
+    ran = subprocess.run([sys.executable, "-c", STOPS_WHILE_THE_COMMAND_ENDS], capture_output=True, text=True,
+                         timeout=HANG_S)
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "shut down\n", "")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NoReturn, TypeVar
@@ -50,7 +52,12 @@ class CommandLine(typer.Typer):
 
 def _end_now(code: int | str | None) -> NoReturn:
     """End the process with ``code`` as ``sys.exit`` would, but at once: a local Ray still up is shut down first (the
-    one a search keeps for the searches after it), the output streams flushed, then ``os._exit``."""
+    one a search keeps for the searches after it), the output streams flushed, then ``os._exit``. The command has
+    ended, so a Ctrl-C or a SIGTERM from here on has nothing left to stop and is ignored (one that came during Ray's
+    shutdown, a second or so, raised out of it as a traceback and exit -2, or Ray's own exit 1)."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
