@@ -98,7 +98,8 @@ def user_errors(command: F) -> F:
 
 
 def parse_batches(text: str) -> list[int]:
-    """Parse ``1,32,128`` into batch sizes (:func:`~ios_ray.vocabulary.checked_batches`); anything else is a UserError."""
+    """Parse ``1,32,128`` into batch sizes (:func:`~ios_ray.vocabulary.checked_batches`); anything else is a
+    UserError."""
     try:
         batches = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
