@@ -413,11 +413,12 @@ app([])
 def test_after_ctrl_c_the_command_line_ends_the_process_at_once() -> None:
     """The interpreter's normal exit raced the threads Ray leaves winding down (exit -11 now and then,
     bench/ctrl_c.py): once its message is out, an interrupted command ends the process with os._exit, running no
-    exit handler."""
+    exit handler. A command that stores nothing says no more than that it was interrupted (``ios-ray bench`` said
+    that everything measured was stored and could be resumed)."""
     ran = subprocess.run([sys.executable, "-c", CTRL_C_COMMAND], capture_output=True, text=True, timeout=HANG_S)
     assert ran.returncode == 130, ran.stderr
     assert ran.stdout == "stopping\n"  # flushed, and no exit handler ran
-    assert ran.stderr == "interrupted: everything measured so far is stored; rerun to resume.\n"
+    assert ran.stderr == "interrupted.\n"
 
 
 @pytest.mark.slow

@@ -125,7 +125,7 @@ def search(
 
 search.__signature__ = signature_of(search).replace(parameters=[  # type: ignore[attr-defined]
     *list(signature_of(search).parameters.values())[:4], *cli_parameters()])
-app.command()(user_errors(search))
+app.command()(user_errors(search, stopped="everything measured so far is stored; rerun to resume."))
 
 
 @app.command()

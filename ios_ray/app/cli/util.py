@@ -75,9 +75,10 @@ def debug_option(debug: bool = typer.Option(False, "--debug", help="show the tra
     _show_tracebacks = debug
 
 
-def user_errors(command: F) -> F:
+def user_errors(command: F, stopped: str = "") -> F:
     """Decorate a CLI command: UserError prints one line on stderr (with ``--debug`` also the traceback of what
-    caused it) and exits 1; Ctrl-C exits 130, a SIGTERM 143."""
+    caused it) and exits 1; Ctrl-C exits 130, a SIGTERM 143, after one line (``interrupted.``, or ``interrupted:``
+    and ``stopped``, what a stopped command leaves behind: a search, what it measured)."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -90,8 +91,8 @@ def user_errors(command: F) -> F:
             raise typer.Exit(1) from None
         except KeyboardInterrupt as stop:
             terminated = was_terminated(stop)
-            stopped = "terminated" if terminated else "interrupted"
-            print(f"{stopped}: everything measured so far is stored; rerun to resume.", file=sys.stderr)
+            word = "terminated" if terminated else "interrupted"
+            print(f"{word}: {stopped}" if stopped else f"{word}.", file=sys.stderr)
             raise typer.Exit(TERMINATED if terminated else INTERRUPTED) from None
 
     return wrapper  # type: ignore[return-value]
