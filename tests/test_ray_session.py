@@ -1,5 +1,6 @@
 """The Ray a search runs on: a local one started once and kept, a cluster joined and left, the caller's own used
-as it is. A fake ``ray`` module records what the session asks of Ray."""
+as it is; a stop while Ray starts, held until it has. A fake ``ray`` module records what the session asks of Ray
+(and one test starts the real one, in a process of its own)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from typing import Iterator
 
 import pytest
 
+from ios_ray import interrupts
 from ios_ray.app.search import ray_session as session_module
 from ios_ray.app.search.ray_session import ray_session
 from ios_ray.errors import UserError
-from ios_ray import interrupts
 from ios_ray.interrupts import Terminated, stop_on_sigterm
 from tests.helpers import HANG_S
 
