@@ -50,6 +50,14 @@ def stop_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, _terminate)
 
 
+def ignore_stops() -> None:
+    """From now on a Ctrl-C or a SIGTERM is ignored (in the main thread, where Python delivers signals): for a process
+    whose work is done and that is only ending."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in _HELD:
+            signal.signal(signum, signal.SIG_IGN)
+
+
 @contextmanager
 def ctrl_c_held() -> Iterator[list[int]]:
     """Hold a Ctrl-C, or a SIGTERM handled in Python, that arrives inside the block until the block has ended, then

@@ -5,9 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import signal
 import sys
-import threading
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NoReturn, TypeVar
@@ -15,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn, TypeVar
 import typer
 
 from ios_ray.errors import UserError
-from ios_ray.interrupts import stop_on_sigterm, was_terminated
+from ios_ray.interrupts import ignore_stops, stop_on_sigterm, was_terminated
 from ios_ray.vocabulary import checked_batches
 
 if TYPE_CHECKING:
@@ -55,9 +53,7 @@ def _end_now(code: int | str | None) -> NoReturn:
     one a search keeps for the searches after it), the output streams flushed, then ``os._exit``. The command has
     ended, so a Ctrl-C or a SIGTERM from here on has nothing left to stop and is ignored (one that came during Ray's
     shutdown, a second or so, raised out of it as a traceback and exit -2, or Ray's own exit 1)."""
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, signal.SIG_IGN)
+    ignore_stops()
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
