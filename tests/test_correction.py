@@ -55,6 +55,19 @@ def test_no_coefficient_is_negative_and_few_runs_fit_the_scale_first() -> None:
     assert fit_correction([]) == IDENTITY and IDENTITY.predict(7.0, 3, 2) == 7.0
 
 
+def test_a_term_is_fitted_only_where_it_predicts_the_runs_left_out() -> None:
+    """NASNet-A's first check on this CPU (2026-11-29, batch 1) ran two schedules: the DP's (two extra groups) at 1.22x
+    its stage sum and sequential at 1.16x. Fitted exactly through both, a cost of 7.1 ms per extra group priced the
+    greedy schedule (264 extra groups) at 2.4 s, and it then measured 0.49 s; two runs tell a scale, not a group cost."""
+    dp, sequential = ScheduleRun(240.70, 299, 2, 292.82), ScheduleRun(245.98, 383, 0, 284.66)
+    found = fit_correction([dp, sequential])
+    assert (found.beta_ms, found.gamma_ms, found.runs) == (0.0, 0.0, 2)
+    assert 284.66 / 245.98 < found.alpha < 292.82 / 240.70
+    # where further runs show what a group costs, the fit takes it: those runs as a group cost of 0.5 ms prices them
+    truth = Correction(1.05, 0.0, 0.5)
+    assert fit_correction(runs_of(truth, SHAPES)).gamma_ms == pytest.approx(0.5)
+
+
 def test_a_run_no_correction_could_explain_is_left_out_of_the_fit() -> None:
     """A 0.4 ms schedule measured at 63 ms under a burst of load (seen on a 2-core CPU) would make every stage cost
     tens of milliseconds more; runs beyond PLAUSIBLE_RATIO of their stage sum, either way, are left out."""

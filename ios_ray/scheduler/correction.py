@@ -10,7 +10,8 @@ timings, which favours the optimistic ones. A :class:`Correction` prices a stage
 the first. A schedule's corrected cost is then ``alpha * P + beta * S + gamma * G`` for its stage sum P, its stages
 S and its extra groups G, and :func:`fit_correction` chooses the three coefficients, none negative, that bring the
 corrected costs of schedules measured whole closest to what they measured, in relative terms
-(:class:`ScheduleRun`, one per schedule timed whole).
+(:class:`ScheduleRun`, one per schedule timed whole), with a cost per stage or per group only where it predicts the
+runs left out of the fit better: two runs would otherwise fit two terms exactly, noise and all.
 
 Applied per stage (:func:`corrected_table`), the correction is a table of stage costs like any other, so the DP,
 exact over stage costs, is exact over corrected ones; and since every coefficient is non-negative, a stage's
@@ -79,29 +80,21 @@ PLAUSIBLE_RATIO = 3.0
 
 def fit_correction(runs: Sequence[ScheduleRun]) -> Correction:
     """The correction, every coefficient non-negative and the scale positive, that minimises the squared relative
-    error of the corrected costs against what the schedules measured; the identity without runs. With fewer runs than
-    terms only the terms the runs can tell apart are fitted (the scale first). Runs measured beyond
-    :data:`PLAUSIBLE_RATIO` of their stage sum, either way, are left out."""
+    error of the corrected costs against what the schedules measured; the identity without runs. Which terms beside
+    the scale it fits is chosen by how well each choice predicts a run left out of its fit (leave-one-out), fewer
+    terms where as good: a term is fitted only where the runs tell what it costs, never to pass exactly through as
+    many runs as it has terms. Runs measured beyond :data:`PLAUSIBLE_RATIO` of their stage sum, either way, are left
+    out."""
     usable = [run for run in runs if plausible(run.predicted_ms, run.measured_ms)]
     if not usable:
         return IDENTITY
     features = np.array([[run.predicted_ms, run.stages, run.extra_groups] for run in usable], dtype=float)
     measured = np.array([run.measured_ms for run in usable], dtype=float)
     weighted = features / measured[:, None]  # relative errors: each run counts alike, whatever its size
-    target = np.ones(len(usable))
-    best: tuple[float, np.ndarray] | None = None
-    for terms in _term_sets(len(usable)):
-        coefficients, *_ = np.linalg.lstsq(weighted[:, terms], target, rcond=None)
-        if coefficients[0] <= 0 or (coefficients < 0).any():
-            continue
-        residual = float(np.sum((weighted[:, terms] @ coefficients - target) ** 2))
-        if best is None or residual < best[0] - 1e-12:
-            full = np.zeros(3)
-            full[terms] = coefficients
-            best = (residual, full)
-    if best is None:  # cannot happen with the scale alone, which is positive for positive runs
-        return IDENTITY
-    alpha, beta, gamma = best[1]
+    errors = {terms: _held_out_error(weighted, terms) for terms in _term_sets(len(usable))}
+    least = min(errors.values())
+    chosen = next(terms for terms, error in errors.items() if error <= least + 1e-12)
+    alpha, beta, gamma = _fit(weighted, chosen)
     return Correction(float(alpha), float(beta), float(gamma), len(usable))
 
 
@@ -111,11 +104,40 @@ def plausible(predicted_ms: float, measured_ms: float) -> bool:
     return predicted_ms > 0 and measured_ms > 0 and 1 / PLAUSIBLE_RATIO <= measured_ms / predicted_ms <= PLAUSIBLE_RATIO
 
 
-def _term_sets(runs: int) -> list[list[int]]:
-    """The sets of terms a fit may use (the scale always), no more terms than runs."""
-    extra = (1, 2)
-    return [[0, *chosen] for size in range(0, min(len(extra), runs - 1) + 1)
-            for chosen in itertools.combinations(extra, size)]
+def _term_sets(runs: int) -> list[tuple[int, ...]]:
+    """The terms a fit of ``runs`` runs may choose among (0 the scale, always; 1 per stage; 2 per extra group), fewest
+    first: no more terms than runs less one, so that every run left out is predicted by a fit of as many runs as
+    terms at least."""
+    return [(0, *extra) for size in range(max(0, min(2, runs - 2)) + 1) for extra in itertools.combinations((1, 2), size)]
+
+
+def _held_out_error(weighted: np.ndarray, terms: tuple[int, ...]) -> float:
+    """The summed squared relative error of each run as the fit of ``terms`` to the other runs predicts it (0 for a
+    single run)."""
+    rows = range(len(weighted))
+    if len(rows) < 2:
+        return 0.0
+    return sum(float((weighted[i] @ _fit(weighted[[j for j in rows if j != i]], terms) - 1) ** 2) for i in rows)
+
+
+def _fit(weighted: np.ndarray, terms: tuple[int, ...]) -> np.ndarray:
+    """The three coefficients (0 where not fitted) of the subset of ``terms`` holding the scale, none negative, no
+    more than the runs (``weighted``: one row each, features over measured), whose least-squares fit errs least."""
+    best: tuple[float, np.ndarray] | None = None
+    target = np.ones(len(weighted))
+    for size in range(1, min(len(terms), len(weighted)) + 1):
+        for used in itertools.combinations(terms[1:], size - 1):
+            columns = [0, *used]
+            coefficients, *_ = np.linalg.lstsq(weighted[:, columns], target, rcond=None)
+            if coefficients[0] <= 0 or (coefficients < 0).any():
+                continue
+            residual = float(np.sum((weighted[:, columns] @ coefficients - target) ** 2))
+            if best is None or residual < best[0] - 1e-12:
+                full = np.zeros(3)
+                full[columns] = coefficients
+                best = (residual, full)
+    assert best is not None, "the scale alone is positive for positive runs"
+    return best[1]
 
 
 def corrected_table(table: Mapping[str, float], groups: Mapping[str, int], correction: Correction,
