@@ -20,7 +20,7 @@ from ios_ray.ir import Graph
 from ios_ray.paired import least_rounds
 from ios_ray.schedule import CANDIDATES
 from ios_ray.scheduler import SearchParams, TableLatency, greedy_stages, optimize_block
-from ios_ray.scheduler.correction import (IDENTITY, PLAUSIBLE_RATIO, Correction, ScheduleRun, corrected_table,
+from ios_ray.scheduler.correction import (FOLDS, IDENTITY, PLAUSIBLE_RATIO, Correction, ScheduleRun, corrected_table,
                                           fit_correction)
 from ios_ray.stage import Stage, StageKeys
 from ios_ray.store import LatencyStore
@@ -63,9 +63,14 @@ def test_a_term_is_fitted_only_where_it_predicts_the_runs_left_out() -> None:
     found = fit_correction([dp, sequential])
     assert (found.beta_ms, found.gamma_ms, found.runs) == (0.0, 0.0, 2)
     assert 284.66 / 245.98 < found.alpha < 292.82 / 240.70
-    # where further runs show what a group costs, the fit takes it: those runs as a group cost of 0.5 ms prices them
-    truth = Correction(1.05, 0.0, 0.5)
-    assert fit_correction(runs_of(truth, SHAPES)).gamma_ms == pytest.approx(0.5)
+    # where further runs show what a group costs, the fit takes it: those runs as a group cost of 0.2 ms prices them
+    truth = Correction(1.05, 0.0, 0.2)
+    assert fit_correction(runs_of(truth, SHAPES)).gamma_ms == pytest.approx(0.2)
+    # more runs than FOLDS are left out a share at a time, and tell the same
+    many = [(p * (1 + i / 100), s + i, g + i % 3) for i in range(FOLDS) for p, s, g in SHAPES]
+    found = fit_correction(runs_of(truth, many))
+    assert (found.alpha, found.beta_ms, found.gamma_ms, found.runs) == (pytest.approx(1.05), 0.0, pytest.approx(0.2),
+                                                                        len(many))
 
 
 def test_a_run_no_correction_could_explain_is_left_out_of_the_fit() -> None:
