@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import ast
+import difflib
 import importlib
+import importlib.util
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
@@ -57,17 +61,15 @@ def _resolve(spec: str) -> tuple[str, Callable[[], nn.Module], tuple[int, ...] |
         entry = ZOO[spec]
         return entry.name, entry.build, tuple(entry.input_shape)
     if ":" not in spec:
-        raise UserError(f"unknown model {spec!r}; choose one of {', '.join(sorted(ZOO))}, or give torchvision:NAME, "
-                        "timm:NAME, smp:ARCH, ultralytics:NAME or package.module:factory.")
+        raise _unknown(spec)
     library, _, name = spec.partition(":")
     if library in LIBRARIES:
         build, shape = library_model(library, name)
         return spec, _checked(build, spec), shape or DEFAULT_INPUT_SHAPE
     module_name, factory_name = library, name
-    if module_name.endswith(".py") or "/" in module_name:
-        dotted = module_name.removesuffix(".py").lstrip("./").replace("/", ".")
+    if _is_file(module_name):
         raise UserError(f"model {spec!r} names a file; name its module instead, as Python imports it from the "
-                        f"current folder or PYTHONPATH: {dotted}:{factory_name}.")
+                        f"current folder or PYTHONPATH: {_module_of(module_name)}:{factory_name}.")
     _importable_from_here()
     try:
         factory = getattr(importlib.import_module(module_name), factory_name)
@@ -81,6 +83,70 @@ def _resolve(spec: str) -> tuple[str, Callable[[], nn.Module], tuple[int, ...] |
     shape = getattr(factory, "input_shape", None)
     return spec, _checked(factory, spec), None if shape is None else \
         _checked_shape(shape, f"the input_shape of the factory {spec!r}")
+
+
+def _unknown(spec: str) -> UserError:
+    """The error for a spec without a colon that names no zoo model, saying what it most likely meant: a file or a
+    module without the factory that builds the model in it, a zoo name misspelt, or a library's model."""
+    from ios_ray.zoo import ZOO
+
+    if _is_file(spec):
+        module = _module_of(spec)
+        return UserError(f"model {spec!r} names a file; give its module, as Python imports it from the current folder "
+                         f"or PYTHONPATH, and the function or class in it that builds the model: "
+                         f"{_factory_hint(module, Path(spec))}.")
+    if spec in LIBRARIES:
+        return UserError(f"model {spec!r} names a library; add the model's name: {spec}:NAME.")
+    _importable_from_here()
+    found = _module_file(spec)
+    if found is not None:
+        return UserError(f"model {spec!r} names a module; add the function or class in it that builds the model: "
+                         f"{_factory_hint(spec, found)}.")
+    zoo = ", ".join(sorted(ZOO))
+    close = difflib.get_close_matches(spec, list(ZOO), n=1, cutoff=0.8)
+    if close:
+        return UserError(f"unknown model {spec!r} (did you mean {close[0]}?); the zoo has {zoo}, a library's model "
+                         "takes its library's name (torchvision:NAME, timm:NAME, smp:ARCH, ultralytics:NAME) and a "
+                         "model of your own package.module:factory.")
+    return UserError(f"unknown model {spec!r}; the zoo has {zoo}, a library's model takes its library's name, as "
+                     f"torchvision:{spec} or timm:{spec} (also smp:ARCH and ultralytics:NAME), and a model of your own "
+                     "package.module:factory.")
+
+
+def _is_file(text: str) -> bool:
+    """Whether a spec's module part is spelt as a file path."""
+    return text.endswith(".py") or "/" in text or os.sep in text
+
+
+def _module_of(path: str) -> str:
+    """The dotted module a relative file path names (``nets/my_model.py``: ``nets.my_model``)."""
+    return path.removesuffix(".py").lstrip("./").replace(os.sep, ".").replace("/", ".")
+
+
+def _module_file(name: str) -> Path | None:
+    """The source file of the module ``name`` where Python would import one from here (None: no such module, or
+    one without a source file), found without running it (a dotted name's packages are imported)."""
+    try:
+        found = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    origin = found.origin if found is not None else None
+    return Path(origin) if origin and origin.endswith(".py") else None
+
+
+def _factory_hint(module: str, path: Path) -> str:
+    """``module:NAME`` with the one function or class the file defines at its top level, else ``module:FACTORY``
+    followed by the first few it defines."""
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return f"{module}:FACTORY"
+    names = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+             and not node.name.startswith("_")]
+    if len(names) == 1:
+        return f"{module}:{names[0]}"
+    listed = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+    return f"{module}:FACTORY ({path.name} defines {listed})" if names else f"{module}:FACTORY"
 
 
 def _importable_from_here() -> None:

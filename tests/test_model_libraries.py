@@ -96,6 +96,30 @@ def test_a_factory_in_the_working_directory_loads_as_under_python_m(tmp_path: Pa
     monkeypatch.delitem(sys.modules, "my_local_models")
 
 
+@pytest.mark.parametrize("spec, message", [
+    ("my_nets.py", "model 'my_nets.py' names a file; give its module, as Python imports it from the current folder or "
+                   "PYTHONPATH, and the function or class in it that builds the model: my_nets:FACTORY (my_nets.py "
+                   "defines build, Net)."),
+    ("./one_net.py", "the function or class in it that builds the model: one_net:build."),
+    ("my_nets", "model 'my_nets' names a module; add the function or class in it that builds the model: "
+                "my_nets:FACTORY (my_nets.py defines build, Net)."),
+    ("timm", "model 'timm' names a library; add the model's name: timm:NAME."),
+    ("inceptionv3", "unknown model 'inceptionv3' (did you mean inception_v3?); the zoo has inception_v3, "),
+    ("resnet50", "a library's model takes its library's name, as torchvision:resnet50 or timm:resnet50 (also "),
+])
+def test_a_spec_without_its_factory_says_what_to_write(spec: str, message: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "my_nets.py").write_text("from torch import nn\n\ndef build():\n    return Net()\n\n"
+                                         "class Net(nn.Conv2d):\n    def __init__(self):\n"
+                                         "        super().__init__(3, 4, 3)\n\n_CACHE = {}\n")
+    (tmp_path / "one_net.py").write_text("from torch import nn\n\ndef build():\n    return nn.Conv2d(3, 4, 3)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    with pytest.raises(UserError) as error:
+        resolve_model(spec)
+    assert message in str(error.value) and "my_nets" not in sys.modules  # found, not run
+
+
 def test_input_shape_overrides_the_libraries_own(fakes: None) -> None:
     assert resolve_model("torchvision:resnet_style", input_shape=(3, 64, 64)).input_shape == (3, 64, 64)
     assert import_model("timm:timm_style", input_shape=(3, 32, 32)).graph.input_shape == (3, 32, 32)
