@@ -205,6 +205,16 @@ def test_options_after_the_input_are_imported_at_their_defaults() -> None:
         import_module(TwoInputs().eval(), x[:1])
 
 
+def test_an_input_shape_given_with_the_batch_size_is_named_as_such() -> None:
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3)).eval()
+    with pytest.raises(UserError, match=r"\[1, 1, 3, 8, 8\] \(the input shape is one sample's, without "
+                                        r"the batch size: 3x8x8\?\)$"):
+        import_module(model, torch.randn(1, 1, 3, 8, 8))
+    with pytest.raises(UserError) as error:  # a whole sample that fails is not taken for a batch
+        import_module(model, torch.randn(1, 2, 8, 8))
+    assert "sample" not in str(error.value)
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ios_ray", *args], capture_output=True, text=True, timeout=HANG_S)
 

@@ -192,7 +192,14 @@ def _run(module: nn.Module, x: torch.Tensor, name: str) -> Any:
             return module(x)
     except Exception as exc:  # noqa: BLE001 - any failure of the user's forward is reported in one line
         raise ImportRefused(f"running {name} on an input of shape {tuple(x.shape)} failed: {type(exc).__name__}: "
-                            f"{first_line(exc)}") from exc
+                            f"{first_line(exc)}{_batch_in_the_shape(x)}") from exc
+
+
+def _batch_in_the_shape(x: torch.Tensor) -> str:
+    """A hint where the input shape given looks like a whole batch's (1xCxHxW): it is one sample's."""
+    if x.dim() < 5 or x.shape[1] != 1:
+        return ""
+    return f" (the input shape is one sample's, without the batch size: {'x'.join(map(str, x.shape[2:]))}?)"
 
 
 def _unbatched(first: Any, second: Any, batch: int, other: int) -> str | None:
