@@ -93,7 +93,7 @@ def samples_ms(
 
 
 def cpu_primer() -> Callable[[], object]:
-    """A small conv (about 0.05 ms) for the calling thread to run before each timed call of a CPU stage.
+    """A small conv (0.1-0.2 ms on a 2-core Xeon) for the calling thread to run before each timed call of a CPU stage.
 
     In a deployed pass a stage starts right after another op ran on the calling thread: that thread's intra-op
     threads are still spinning, and the caches hold the other op's data. Timed back to back with nothing between,
