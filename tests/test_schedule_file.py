@@ -401,3 +401,18 @@ def test_a_candidate_ratio_without_the_checks_confidence_is_refused_in_one_sente
     (tmp_path / "bs1.json").write_text(json.dumps(data))
     with pytest.raises(UserError, match=r"\(end_to_end.confidence is missing \(a check with a ratio has one\)\); "):
         read_schedule(tmp_path / "bs1.json")
+
+
+@pytest.mark.parametrize("command, search", [
+    (["run", "--model", "squeezenet"],
+     "(ios-ray search --model squeezenet --devices cpu --batches 1 writes them there)"),
+    (["bench", "--model", "squeezenet", "--batches", "1,8", "--dtype", "bfloat16", "--schedules", "mine"],
+     "(ios-ray search --model squeezenet --devices cpu --batches 1,8 --dtype bfloat16 --out mine writes them there)"),
+    (["evaluate"], "(ios-ray search --model MODEL --devices DEVICE --batches BATCHES writes them there)"),
+])
+def test_commands_before_any_search_say_which_search_writes_their_schedules(tmp_path: Path, command: list[str],
+                                                                           search: str) -> None:
+    ran = ios_ray_here(*command, cwd=tmp_path)
+    assert ran.returncode == 1 and ran.stdout == ""
+    assert ran.stderr.startswith("error: no schedules at ") and search in ran.stderr, ran.stderr
+    assert ran.stderr.endswith("or pass --schedules with a schedule file or the --out folder of a search.\n")

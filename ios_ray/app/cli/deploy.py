@@ -57,6 +57,7 @@ def run(
 
     parse_batches(str(batch))
     at_least_one(repeat=repeat)
+    _searched(schedules, model, device, str(batch), input_shape, dtype, memory_format)
     target, precision, layout = _torch_device(device), torch_dtype(dtype), memory_format_name(memory_format)
     loaded = load_model(model, parse_input_shape(input_shape))
     module = to_memory_format(loaded.module.eval().to(target, precision), layout)
@@ -156,6 +157,7 @@ def bench(
     with CUDA graphs)."""
 
     at_least_one(rounds=rounds)
+    _searched(schedules, model, device, batches, input_shape, dtype, memory_format)
 
     from ios_ray.app.cli.bench import bench_model, compile_modes_for
     from ios_ray.dtypes import memory_format_name, to_memory_format, torch_dtype
@@ -204,6 +206,20 @@ def _speedup_cell(speedup: float | None, low: float | None, high: float | None) 
     return f"{speedup:.2f}x ({low:.2f}-{high:.2f})" if low is not None and high is not None else f"{speedup:.2f}x (-)"
 
 
+def _searched(schedules: Path, model: str, devices: str, batches: str, input_shape: str | None = None,
+              dtype: str = DEFAULT_DTYPE, memory_format: str = DEFAULT_MEMORY_FORMAT) -> None:
+    """UserError where ``schedules`` does not exist, giving the search that writes the schedules there."""
+    if schedules.exists():
+        return
+    options = {"--model": model, "--devices": devices, "--batches": batches, "--input-shape": input_shape,
+               "--dtype": None if dtype == DEFAULT_DTYPE else dtype,
+               "--memory-format": None if memory_format == DEFAULT_MEMORY_FORMAT else memory_format,
+               "--out": None if schedules == Path(DEFAULT_OUT) else str(schedules)}
+    search = " ".join(["ios-ray search", *(f"{name} {value}" for name, value in options.items() if value)])
+    raise UserError(f"no schedules at {schedules}: search first ({search} writes them there), or pass --schedules "
+                    "with a schedule file or the --out folder of a search.")
+
+
 def print_trade_offs(schedules: "list[Schedule]", graph: "Graph", lookup: "Lookup") -> None:
     """Per setting, the fastest schedule at each memory budget over the stored latencies: latency beside peak."""
     from ios_ray.app.search.budgets import trade_off_text
@@ -237,6 +253,7 @@ def evaluate(
     from ios_ray.frontend import import_model
     from ios_ray.runtime import read_schedules
 
+    _searched(schedules, model or "MODEL", "DEVICE", "BATCHES")
     found = list(read_schedules(schedules).values())
     # One table per model, input shape, dtype and memory format: the graph depends on all but the dtype (and, for a
     # few models, that too), the latencies on all four.
