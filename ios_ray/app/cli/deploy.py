@@ -214,8 +214,11 @@ def _searched(schedules: Path, model: str, devices: str, batches: str, input_sha
     options = {"--model": model, "--devices": devices, "--batches": batches, "--input-shape": input_shape,
                "--dtype": None if dtype == DEFAULT_DTYPE else dtype,
                "--memory-format": None if memory_format == DEFAULT_MEMORY_FORMAT else memory_format,
-               "--out": None if schedules == Path(DEFAULT_OUT) else str(schedules)}
+               "--out": None if schedules == Path(DEFAULT_OUT) or schedules.suffix == ".json" else str(schedules)}
     search = " ".join(["ios-ray search", *(f"{name} {value}" for name, value in options.items() if value)])
+    if schedules.suffix == ".json":
+        raise UserError(f"no schedule file at {schedules}: pass one a search wrote ({search} writes them under "
+                        f"{DEFAULT_OUT}), or the --out folder of a search.")
     raise UserError(f"no schedules at {schedules}: search first ({search} writes them there), or pass --schedules "
                     "with a schedule file or the --out folder of a search.")
 
