@@ -64,7 +64,8 @@ def prediction(models: list[str], batches: list[int], folder: Path, console: Con
     """Search each setting twice on one store; the second search's kept measured / predicted."""
     table = Table("model", "batch", "kernels", "first: kept, measured / stage sum", "correction (alpha, beta ms, "
                   "gamma ms, runs)", "again: kept, measured / corrected prediction", "new stages again",
-                  "target", title="the kept schedule's prediction after one search fitted the correction (CPU)")
+                  "sequential ms, first check -> again (the machine's drift)", "target",
+                  title="the kept schedule's prediction after one search fitted the correction (CPU)")
     passed = True
     for model in models:
         for batch in batches:
@@ -75,9 +76,11 @@ def prediction(models: list[str], batches: list[int], folder: Path, console: Con
             ok = over is not None and BAND[0] <= over <= BAND[1]
             passed &= ok
             c = again.correction
-            table.add_row(model, str(batch), again.schedule.kernels, _kept(first), f"{c.alpha:.3f}, {c.beta_ms:.4f}, "
-                          f"{c.gamma_ms:.4f}, {c.runs}", _kept(again), str(again.measured), "PASS" if ok else "MISS")
-            console.print(f"{model} bs{batch}: {again.end_to_end.decision if again.end_to_end else 'no check'}")
+            row = (model, str(batch), again.schedule.kernels, _kept(first), f"{c.alpha:.3f}, {c.beta_ms:.4f}, "
+                   f"{c.gamma_ms:.4f}, {c.runs}", _kept(again), str(again.measured), _drift(first, again),
+                   "PASS" if ok else "MISS")
+            table.add_row(*row)
+            console.print(" | ".join(row))  # as each setting ends: a run stopped later keeps what it found
     return table, passed
 
 
@@ -116,6 +119,15 @@ def _kept(outcome: SearchOutcome) -> str:
     check = outcome.end_to_end
     over = None if check is None else check.kept_over_predicted
     return "-" if over is None else f"{check.kept}, {over:.3f}"
+
+
+def _drift(first: SearchOutcome, again: SearchOutcome) -> str:
+    """The sequential schedule's time in both checks and their ratio: the machine's own drift between them, which no
+    prediction from the first check's runs can follow."""
+    if first.end_to_end is None or again.end_to_end is None:
+        return "-"
+    before, after = first.end_to_end.sequential_ms, again.end_to_end.sequential_ms
+    return f"{before:.2f} -> {after:.2f} ({after / before:.3f})"
 
 
 def _candidates(model: str, batch: int, store_path: Path) -> dict:
