@@ -87,7 +87,8 @@ def _resolve(spec: str) -> tuple[str, Callable[[], nn.Module], tuple[int, ...] |
 
 def _unknown(spec: str) -> UserError:
     """The error for a spec without a colon that names no zoo model, saying what it most likely meant: a file or a
-    module without the factory that builds the model in it, a zoo name misspelt, or a library's model."""
+    module without the factory that builds the model in it, a library or its model's path, a factory joined to its
+    module by a dot, a zoo name misspelt, or a library's model."""
     from ios_ray.zoo import ZOO
 
     if _is_file(spec):
@@ -97,7 +98,14 @@ def _unknown(spec: str) -> UserError:
                          f"{_factory_hint(module, Path(spec))}.")
     if spec in LIBRARIES:
         return UserError(f"model {spec!r} names a library; add the model's name: {spec}:NAME.")
+    head, _, tail = spec.rpartition(".")
+    if head.split(".")[0] in LIBRARIES:
+        return UserError(f"model {spec!r} names a library's model by its path; give the library and the model's name: "
+                         f"{head.split('.')[0]}:{tail}.")
     _importable_from_here()
+    if head and _module_file(head) is not None:
+        return UserError(f"model {spec!r} joins the module and its factory with a dot; join them with a colon: "
+                         f"{head}:{tail}.")
     found = _module_file(spec)
     if found is not None:
         return UserError(f"model {spec!r} names a module; add the function or class in it that builds the model: "
@@ -128,7 +136,7 @@ def _module_file(name: str) -> Path | None:
     one without a source file), found without running it (a dotted name's packages are imported)."""
     try:
         found = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
+    except Exception:  # noqa: BLE001 - a package that fails to import names no module here, and this is an error's hint
         return None
     origin = found.origin if found is not None else None
     return Path(origin) if origin and origin.endswith(".py") else None

@@ -104,6 +104,10 @@ def test_a_factory_in_the_working_directory_loads_as_under_python_m(tmp_path: Pa
     ("my_nets", "model 'my_nets' names a module; add the function or class in it that builds the model: "
                 "my_nets:FACTORY (my_nets.py defines build, Net)."),
     ("timm", "model 'timm' names a library; add the model's name: timm:NAME."),
+    ("torchvision.models.resnet50", "model 'torchvision.models.resnet50' names a library's model by its path; give "
+                                    "the library and the model's name: torchvision:resnet50."),
+    ("my_nets.build", "model 'my_nets.build' joins the module and its factory with a dot; join them with a colon: "
+                      "my_nets:build."),
     ("inceptionv3", "unknown model 'inceptionv3' (did you mean inception_v3?); the zoo has inception_v3, "),
     ("resnet50", "a library's model takes its library's name, as torchvision:resnet50 or timm:resnet50 (also "),
 ])
