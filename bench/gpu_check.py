@@ -35,6 +35,9 @@ outside DIR. Exit code 0 when every planned step ran to its end (targets may sti
 an extra step that found no time left over does not count), 1 when some step did not, 2 when there is nothing to
 check.
 
+``--only TEXT`` runs only the steps whose names hold TEXT, after the environment and the calibration they need, all
+planned: ``--only bs32`` or ``--only randwire`` on the time a first run left.
+
 ``--device cpu --model squeezenet --quick`` runs the same pipeline on this machine's CPU with tiny repeats (batches
 1 and 2, no torch.compile, each step's least time a quarter of a GPU's, so that every step is planned) so that a
 crash in this script shows up here, not on the GPU host; its report says it is no validation and holds no GPU figure.
@@ -290,6 +293,15 @@ def deduplicated(text: str) -> str:
         kept.append(key)
     repeats = sum(seen.values())
     return "\n".join(kept) + (f"\n({repeats} repeated lines left out)" if repeats else "")
+
+
+def only(steps: list[Step], texts: list[str]) -> list[Step]:
+    """The steps whose names hold one of ``texts``, all planned (extra ones too), after the environment and each
+    calibration a chosen step's name names (``calibrate cuda`` for ``search cuda bs32``); the order kept."""
+    chosen = [step for step in steps if any(text in step.name for text in texts)]
+    needed = {"environment"} | {step.name for step in steps if step.name.startswith("calibrate ")
+                                and any(step.name.removeprefix("calibrate ") in other.name for other in chosen)}
+    return [dataclasses.replace(step, extra=False) for step in steps if step in chosen or step.name in needed]
 
 
 def planned(steps: list[Step], budget_s: float) -> list[Step]:
@@ -641,6 +653,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny repeats, small batches, no torch.compile: "
                         "exercises the pipeline, validates nothing")
     parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="seconds by which all is done")
+    parser.add_argument("--only", action="append", metavar="TEXT", help="only the steps whose names hold TEXT (and "
+                        "the environment and the calibration they need), all planned: e.g. --only bs32 on the time a "
+                        "first run left (repeatable)")
     args = parser.parse_args(argv)
     problem = refusal(args.device, args.quick)
     if problem:
@@ -651,7 +666,7 @@ def main(argv: list[str] | None = None) -> int:
     setup = Setup(args.device, args.model, args.quick, args.out, work, args.budget_s, second)
     check = Check(setup, " ".join(["bench/gpu_check.py", *(argv if argv is not None else sys.argv[1:])]))
     print(f"gpu_check: {check.report['kind']}; report in {setup.out}, working files in {work}", flush=True)
-    complete = check.run_all(steps(setup))
+    complete = check.run_all(only(steps(setup), args.only) if args.only else steps(setup))
     for target in check.report["targets"]:
         print(f"  {target['result']:>9}  {target['what']}: {target['figure']} (target {target['target']})")
     print(f"gpu_check: {'every step ran' if complete else 'some steps did not run to their end'}; "

@@ -281,6 +281,22 @@ def test_a_short_budget_leaves_out_the_last_steps_never_the_first(tmp_path: Path
     assert statuses[f"bench cuda bs32 {gpu_check_module.COMPILED}"] == "skipped"
 
 
+def test_only_runs_the_steps_named_after_the_environment_and_their_calibration(tmp_path: Path) -> None:
+    setup = gpu_check_module.Setup("cuda", "inception_v3", False, tmp_path / "out", tmp_path / "work", 300.0,
+                                   "randwire")
+    steps = gpu_check_module.steps(setup)
+    compiled = gpu_check_module.COMPILED
+    chosen = gpu_check_module.only(steps, ["bs32"])
+    assert [step.name for step in chosen] == ["environment", "calibrate cuda", "search cuda bs32", "bench cuda bs32",
+                                              f"bench cuda bs32 {compiled}"]
+    assert gpu_check_module.planned(chosen, setup.budget_s) == chosen  # the time a first run left is theirs
+    second = gpu_check_module.only(steps, ["randwire", "host cpu"])
+    assert [step.name for step in second] == ["environment", "calibrate cuda", "search randwire cuda bs1",
+                                              f"bench randwire cuda bs1 {compiled}", "calibrate host cpu",
+                                              "search host cpu bs1"]
+    assert not any(step.extra for step in second)  # extra in a whole run, planned when asked for
+
+
 def test_extra_steps_run_on_time_left_over_and_keep_none_from_the_steps_before(tmp_path: Path) -> None:
     setup = gpu_check_module.Setup("cpu", "m", True, tmp_path / "out", tmp_path / "work", 100.0)
     check = gpu_check_module.Check(setup, "test")
