@@ -27,13 +27,14 @@ import torch
 from torch import nn
 
 from ios_ray.app.cli.evaluation import predicted_ms
+from ios_ray.app.cli.util import search_command
 from ios_ray.app.search.budgets import Lookup
 from ios_ray.dtypes import example_input, in_memory_format, module_dtype, torch_dtype
 from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import Imported, import_module, output_tensor
 from ios_ray.ir import Graph
 from ios_ray.paired import median_interval, ratios_of
-from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, EAGER_KERNELS, kernel_named, spelt_shape
+from ios_ray.vocabulary import DEFAULT_DTYPE, EAGER_KERNELS, kernel_named, spelt_shape
 from ios_ray.runtime import Program, Programs, ScheduleRunner, read_schedules
 from ios_ray.runtime.accuracy import relative_error
 from ios_ray.runtime.cuda_graph import CapturedForward
@@ -149,14 +150,12 @@ def find_schedule(schedules_dir: Path, graph: Graph, device: str, batch: int, dt
     here = [s for s in read_schedules(schedules_dir).values() if s.device == device and s.dtype == dtype]
     found = [s for s in here if s.graph_fingerprint == graph.fingerprint]
     if not found:
-        option = "" if dtype == DEFAULT_DTYPE else f" --dtype {dtype}"
-        option += "" if graph.memory_format == DEFAULT_MEMORY_FORMAT else f" --memory-format {graph.memory_format}"
         mine = [s for s in here if s.model == graph.name]
-        if other_input_shapes(mine, graph):
-            option += f" --input-shape {spelt_shape(graph.input_shape)}"
+        shape = spelt_shape(graph.input_shape) if other_input_shapes(mine, graph) else None
+        search = search_command(graph.name, device, dtype=dtype, memory_format=graph.memory_format, input_shape=shape,
+                                out=schedules_dir)
         raise UserError(f"no {dtype} schedule of {graph.name} for device {device!r} under {schedules_dir}"
-                        f"{why_none_fit(mine, graph) if mine else ''}; run `ios-ray search --model {graph.name} "
-                        f"--devices {device}{option} --out {schedules_dir}` first.")
+                        f"{why_none_fit(mine, graph) if mine else ''}; run `{search}` first.")
     chosen = pick_batch((s.batch for s in found), batch)
     return next(s for s in found if s.batch == chosen)
 

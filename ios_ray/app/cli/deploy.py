@@ -15,7 +15,7 @@ from rich.table import Table
 
 from ios_ray.app.cli.commands import (DTYPE_HELP, INPUT_SHAPE_HELP, MEMORY_FORMAT_HELP, MODEL_HELP, STORE_HELP, app,
                                       console)
-from ios_ray.app.cli.util import at_least_one, parse_batches, store_lookup, user_errors
+from ios_ray.app.cli.util import at_least_one, parse_batches, search_command, store_lookup, user_errors
 from ios_ray.app.search.options import DEFAULT_OUT, parse_input_shape
 from ios_ray.errors import UserError
 from ios_ray.paired import percent
@@ -211,12 +211,10 @@ def _searched(schedules: Path, model: str, devices: str, batches: str, input_sha
     """UserError where ``schedules`` does not exist, giving the search that writes the schedules there."""
     if schedules.exists():
         return
-    options = {"--model": model, "--devices": devices, "--batches": batches, "--input-shape": input_shape,
-               "--dtype": None if dtype == DEFAULT_DTYPE else dtype,
-               "--memory-format": None if memory_format == DEFAULT_MEMORY_FORMAT else memory_format,
-               "--out": None if schedules == Path(DEFAULT_OUT) or schedules.suffix == ".json" else str(schedules)}
-    search = " ".join(["ios-ray search", *(f"{name} {value}" for name, value in options.items() if value)])
-    if schedules.suffix == ".json":
+    a_file = schedules.suffix == ".json"
+    search = search_command(model, devices, batches, dtype, memory_format, input_shape,
+                            None if a_file or schedules == Path(DEFAULT_OUT) else schedules)
+    if a_file:
         raise UserError(f"no schedule file at {schedules}: pass one a search wrote ({search} writes them under "
                         f"{DEFAULT_OUT}), or the --out folder of a search.")
     raise UserError(f"no schedules at {schedules}: search first ({search} writes them there), or pass --schedules "

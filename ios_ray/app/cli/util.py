@@ -1,4 +1,5 @@
-"""Shared pieces of the command line: turning UserError into one sentence and an exit code, parsing lists."""
+"""Shared pieces of the command line: turning UserError into one sentence and an exit code, parsing lists, and the
+search a command's missing schedules need."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import typer
 
 from ios_ray.errors import UserError
 from ios_ray.interrupts import ignore_stops, stop_on_sigterm, was_terminated
-from ios_ray.vocabulary import checked_batches
+from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT, checked_batches
 
 if TYPE_CHECKING:
     from ios_ray.app.search.budgets import Lookup
@@ -127,3 +128,15 @@ def store_lookup(path: Path) -> "Lookup | None":
 
     store = LatencyStore(path, create=False)
     return lambda keys, fingerprint, batch, dtype: store.lookup(list(keys), fingerprint, batch, dtype)
+
+
+def search_command(model: str, devices: str, batches: str | None = None, dtype: str = DEFAULT_DTYPE,
+                   memory_format: str = DEFAULT_MEMORY_FORMAT, input_shape: str | None = None,
+                   out: str | Path | None = None) -> str:
+    """The ``ios-ray search`` command that writes the schedules a command looked for, options at their defaults (or
+    None) left out."""
+    options = {"--model": model, "--devices": devices, "--batches": batches,
+               "--dtype": None if dtype == DEFAULT_DTYPE else dtype,
+               "--memory-format": None if memory_format == DEFAULT_MEMORY_FORMAT else memory_format,
+               "--input-shape": input_shape, "--out": out}
+    return " ".join(["ios-ray search", *(f"{name} {value}" for name, value in options.items() if value)])
