@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 import ios_ray  # noqa: E402
 from bench.verdict import run_parts  # noqa: E402
 from ios_ray.app.search.candidates import candidates  # noqa: E402
+from ios_ray.app.search.check import stored_correction  # noqa: E402
 from ios_ray.app.compile.graph_schedules import local_device  # noqa: E402
 from ios_ray.app.search.job import SearchOutcome  # noqa: E402
 from ios_ray.app.search.measuring import Lazy, Setting  # noqa: E402
@@ -46,7 +47,6 @@ from ios_ray.paired import LookPlan, contest_confidence  # noqa: E402
 from ios_ray.runtime import Programs, ScheduleRunner  # noqa: E402
 from ios_ray.runtime.compare import contest  # noqa: E402
 from ios_ray.scheduler import SearchParams  # noqa: E402
-from ios_ray.scheduler.correction import ScheduleRun, fit_correction  # noqa: E402
 from ios_ray.stage import StageKeys  # noqa: E402
 from ios_ray.store import LatencyStore  # noqa: E402
 from ios_ray.vocabulary import DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS  # noqa: E402
@@ -143,9 +143,7 @@ def _candidates(model: str, batch: int, store_path: Path) -> dict:
 
     setting = Setting(base, batch)
     setting.run_with(KernelChoice(kernels, "as before"))
-    runs = store.runs(setting.identity.fingerprint, batch)
-    setting.correction = fit_correction([ScheduleRun(*row) for row in zip(*(
-        runs[column].to_pylist() for column in ("predicted_ms", "stages", "extra_groups", "measured_ms")))])
+    setting.correction = stored_correction(store, setting.identity.fingerprint, batch, "float32")
     setting.table = store.lookup(measuring.keys, setting.identity.fingerprint, batch)
     measuring.ask(setting, 32)  # the lazy search's last round, which its record reads
     return candidates(Solver(measuring, model, "float32"), setting)

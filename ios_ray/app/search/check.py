@@ -30,11 +30,12 @@ from ios_ray.errors import UserError
 from ios_ray.paired import ContestTiming, least_rounds, percent, valid_confidence
 from ios_ray.profiler import CheckJob, DevicePool, ModelSource
 from ios_ray.schedule import CandidateRun, EndToEnd, ModelAsIs, Schedule
-from ios_ray.scheduler.correction import Correction
+from ios_ray.scheduler.correction import Correction, ScheduleRun, fit_correction
 from ios_ray.vocabulary import MODEL_AS_IS_ROUNDS
 
 if TYPE_CHECKING:
     from ios_ray.ir import Graph
+    from ios_ray.store import LatencyStore
 
 #: The candidate every other is timed against, and kept where none is faster beyond noise.
 BASELINE = "sequential"
@@ -113,6 +114,13 @@ def runs(timing: ContestTiming, candidates: dict[str, Schedule], graph: Graph) -
                       "predicted_ms": schedule.predicted_latency, "stages": stages, "extra_groups": extra,
                       "measured_ms": statistics.median(times), "rounds": len(times), "host": socket.gethostname()})
     return found
+
+
+def stored_correction(store: "LatencyStore", device_fingerprint: str, batch: int, dtype: str) -> Correction:
+    """The correction fitted from the runs :func:`runs` stored for this device, batch and dtype."""
+    stored = store.runs(device_fingerprint, batch, dtype)
+    return fit_correction([ScheduleRun(*row) for row in zip(*(
+        stored[column].to_pylist() for column in ("predicted_ms", "stages", "extra_groups", "measured_ms")))])
 
 
 def corrected_prediction(schedule: Schedule, correction: Correction) -> float | None:

@@ -39,7 +39,7 @@ from typing import Iterator, Sequence
 from ios_ray.app.search import planning
 from ios_ray.app.search.budgets import refuse_unreachable_budgets
 from ios_ray.app.search.candidates import candidates
-from ios_ray.app.search.check import checked_end_to_end, corrected_prediction
+from ios_ray.app.search.check import checked_end_to_end, corrected_prediction, stored_correction
 from ios_ray.app.search.kernel_choice import given_kernels, measured_kernels, stored_kernels
 from ios_ray.app.search.measuring import Setting
 from ios_ray.app.search.outcome import SearchOutcome
@@ -58,7 +58,6 @@ from ios_ray.profiler import DeviceIdentity, DevicePool, MeasureJob, ModelSource
 from ios_ray.profiler.cluster import check_offered
 from ios_ray.schedule import save_schedule, schedule_path
 from ios_ray.scheduler import sequential_stages
-from ios_ray.scheduler.correction import ScheduleRun, fit_correction
 from ios_ray.store import rows_to_table
 from ios_ray.vocabulary import KERNEL_NAMES
 
@@ -259,9 +258,8 @@ def _read_corrections(search: _Search) -> None:
     """Give every measured setting the correction fitted from the schedules its device ran whole before."""
     for setting in search.settings:
         if not setting.simulated:
-            stored = search.store.runs(setting.identity.fingerprint, setting.batch, search.dtype)
-            setting.correction = fit_correction([ScheduleRun(*row) for row in zip(*(
-                stored[column].to_pylist() for column in ("predicted_ms", "stages", "extra_groups", "measured_ms")))])
+            setting.correction = stored_correction(search.store, setting.identity.fingerprint, setting.batch,
+                                                   search.dtype)
 
 
 def _ask(search: _Search, actors: dict[str, int], size: RoundSize, before: dict[tuple[str, int], list[str]] | None
