@@ -49,7 +49,7 @@ from ios_ray.runtime.compare import contest  # noqa: E402
 from ios_ray.scheduler import SearchParams  # noqa: E402
 from ios_ray.stage import StageKeys  # noqa: E402
 from ios_ray.store import LatencyStore  # noqa: E402
-from ios_ray.vocabulary import DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS  # noqa: E402
+from ios_ray.vocabulary import DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, KERNEL_NAMES  # noqa: E402
 
 #: The kept schedule's measured / predicted that a search after one fitted the correction must reach.
 BAND = (0.95, 1.05)
@@ -137,8 +137,7 @@ def _candidates(model: str, batch: int, store_path: Path) -> dict:
     measuring = Lazy(StageKeys(graph), SearchParams(), None, "float32")
     store = LatencyStore(store_path, create=False)
     base = local_device("cpu")
-    kernels = max(("eager", "fused"), key=lambda k: len(store.lookup(measuring.keys, base.running(k).fingerprint,
-                                                                      batch)))
+    kernels = max(KERNEL_NAMES, key=lambda k: len(store.lookup(measuring.keys, base.running(k).fingerprint, batch)))
     from ios_ray.app.search.kernel_choice import KernelChoice
 
     setting = Setting(base, batch)
