@@ -6,6 +6,7 @@
     python bench/model_libraries.py --timm resnet50 tf_efficientnet_b0 ...
     python bench/model_libraries.py --timm-families            # one or two timm models of each family below
     python bench/model_libraries.py --smp --ultralytics        # segmentation decoders and YOLO detectors
+    python bench/model_libraries.py --edge                     # small models at the edges (tests/edge_models.py)
 
 For each model (random weights, random batch-norm statistics, the same on every run; all in float64): import it at
 batch 1 with its own input shape, then run the sequential schedule, the greedy one (concurrent groups) and the DP's
@@ -265,6 +266,10 @@ def specs(args: argparse.Namespace) -> Iterator[str]:
                     for encoder in SMP_ENCODERS)
     if args.ultralytics:
         yield from (f"ultralytics:{name}" for name in ULTRALYTICS_MODELS)
+    if args.edge:
+        from tests.edge_models import EDGE_MODELS
+
+        yield from (f"tests.edge_models:{name}" for name in EDGE_MODELS)
     names = list(args.timm or ()) + (TIMM_FAMILIES if args.timm_families else [])
     if names:
         import timm
@@ -333,6 +338,8 @@ def main() -> int:
     parser.add_argument("--timm-families", action="store_true", help="one or two timm models per family")
     parser.add_argument("--smp", action="store_true", help="segmentation-models-pytorch decoders, two encoders each")
     parser.add_argument("--ultralytics", action="store_true", help="Ultralytics YOLO detectors from their configs")
+    parser.add_argument("--edge", action="store_true", help="small models at the edges of what the import folds and "
+                        "fused kernels run (tests/edge_models.py; no library needed)")
     parser.add_argument("--timeout", type=int, default=120, help="seconds per model (default 120)")
     parser.add_argument("--out", type=Path, help="also write one JSON line per model here")
     parser.add_argument("--no-torchvision-shim", action="store_true", help="do not define torchvision's schemas")
@@ -351,9 +358,9 @@ def main() -> int:
     args = parser.parse_args()
     dtype = torch.float64 if args.dtype == "float64" else torch_dtype(args.dtype)
     if not (args.torchvision or args.segmentation or args.backbones or args.timm or args.timm_families or args.smp
-            or args.ultralytics):
+            or args.ultralytics or args.edge):
         parser.error("name what to check: --torchvision, --segmentation, --backbones, --timm NAME..., --timm-families, "
-                     "--smp, --ultralytics")
+                     "--smp, --ultralytics, --edge")
     if not args.no_torchvision_shim:
         _define_torchvision_schemas()
     console, rows = Console(width=170), []

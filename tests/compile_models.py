@@ -74,6 +74,20 @@ class TwoInputs(nn.Module):
         return self.a(x) + self.a(y)
 
 
+class Counting(nn.Module):
+    """A model that counts its calls in a buffer and scales its output by the count: each call computes another
+    thing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(3, 4, 1)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.a(x) * self.calls
+
+
 class Bottlenecks(nn.Module):
     """Four branches that widen to 64 channels and narrow again, then a concat: run side by side, their wide middles
     are alive at once, so a concurrent schedule peaks far above the sequential one."""

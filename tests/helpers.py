@@ -95,7 +95,7 @@ def randomise_batchnorm(module: nn.Module, seed: int = 0) -> nn.Module:
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for bn in module.modules():
-            if isinstance(bn, nn.BatchNorm2d):
+            if isinstance(bn, nn.BatchNorm2d) and bn.running_mean is not None:  # none: batch statistics
                 size = bn.num_features
                 bn.running_mean.copy_(torch.rand(size, generator=generator) - 0.5)
                 bn.running_var.copy_(torch.rand(size, generator=generator) + 0.5)

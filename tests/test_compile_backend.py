@@ -35,7 +35,7 @@ from ios_ray.scheduler import LazySpace, SearchParams
 from ios_ray.store import LatencyStore
 from tests.helpers import GIVEN_KERNELS, HANG_S, NAMED_KERNELS, ios_ray_here
 from tests.store_writer import fake_rows
-from tests.compile_models import INPUT_SHAPE, Bottlenecks, Branching, Caching, TwoInputs, broken
+from tests.compile_models import INPUT_SHAPE, Bottlenecks, Branching, Caching, Counting, TwoInputs, broken
 from tests.test_runtime_schedules import BUILDERS, make_schedule
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,6 +156,19 @@ def test_a_fused_optimizer_step_is_followed_by_the_compiled_model(optimizer: typ
     with torch.no_grad():
         torch.testing.assert_close(fast(x), model(x))
     assert all(FALLBACK not in runs and sum(runs.values()) == 2 for runs in ran(backend))
+
+
+def test_a_forward_that_writes_into_its_buffers_runs_as_dynamo_hands_it_over() -> None:
+    model, x = Counting().eval(), torch.randn(2, *INPUT_SHAPE)
+    twin = Counting().eval()
+    twin.load_state_dict(model.state_dict())
+    backend = ios_ray.backend(schedules=None, store=None)
+    for _ in range(3):  # the count goes on: 1, 2, 3
+        out, said = compiled(model, backend, x)
+        torch.testing.assert_close(out, twin(x))
+    assert all("it writes into L['self']._buffers['calls'] in place (+=)" in g.reason for g in backend.graphs)
+    assert all("update it outside forward" in g.reason for g in backend.graphs)
+    assert all(set(runs) == {FALLBACK} for runs in ran(backend)) and sum(r[FALLBACK] for r in ran(backend)) == 3
 
 
 def test_with_gradients_on_the_compiled_model_gives_autograd_its_history() -> None:

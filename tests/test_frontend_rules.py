@@ -16,6 +16,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
 
+from ios_ray import ImportRefused
 from ios_ray.frontend import Imported, capture_forward, import_module, opaque_report
 from ios_ray.frontend.activations import activation_fn
 from ios_ray.frontend.rewrites import drop_eval_identities, functionalize
@@ -769,3 +770,58 @@ def test_only_writes_through_a_view_make_the_capture_functionalize(capture: str)
     assert _writes_through_aliases(export(Lambda(ghost_read_later).eval(), example))
     for forward in (written, ghost, ghost_read_later):
         imported(Lambda(forward))  # and the import computes what the module computes
+
+
+def test_writes_into_the_models_own_tensors_are_refused(capture: str) -> None:
+    def counted(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        m.calls.add_(1.0)  # eager mode counts its calls: each computes with another count
+        return m.c(x) * m.calls
+
+    def running_mean(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.c(x)
+        m.mean.copy_(0.9 * m.mean + 0.1 * y.mean((0, 2, 3), keepdim=True))
+        return y - m.mean
+
+    def decayed(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        m.d.weight.mul_(0.99)
+        return m.d(m.c(x))
+    for forward, tensor in ((counted, "calls"), (running_mean, "mean"), (decayed, "d.weight")):
+        module = Lambda(forward)
+        module.register_buffer("calls", torch.zeros(()))
+        module.register_buffer("mean", torch.zeros(1, 8, 1, 1))
+        with pytest.raises(ImportRefused, match=f"writes into .*`{tensor}` in place.*update it outside forward"):
+            import_module(module.eval(), torch.randn(1, *SHAPE), capture=capture)
+
+
+def test_in_place_ops_of_any_name_become_out_of_place(capture: str) -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.c(x)
+        z = m.d(y)
+        y.lerp_(z, 0.25)
+        y.masked_fill_(z > 0.5, 0.0)
+        y.clamp_(min=-0.2)
+        w = y.view(y.shape[0], -1)   # a view of y taken after the writes reads their result
+        return m.d(y) + z + w.sum(1).view(-1, 1, 1, 1)
+    module = Lambda(fn)
+    gm = functionalize(captured(module))
+    assert not [n.target for n in gm.graph.nodes if str(n.target).endswith("_")]
+    imported(module)
+
+
+def test_writes_through_views_are_followed_by_torch_export_and_refused_in_a_trace(capture: str) -> None:
+    def clamped(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.c(x)
+        y[:, 1:3].clamp_(min=0.0)  # a write into a view of y, which is read afterwards
+        return m.d(y)
+
+    def viewed_before(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.c(x)
+        v = y.flatten(1)
+        y.relu_()                  # v sees the write
+        return m.d(y) + v.sum(1).view(-1, 1, 1, 1)
+    for forward in (clamped, viewed_before):
+        if capture == "export":
+            imported(Lambda(forward))
+        else:
+            with pytest.raises(ImportRefused, match="shares memory with another, and reads the other afterwards"):
+                imported(Lambda(forward))

@@ -63,6 +63,7 @@ from ios_ray.frontend.outputs import BARE, OutputStructure, one_output, output_s
 from ios_ray.frontend.sizes import fold_sizes
 from ios_ray.frontend.trace import defaulted_arguments, propagate, record_batch_layout, trace
 from ios_ray.frontend.units import build_graph
+from ios_ray.frontend.writes import state_versions, state_written_since, unfollowed_write
 from ios_ray.ir import Graph
 from ios_ray.vocabulary import DEFAULT_DTYPE, DEFAULT_MEMORY_FORMAT
 
@@ -164,6 +165,7 @@ def _not_batch_first(name: str, shape: str) -> UserError:
 def _traced_forward(module: nn.Module, example_input: torch.Tensor, name: str, failure: ExportError
                     ) -> tuple[fx.GraphModule, OutputStructure]:
     """What :func:`capture_forward` gives through a torch.fx trace, which runs the model twice for its shapes."""
+    versions = state_versions(module)
     try:
         gm, structured = one_output(trace(module))
     except UserError as error:
@@ -174,9 +176,14 @@ def _traced_forward(module: nn.Module, example_input: torch.Tensor, name: str, f
     returned = _run(module, example_input, name)
     other = example_input[:1].expand(example_input.shape[0] + 1, *example_input.shape[1:]).clone()
     try:
-        unbatched = _unbatched(returned, _run(module, other, name), example_input.shape[0], other.shape[0])
+        second = _run(module, other, name)
     except UserError:
-        unbatched = None  # a model that runs at its import batch size only: its dimension 0 stands for the batch
+        second = None  # a model that runs at its import batch size only: its dimension 0 stands for the batch
+    written = state_written_since(module, versions) or unfollowed_write(gm)
+    if written is not None:
+        raise ImportRefused(f"ios-ray cannot schedule {type(module).__name__}: torch.export cannot capture its "
+                            f"forward ({failure}), and in the torch.fx trace that stands in, {written}.")
+    unbatched = None if second is None else _unbatched(returned, second, example_input.shape[0], other.shape[0])
     if unbatched is not None:
         raise _not_batch_first(name, unbatched)
     output = output_structure(returned, example_input.shape[0]) if structured else BARE

@@ -49,10 +49,11 @@ from torch.fx.graph_module import _copy_attr
 from torch.fx.passes.shape_prop import TensorMetadata, _extract_tensor_metadata
 from torch.utils._sympy.numbers import int_oo
 
-from ios_ray.errors import first_line
+from ios_ray.errors import ImportRefused, first_line
 from ios_ray.frontend import aten
 from ios_ray.frontend.nodes import batch_first, constant_nodes, hooked, signature_of
 from ios_ray.frontend.quiet import this_thread_silent
+from ios_ray.frontend.writes import state_written
 
 #: Layers outside ``torch.nn.modules`` whose calls stay calls: the frontend knows them by class.
 KNOWN_LAYERS = frozenset({"Conv2dSame", "MaxPool2dSame", "AvgPool2dSame"})
@@ -71,7 +72,7 @@ class ExportError(Exception):
 def capture(module: nn.Module, example_input: torch.Tensor) -> fx.GraphModule:
     """The torch-level graph of ``module`` (in eval mode), each node holding export's symbolic value (``val``) and
     the graph module the batch size's symbol (``meta['batch_symbol']``); ExportError where torch.export fails,
-    fixes the batch size or branches on it.
+    fixes the batch size or branches on it; ImportRefused where it writes into the module's own tensors.
 
     A forward that caches the shape of what it saw (Ultralytics' detection head keeps ``self.shape`` and recomputes
     its anchors where a call's shape differs) branches on the batch size once the model has run, in comparing the
@@ -84,6 +85,9 @@ def capture(module: nn.Module, example_input: torch.Tensor) -> fx.GraphModule:
         if not any(isinstance(v, torch.Size) for m in module.modules() for v in vars(m).values()):
             raise
         program, batch = _captured(module, example_input, forget_shapes=True)
+    written = state_written(program)
+    if written is not None:
+        raise ImportRefused(f"ios-ray cannot schedule {type(module).__name__}: {written}.")
     if _writes_through_aliases(program):
         with torch.no_grad(), _quiet():
             program = program.run_decompositions({})

@@ -15,8 +15,9 @@ Dynamo hands a backend one fx graph per graph break, of torch-level calls (``tor
 copied) and calls the graph with those, the one input batch and the sizes read from it: a module like any other,
 which :func:`~ios_ray.frontend.import_module` imports through the same capture and passes as a model. A graph that
 cannot be such a module raises :class:`Unschedulable` saying why: it reads several frame inputs, none, a number
-from the frame, an input that is not a floating batch, it runs in training mode (dropout, batch-norm statistics), or
-autograd needs its history (gradients enabled, and its input or the model's parameters require them).
+from the frame, an input that is not a floating batch, it runs in training mode (dropout, batch-norm statistics), it
+writes into the model's own tensors (a buffer counting calls), or autograd needs its history (gradients enabled, and
+its input or the model's parameters require them).
 
 A graph may end in values that are not feature maps of the batch: the graph before a data-dependent branch returns
 the branch's condition (``y.mean()``, one number for the whole batch) beside its feature map. :func:`graph_call` cuts
@@ -46,6 +47,7 @@ from torch._dynamo.source import AttrSource, LocalSource, NNModuleSource, Tensor
 from torch.fx.operator_schemas import normalize_function
 
 from ios_ray.frontend.nodes import ancestors
+from ios_ray.frontend.writes import STATE, writes_into
 
 
 #: Methods whose sizes may start with the batch size: :func:`batch_read_back` reads it back there.
@@ -153,6 +155,10 @@ def graph_call(graph: fx.GraphModule, example_inputs: Sequence[Any]) -> GraphCal
     training = _training_op(graph)
     if training is not None:
         raise Unschedulable(f"it runs in training mode ({training}); schedules are for inference: call model.eval()")
+    written = writes_into(graph, [n for n, a in zip(placeholders, arguments) if a.kind is Kind.HELD])
+    if written is not None:
+        source = arguments[placeholders.index(written[0])].source
+        raise Unschedulable(f"it writes into {source} in place ({written[1]}), {STATE}")
     if torch.is_grad_enabled() and x.requires_grad:
         raise Unschedulable(f"it computes gradients of its input {inputs[0]}; schedules are for inference")
     if torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in held):

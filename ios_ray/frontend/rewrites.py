@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import copy
 import math
-import operator
 from typing import Any
 
 import torch
@@ -51,17 +50,10 @@ from torch import nn
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
 from ios_ray.frontend.elementwise import scalar_multiple, short_name
+from ios_ray.frontend.writes import out_of_place_target, writes_in_place
 from ios_ray.frontend.nodes import (arg_node, call_arguments, constant_nodes, dimension_order, dtype_of,
-                                   evaluate_constant, full_shape, hashable, holds_batch_first, module_of, pair,
-                                   signature_of)
+                                   evaluate_constant, full_shape, holds_batch_first, module_of, pair)
 
-_OUT_OF_PLACE_FUNCTIONS: dict[Any, Any] = {
-    operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
-    operator.itruediv: operator.truediv, torch.relu_: torch.relu, F.relu_: F.relu, torch.sigmoid_: torch.sigmoid,
-    torch.tanh_: torch.tanh, F.hardtanh_: F.hardtanh, F.leaky_relu_: F.leaky_relu, F.elu_: F.elu,
-}
-_IN_PLACE_METHODS = ("add_", "sub_", "mul_", "div_", "relu_", "sigmoid_", "tanh_", "clamp_", "clamp_min_",
-                     "clamp_max_", "neg_", "abs_", "exp_", "sqrt_", "pow_", "hardtanh_")
 _DROPOUT_FUNCTIONS = (F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout,
                       torch.dropout, torch.alpha_dropout, torch.feature_alpha_dropout, torch.feature_dropout)
 #: Stochastic depth functions by name (torchvision wraps its own for torch.fx), and their parameters.
@@ -81,35 +73,22 @@ def functionalize(gm: fx.GraphModule) -> fx.GraphModule:
 
 
 def _make_out_of_place(gm: fx.GraphModule, node: fx.Node) -> bool:
-    """Turn one in-place op into its out-of-place form; True where it was one."""
-    if node.op == "call_function" and hashable(node.target) and node.target in _OUT_OF_PLACE_FUNCTIONS:
-        node.target = _OUT_OF_PLACE_FUNCTIONS[node.target]
-        return True
-    if node.op == "call_method" and node.target in _IN_PLACE_METHODS:
-        node.target = str(node.target)[:-1]
-        return True
-    if node.op == "call_module":
-        module: Any = gm.get_submodule(str(node.target))  # a layer of any class, with an ``inplace`` flag or not
-        if getattr(module, "inplace", False) is True:
-            out_of_place = copy.copy(module)
-            out_of_place.inplace = False
-            node.target = add_module(gm, str(node.target), out_of_place)
-            return True
+    """Turn one in-place op into its out-of-place form (:func:`~ios_ray.frontend.writes.out_of_place_target`); True
+    where it was one and has one."""
+    target = out_of_place_target(gm, node) if writes_in_place(gm, node) else None
+    if target is None:
         return False
-    if node.op == "call_function" and node.kwargs.get("inplace") is True:
+    if node.op == "call_module":
+        layer: Any = copy.copy(gm.get_submodule(str(node.target)))  # a layer of any class with an ``inplace`` flag
+        layer.inplace = False
+        node.target = add_module(gm, str(node.target), layer)
+    elif node.kwargs.get("inplace") is True:
         node.kwargs = {**node.kwargs, "inplace": False}
-        return True
-    arguments = call_arguments(node) if node.op == "call_function" and _takes_inplace(node.target) else None
-    if arguments is not None and arguments.get("inplace") is True:
-        node.args, node.kwargs = (), {**arguments, "inplace": False}
-        return True
-    return False
-
-
-def _takes_inplace(target: Any) -> bool:
-    """Whether a function has a parameter named ``inplace`` (only those calls are bound to find it)."""
-    signature = signature_of(target)
-    return signature is not None and "inplace" in signature.parameters
+    elif target is node.target:  # the ``inplace`` argument given by position
+        node.args, node.kwargs = (), {**(call_arguments(node) or {}), "inplace": False}
+    else:
+        node.target = target
+    return True
 
 
 def drop_eval_identities(gm: fx.GraphModule) -> fx.GraphModule:
