@@ -171,6 +171,22 @@ def test_a_forward_that_writes_into_its_buffers_runs_as_dynamo_hands_it_over() -
     assert all(set(runs) == {FALLBACK} for runs in ran(backend)) and sum(r[FALLBACK] for r in ran(backend)) == 3
 
 
+def test_compiled_under_autocast_a_graph_runs_as_dynamo_hands_it_over() -> None:
+    model, x = broken(), torch.randn(2, *INPUT_SHAPE)
+    backend = scheduled_backend(model, x)
+    fast = torch.compile(model, backend=backend)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        with pytest.warns(UserWarning, match=r"torch\.autocast \(bfloat16\) is on.*model\.to\(torch\.bfloat16\)"):
+            out = fast(x)
+        expected = model(x)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    assert ran(backend) == [{FALLBACK: 1}, {FALLBACK: 1}]  # recompiled: Dynamo guards on autocast
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), model(x))  # without autocast, the schedules again
+    assert sum(FALLBACK not in runs for runs in ran(backend)) == 2, ran(backend)
+
+
 def test_with_gradients_on_the_compiled_model_gives_autograd_its_history() -> None:
     """Issue 46, item 3: a graph compiled with gradients needed runs as Dynamo hands it over, with a warning."""
     model, x = broken(), torch.randn(2, *INPUT_SHAPE)

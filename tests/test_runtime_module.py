@@ -456,6 +456,26 @@ def test_with_gradients_on_the_output_has_the_history_autograd_needs(graph: Grap
             assert not scheduled(x).requires_grad and scheduled.schedule_for(x) is not None  # nothing needs autograd
 
 
+@pytest.mark.parametrize("kernels", KERNEL_NAMES)
+def test_under_autocast_the_original_module_runs_in_autocasts_precision(graph: Graph, kernels: str) -> None:
+    model = tiny()
+    schedules = [make_schedule(graph, BUILDERS["ios_like"], 2, device="cpu", kernels=kernels)]
+    scheduled = ScheduledModule(model, schedules, input_shape=SHAPE)
+    x = torch.randn(2, *SHAPE)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with pytest.warns(UserWarning, match=r"torch\.autocast \(bfloat16\) is on, so ScheduledModule runs Tiny as it is"
+                                             r".*--dtype bfloat16"):
+            out = scheduled(x)
+        expected = model(x)
+    assert out.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*ScheduledModule runs")
+        out = scheduled(x)  # without autocast, the schedule again
+    assert out.dtype == torch.float32 and scheduled.schedule_for(x) is not None
+    torch.testing.assert_close(out, eager(model, x), rtol=1e-5, atol=1e-6)
+
+
 def test_deploying_leaves_the_models_mode_as_it_was_and_says_when_it_trains(graph: Graph) -> None:
     """Issue 46, item 4: the caller's model keeps its mode; in training mode it runs as it is, with a warning."""
     model = tiny().train()

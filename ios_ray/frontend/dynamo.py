@@ -16,8 +16,8 @@ copied) and calls the graph with those, the one input batch and the sizes read f
 which :func:`~ios_ray.frontend.import_module` imports through the same capture and passes as a model. A graph that
 cannot be such a module raises :class:`Unschedulable` saying why: it reads several frame inputs, none, a number
 from the frame, an input that is not a floating batch, it runs in training mode (dropout, batch-norm statistics), it
-writes into the model's own tensors (a buffer counting calls), or autograd needs its history (gradients enabled, and
-its input or the model's parameters require them).
+writes into the model's own tensors (a buffer counting calls), it is compiled under ``torch.autocast`` (a schedule runs
+one dtype), or autograd needs its history (gradients enabled, and its input or the model's parameters require them).
 
 A graph may end in values that are not feature maps of the batch: the graph before a data-dependent branch returns
 the branch's condition (``y.mean()``, one number for the whole batch) beside its feature map. :func:`graph_call` cuts
@@ -159,6 +159,11 @@ def graph_call(graph: fx.GraphModule, example_inputs: Sequence[Any]) -> GraphCal
     if written is not None:
         source = arguments[placeholders.index(written[0])].source
         raise Unschedulable(f"it writes into {source} in place ({written[1]}), {STATE}")
+    if torch.is_autocast_enabled(x.device.type):
+        dtype = str(torch.get_autocast_dtype(x.device.type)).removeprefix("torch.")
+        raise Unschedulable(f"torch.autocast ({dtype}) is on, and a schedule runs the one dtype it was made for, not "
+                            f"autocast's mix; compile the model converted to {dtype} (`model.to(torch.{dtype})`) and "
+                            "call it without autocast to run its schedules")
     if torch.is_grad_enabled() and x.requires_grad:
         raise Unschedulable(f"it computes gradients of its input {inputs[0]}; schedules are for inference")
     if torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in held):

@@ -16,7 +16,8 @@ a dtype no schedule was made for runs a schedule made for another, with a one-ti
 Schedules are for inference, and run without autograd: the original module runs where this module is in training
 mode (silently: it was asked to), where the wrapped module or one of its submodules is (wrapping leaves its mode as
 the caller set it; a one-time warning), and where gradients are enabled and the parameters or the input require them
-(a one-time warning), so that the output has the history a loss needs. Schedules given as a list must all fit the
+(a one-time warning), so that the output has the history a loss needs, and under ``torch.autocast`` (a one-time
+warning: a schedule runs the dtype it was made for, not autocast's mix of dtypes). Schedules given as a list must all fit the
 graph; from a folder (such as the ``--out`` folder of ``ios-ray search``, which may hold other models too) those
 made for other graphs are left out, and finding none is an error.
 
@@ -116,8 +117,9 @@ class ScheduledModule(nn.Module):
 
     def _eager_reason(self, x: torch.Tensor) -> str | None:
         """Why ``x`` must run the original module although this one is in eval mode (None where it need not): the
-        module, or one of its submodules, is in training mode, or autograd needs the call's history (a schedule runs
-        without it, so its output would have none and a loss computed from it would train nothing)."""
+        module, or one of its submodules, is in training mode, autograd needs the call's history (a schedule runs
+        without it, so its output would have none and a loss computed from it would train nothing), or
+        ``torch.autocast`` is on for ``x``'s device (a schedule would run its own dtype, not autocast's mix)."""
         binding = self._bound()  # (re)arms the watch, which keeps the modes
         name = type(self.module).__name__
         if self._watch.training if self._watch is not None else self.module.training:
@@ -128,6 +130,12 @@ class ScheduledModule(nn.Module):
             return (f"gradients are enabled and {what} require them, so ScheduledModule runs the original module, "
                     "whose output then has the history autograd needs (schedules run without autograd); call it "
                     "under torch.no_grad() or torch.inference_mode() to run its schedules.")
+        if torch.is_autocast_enabled(x.device.type):
+            dtype = str(torch.get_autocast_dtype(x.device.type)).removeprefix("torch.")
+            return (f"torch.autocast ({dtype}) is on, so ScheduledModule runs {name} as it is, in the mixed "
+                    "precision autocast gives it (a schedule runs the one dtype it was made for); search the model "
+                    f"in {dtype} (`model.to(torch.{dtype})`, `--dtype {dtype}`) and call it without autocast to run "
+                    "its schedules.")
         return None
 
     def schedule_for(self, x: torch.Tensor) -> Schedule | None:
