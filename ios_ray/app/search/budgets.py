@@ -66,8 +66,8 @@ def parse_memory_budget(value: str | int | None) -> MemoryBudget | None:
             return MemoryBudget(bytes=int(text))
     except ValueError:
         pass
-    raise UserError(f"memory budget must be a whole number of bytes or a factor of the sequential schedule's peak "
-                    f"such as 1.1x, not {value!r}.")
+    raise UserError(f"memory budget must be a positive whole number of bytes or a factor of the sequential "
+                    f"schedule's peak such as 1.1x, not {value!r}.")
 
 
 def default_budget(device: str, weight_bytes: int, memory_bytes: int | None = None) -> int | None:
