@@ -463,8 +463,8 @@ def test_under_autocast_the_original_module_runs_in_autocasts_precision(graph: G
     scheduled = ScheduledModule(model, schedules, input_shape=SHAPE)
     x = torch.randn(2, *SHAPE)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        with pytest.warns(UserWarning, match=r"torch\.autocast \(bfloat16\) is on, so ScheduledModule runs Tiny as it is"
-                                             r".*--dtype bfloat16"):
+        with pytest.warns(UserWarning, match=r"torch\.autocast \(bfloat16\) is on, so ScheduledModule runs Tiny as "
+                                             r"it is.*--dtype bfloat16"):
             out = scheduled(x)
         expected = model(x)
     assert out.dtype == expected.dtype == torch.bfloat16

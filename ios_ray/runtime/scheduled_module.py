@@ -17,9 +17,9 @@ Schedules are for inference, and run without autograd: the original module runs 
 mode (silently: it was asked to), where the wrapped module or one of its submodules is (wrapping leaves its mode as
 the caller set it; a one-time warning), and where gradients are enabled and the parameters or the input require them
 (a one-time warning), so that the output has the history a loss needs, and under ``torch.autocast`` (a one-time
-warning: a schedule runs the dtype it was made for, not autocast's mix of dtypes). Schedules given as a list must all fit the
-graph; from a folder (such as the ``--out`` folder of ``ios-ray search``, which may hold other models too) those
-made for other graphs are left out, and finding none is an error.
+warning: a schedule runs the dtype it was made for, not autocast's mix of dtypes). Schedules given as a list must all
+fit the graph; from a folder (such as the ``--out`` folder of ``ios-ray search``, which may hold other models too)
+those made for other graphs are left out, and finding none is an error.
 
 Runners snapshot the module (batch-norm folded, numbers its forward reads baked in) when they are built, and the
 import evaluates some weights once (a convolution's weight computed from parameters, as in timm's
