@@ -688,6 +688,27 @@ def test_pads_and_crops_are_pad_units_and_a_pad_then_crop_is_one() -> None:
     assert pads == [(-1, 1, -1, 1), (0, 0, 0, 0), (0, 0, 0, 0)] and kinds(result)["opaque"] == 0
 
 
+def test_pads_by_reflection_replication_or_circularly_are_pad_units_and_their_convs_conv_units() -> None:
+    """Image-to-image models pad by reflection: with pad layers (CycleGAN's generator) or ``padding_mode=``."""
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.reflect(x) + m.circular(x) + m.replicate(x) + m.same(x)
+        crops = F.pad(y, (1, 1, 1, 1), mode="replicate")[:, :, 1:-1, 1:-1] + m.pad(y)[:, :, 2:, 2:]
+        return m.valid(m.pad(F.relu(y))) + crops
+    module = Lambda(fn)
+    module.reflect, module.circular = nn.Conv2d(8, 8, 3, padding=1, padding_mode="reflect"), \
+        nn.Conv2d(8, 8, 3, padding=2, dilation=2, padding_mode="circular")
+    module.replicate = nn.Conv2d(8, 8, (3, 5), padding=(1, 2), padding_mode="replicate")
+    module.same, module.pad = nn.Conv2d(8, 8, 3, padding="same", padding_mode="reflect"), nn.ReflectionPad2d(1)
+    module.valid = nn.Conv2d(8, 8, 3)
+    result = imported(module)
+    assert kinds(result)["conv"] == 5 and kinds(result)["opaque"] == 0, kinds(result)
+    assert all(u.attrs["padding"] == (0, 0) for u in result.graph.units if u.kind == "conv")
+    modes = sorted((u.attrs.get("mode", "constant"), u.attrs["pads"]) for u in result.graph.units if u.kind == "pad")
+    assert modes == [("circular", (2, 2, 2, 2)), ("constant", (-2, 0, -2, 0)), ("constant", (-1, -1, -1, -1)),
+                     ("reflect", (1, 1, 1, 1)), ("reflect", (1, 1, 1, 1)), ("reflect", (1, 1, 1, 1)),
+                     ("reflect", (1, 1, 1, 1)), ("replicate", (1, 1, 1, 1)), ("replicate", (2, 2, 1, 1))], modes
+
+
 def test_prelu_and_group_and_instance_norms_after_a_conv_are_its_epilogue() -> None:
     def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
         a = m.prelu(m.norm(m.c(x)))

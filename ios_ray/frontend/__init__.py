@@ -19,7 +19,8 @@ code in their style import into the same units as the zoo):
    reshapes; eval ``F.batch_norm`` calls become ``nn.BatchNorm2d`` calls, ``F.conv2d`` and ``F.linear`` on
    parameters ``nn.Conv2d`` and ``nn.Linear`` calls; a linear layer on a tensor whose batch a transpose moved runs
    before the transpose (``nn.MultiheadAttention`` computes its projection once, as a linear unit); timm's
-   TensorFlow-"SAME" layers and convs padded ``"same"`` or ``"valid"`` become a pad and the plain torch layer. Then
+   TensorFlow-"SAME" layers and convs padded ``"same"`` or ``"valid"`` become a pad and the plain torch layer, as do
+   convs padded by reflection, replication or circularly. Then
    a linear combination of parallel conv branches on one input becomes one conv (:mod:`~ios_ray.frontend.branches`:
    RepVGG's and MobileOne's training-time blocks), convs on equal channel slices of one tensor, concatenated, become
    one grouped conv, and a batch-norm and activation after a concatenation of convs move onto each conv
@@ -55,7 +56,7 @@ from ios_ray.frontend.capture import (ExportError, attributes_kept, capture, out
 from ios_ray.frontend.report import OPAQUE_WARNING_SHARE, OpaqueReport, opaque_report
 from ios_ray.frontend.rewrites import (batch_norms_as_modules, drop_eval_identities, functional_convs_as_modules,
                                       functional_linears_as_modules, functionalize, linears_before_batch_moves,
-                                      same_padding_as_torch_layers, views_as_reshapes)
+                                      padding_modes_as_pads, same_padding_as_torch_layers, views_as_reshapes)
 from ios_ray.frontend.branches import branches_as_one_conv
 from ios_ray.frontend.concats import norms_into_concatenated_convs, split_convs_as_grouped
 from ios_ray.frontend.paths import path_sums
@@ -98,7 +99,7 @@ def import_module(module: nn.Module, example_input: torch.Tensor, name: str | No
         gm, output = capture_forward(module, example_input, name, capture)
         gm = views_as_reshapes(drop_eval_identities(functionalize(gm)))
         gm = functional_linears_as_modules(functional_convs_as_modules(batch_norms_as_modules(gm)))
-        gm = same_padding_as_torch_layers(linears_before_batch_moves(gm))
+        gm = padding_modes_as_pads(same_padding_as_torch_layers(linears_before_batch_moves(gm)))
         gm = path_sums(norms_into_concatenated_convs(split_convs_as_grouped(branches_as_one_conv(gm))))
         gm = fold_sizes(gm)
         graph, constants = build_graph(gm, name, tuple(example_input.shape[1:]))

@@ -31,6 +31,8 @@ checked and its Python code generated once for all of them, by the import's last
   and convs with ``padding="same"`` or ``"valid"`` become the plain torch layer, a conv or pool unit, padded as
   "SAME" pads the traced size: by the layer itself where the padding is even on both sides, else by an ``F.pad``
   before it.
+* :func:`padding_modes_as_pads`: a conv padded by reflection, replication or circularly (``padding_mode=``) becomes
+  ``F.pad`` in that mode, a pad unit, and the conv without padding, a conv unit like any other.
 
 Modules are never changed in place: a module that must change is copied into the GraphModule under a new name, so
 the user's model stays as it was.
@@ -392,6 +394,30 @@ def same_padding_as_torch_layers(gm: fx.GraphModule) -> fx.GraphModule:
                 padded.meta["tensor_meta"] = _extract_tensor_metadata(F.pad(example, pads, value=value))
                 source = padded
             call = gm.graph.call_module(add_module(gm, str(node.target), plain), (source,))
+        call.meta = dict(node.meta)
+        node.replace_all_uses_with(call)
+        gm.graph.erase_node(node)
+    return gm
+
+
+def padding_modes_as_pads(gm: fx.GraphModule) -> fx.GraphModule:
+    """A call of an ``nn.Conv2d`` with ``padding_mode`` other than zeros becomes ``F.pad`` in that mode (what the
+    conv's own forward calls) and a copy of the conv without padding (sharing its weights)."""
+    for node in list(gm.graph.nodes):
+        conv = module_of(gm, node, nn.Conv2d)
+        if conv is None or conv.padding_mode == "zeros" or len(node.args) != 1 or node.kwargs:
+            continue
+        plain = copy.copy(conv)
+        plain.padding, plain.padding_mode = (0, 0), "zeros"
+        source: fx.Node = node.args[0]
+        pads, mode = list(conv._reversed_padding_repeated_twice), conv.padding_mode
+        with gm.graph.inserting_before(node):
+            padded = gm.graph.call_function(F.pad, (source, pads), {"mode": mode})
+            shape = full_shape(source)
+            if shape is not None:
+                example = torch.empty(shape, device="meta")
+                padded.meta["tensor_meta"] = _extract_tensor_metadata(F.pad(example, pads, mode=mode))
+            call = gm.graph.call_module(add_module(gm, str(node.target), plain), (padded,))
         call.meta = dict(node.meta)
         node.replace_all_uses_with(call)
         gm.graph.erase_node(node)

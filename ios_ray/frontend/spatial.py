@@ -2,10 +2,12 @@
 
 * ``upsample``: ``nn.Upsample`` (and its nearest and bilinear subclasses) or ``F.interpolate`` of a 4-d tensor in
   ``nearest`` or ``bilinear`` mode, as decoders (FPN, U-Net, YOLO's neck) upsample;
-* ``pad``: a constant pad of the spatial dimensions of a 4-d tensor (``nn.ZeroPad2d``, ``nn.ConstantPad2d``,
-  ``F.pad``), a crop of them (``x[:, :, 1:, 1:]``), or a pad whose only reader crops it (NASNet's shift by one
-  pixel, ``ZeroPad2d((0, 1, 0, 1))`` then ``[:, :, 1:, 1:]``) as one unit. Its ``pads`` are (left, right, top,
-  bottom), a crop negative, so a pad and a crop with the same effect share a stage key; ``value`` is the padding.
+* ``pad``: a pad of the spatial dimensions of a 4-d tensor, constant (``nn.ZeroPad2d``, ``nn.ConstantPad2d``,
+  ``F.pad``) or by reflection, replication or circularly (``nn.ReflectionPad2d``, ``nn.ReplicationPad2d``,
+  ``nn.CircularPad2d``, ``F.pad(x, pads, mode)``), a crop of them (``x[:, :, 1:, 1:]``), or a constant pad whose only
+  reader crops it (NASNet's shift by one pixel, ``ZeroPad2d((0, 1, 0, 1))`` then ``[:, :, 1:, 1:]``) as one unit. Its
+  ``pads`` are (left, right, top, bottom), a crop negative, so a pad and a crop with the same effect share a stage
+  key; ``value`` is the padding, and ``mode`` the mode where it is not constant.
 
 Both run the original code (the unit's ``refs['nodes']``); their attributes say what it computes.
 """
@@ -24,6 +26,9 @@ from ios_ray.frontend.nodes import calls, full_shape, is_tensor, module_of, norm
 
 _UPSAMPLE_MODULES = (nn.Upsample, nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d)
 _PAD_MODULES = (nn.ZeroPad2d, nn.ConstantPad2d)
+#: Pads that repeat the input's own values, by mode.
+_MODE_PAD_MODULES = {nn.ReflectionPad2d: "reflect", nn.ReplicationPad2d: "replicate", nn.CircularPad2d: "circular"}
+_PAD_MODES = ("constant", *_MODE_PAD_MODULES.values())
 _MODES = ("nearest", "bilinear")
 
 
@@ -57,7 +62,9 @@ def match_pad(scope: Scope, node: fx.Node) -> Match | None:
     found = _pad(scope.gm, node) or _crop(node)
     if found is None:
         return None
-    source, pads, value = found
+    source, pads, value, mode = found
+    if mode != "constant":
+        return Match.single("pad", node, [source], {"pads": pads, "value": value, "mode": mode})
     crop = only_user(node)
     then = _crop(crop) if scope.free(crop) and not _crop(node) else None
     if then is None or crop is None:
@@ -67,29 +74,30 @@ def match_pad(scope: Scope, node: fx.Node) -> Match | None:
                  {"node": node.name, "args": (source.name,), "nodes": (node.name, crop.name)})
 
 
-def _pad(gm: fx.GraphModule, node: fx.Node) -> tuple[fx.Node, tuple[int, ...], float] | None:
-    """(input, pads, value) of a constant pad of a 4-d tensor's two spatial dimensions."""
+def _pad(gm: fx.GraphModule, node: fx.Node) -> tuple[fx.Node, tuple[int, ...], float, str] | None:
+    """(input, pads, value, mode) of a pad of a 4-d tensor's two spatial dimensions."""
     source = node.args[0] if node.args else None
     if not is_tensor(source) or len(full_shape(source) or ()) != 4:
         return None
-    module = module_of(gm, node, _PAD_MODULES)
+    module = module_of(gm, node, (*_PAD_MODULES, *_MODE_PAD_MODULES))
     if module is not None:
-        pads, value = tuple(module.padding), float(module.value)
+        pads, value = tuple(module.padding), float(getattr(module, "value", 0.0))
+        mode = _MODE_PAD_MODULES.get(type(module), "constant")
     elif calls(node, (F.pad,)):
         settings = normalized_kwargs(gm, node) or {}
-        given, value = settings.get("pad"), settings.get("value") or 0.0
-        if settings.get("mode", "constant") != "constant" or not isinstance(given, (list, tuple)):
+        given, value, mode = settings.get("pad"), settings.get("value") or 0.0, settings.get("mode", "constant")
+        if mode not in _PAD_MODES or not isinstance(given, (list, tuple)):
             return None
         pads = tuple(given)
     else:
         return None
     if len(pads) != 4 or not all(isinstance(p, int) for p in pads) or not isinstance(value, (int, float)):
         return None
-    return source, pads, float(value)
+    return source, pads, float(value), mode
 
 
-def _crop(node: Any) -> tuple[fx.Node, tuple[int, ...], float] | None:
-    """(input, pads, 0.0) of ``x[:, :, a:b, c:d]`` on a 4-d tensor (steps of 1), the pads negative."""
+def _crop(node: Any) -> tuple[fx.Node, tuple[int, ...], float, str] | None:
+    """(input, pads, 0.0, "constant") of ``x[:, :, a:b, c:d]`` on a 4-d tensor (steps of 1), the pads negative."""
     if not (isinstance(node, fx.Node) and node.op == "call_function" and node.target is operator.getitem and
             is_tensor(node)):
         return None
@@ -105,7 +113,7 @@ def _crop(node: Any) -> tuple[fx.Node, tuple[int, ...], float] | None:
             return None
         pads.append((-start, stop - size))
     (top, bottom), (left, right) = pads
-    return source, (left, right, top, bottom), 0.0
+    return source, (left, right, top, bottom), 0.0, "constant"
 
 
 def _pair(value: Any, kind: type = int) -> tuple[Any, ...] | None:
