@@ -156,6 +156,9 @@ SPELLINGS: dict[str, list[Callable[[torch.Tensor], torch.Tensor]]] = {
     "sigmoid": [nn.Sigmoid(), torch.sigmoid, lambda x: x.sigmoid()],
     "gelu('tanh')": [nn.GELU(approximate="tanh"), lambda x: F.gelu(x, approximate="tanh")],
     "tanh": [nn.Tanh(), torch.tanh, lambda x: x.tanh()],
+    "mish": [nn.Mish(inplace=True), F.mish],
+    "elu(0.5)": [nn.ELU(0.5), lambda x: F.elu(x, 0.5)],
+    "softplus(2.0, 20.0)": [nn.Softplus(beta=2.0), lambda x: F.softplus(x, beta=2)],
 }
 
 

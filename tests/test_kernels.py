@@ -92,13 +92,17 @@ def activation_texts() -> list[str]:
     return texts + ["leaky_relu(0.2)", "hardtanh(-2.0, 3.0)", "gelu('tanh')"]
 
 
+#: Activations of the vocabulary that oneDNN has no post-op for: the conv runs channels-last, the activation after it.
+ONEDNN_LACKS = {"mish", "elu", "softplus"}
+
+
 @pytest.mark.parametrize("act", activation_texts())
 def test_onednn_applies_every_activation_of_the_vocabulary_as_torch_does(act: str) -> None:
     torch.manual_seed(0)
     conv = FoldedConv(torch.randn(8, 6, 3, 3), torch.randn(8), (1, 1), (1, 1), (1, 1), 1, act=act)
     x = torch.randn(2, 6, 9, 9).contiguous(memory_format=torch.channels_last)
     fused = conv_binder("fused", CPU)(conv, (6, 9, 9))
-    assert isinstance(fused, OneDnnConv) == onednn_fuses(torch.float32)
+    assert isinstance(fused, OneDnnConv) == (onednn_fuses(torch.float32) and act.partition("(")[0] not in ONEDNN_LACKS)
     assert relative_error(fused([x]), conv([x])) <= 1e-5
 
 

@@ -32,17 +32,21 @@ ACTIVATIONS: dict[str, tuple[Callable[..., torch.Tensor], tuple[tuple[str, Any],
     "sigmoid": (torch.sigmoid, ()),
     "gelu": (F.gelu, (("approximate", "none"),)),
     "tanh": (torch.tanh, ()),
+    "mish": (F.mish, ()),
+    "elu": (F.elu, (("alpha", 1.0),)),
+    "softplus": (F.softplus, (("beta", 1.0), ("threshold", 20.0))),
 }
 
 _MODULES: dict[type, str] = {
     nn.ReLU: "relu", nn.ReLU6: "relu6", nn.LeakyReLU: "leaky_relu", nn.Hardtanh: "hardtanh",
     nn.Hardswish: "hardswish", nn.Hardsigmoid: "hardsigmoid", nn.SiLU: "silu", nn.Sigmoid: "sigmoid",
-    nn.GELU: "gelu", nn.Tanh: "tanh",
+    nn.GELU: "gelu", nn.Tanh: "tanh", nn.Mish: "mish", nn.ELU: "elu", nn.Softplus: "softplus",
 }
 _FUNCTIONS: dict[Any, str] = {
     F.relu: "relu", torch.relu: "relu", F.relu6: "relu6", F.leaky_relu: "leaky_relu", F.hardtanh: "hardtanh",
     F.hardswish: "hardswish", F.hardsigmoid: "hardsigmoid", F.silu: "silu", torch.sigmoid: "sigmoid",
-    F.sigmoid: "sigmoid", F.gelu: "gelu", torch.tanh: "tanh", F.tanh: "tanh",
+    F.sigmoid: "sigmoid", F.gelu: "gelu", torch.tanh: "tanh", F.tanh: "tanh", F.mish: "mish", F.elu: "elu",
+    F.softplus: "softplus",
 }
 _METHODS: dict[str, str] = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh"}
 #: Arguments of an activation call that do not change what it computes.

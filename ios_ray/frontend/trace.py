@@ -189,10 +189,10 @@ _ROW_WISE_MODULES = {"conv", "batchnorm", "pooling", "linear", "dropout", "norma
 #: Functions and methods, by name, that keep the batch in dimension 0 whatever their arguments.
 _ROW_WISE_CALLS = {
     "add", "sub", "mul", "truediv", "neg", "relu", "relu6", "sigmoid", "tanh", "gelu", "silu", "hardswish",
-    "hardsigmoid", "leaky_relu", "hardtanh", "elu", "clamp", "clamp_min", "clamp_max", "abs", "exp", "sqrt", "pow",
-    "contiguous", "clone", "conv2d", "batch_norm", "layer_norm", "group_norm", "max_pool2d", "avg_pool2d",
-    "adaptive_avg_pool2d", "adaptive_max_pool2d", "dropout", "interpolate", "linear", "softmax", "size", "dim",
-    "numel",
+    "hardsigmoid", "leaky_relu", "hardtanh", "elu", "mish", "softplus", "clamp", "clamp_min", "clamp_max", "abs", "exp",
+    "sqrt", "pow", "contiguous", "clone", "conv2d", "batch_norm", "layer_norm", "group_norm", "max_pool2d",
+    "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d", "dropout", "interpolate", "linear", "softmax", "size",
+    "dim", "numel",
 }
 #: Those that do where the dimension they work along (argument 1, or the keyword) is not dimension 0, and the
 #: dimension they take when none is given (None: all of them).
