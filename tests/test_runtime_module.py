@@ -476,6 +476,36 @@ def test_under_autocast_the_original_module_runs_in_autocasts_precision(graph: G
     torch.testing.assert_close(out, eager(model, x), rtol=1e-5, atol=1e-6)
 
 
+class WithOptions(torch.nn.Module):
+    """A model whose forward takes a second input and an option, both with defaults."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.Conv2d(3, 4, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None, scale: float = 1.0) -> torch.Tensor:
+        out = torch.relu(self.a(x)) + self.b(x) * scale
+        return out if y is None else out + y
+
+
+def test_a_call_given_more_than_the_input_runs_the_original_module_with_it() -> None:
+    torch.manual_seed(0)
+    model = WithOptions().eval()
+    graph = import_module(model, torch.randn(1, 3, 8, 8)).graph
+    scheduled = ScheduledModule(model, [make_schedule(graph, BUILDERS["ios_like"], 2, device="cpu")],
+                                input_shape=(3, 8, 8))
+    x, y = torch.randn(2, 3, 8, 8), torch.randn(2, 4, 8, 8)
+    with pytest.warns(UserWarning, match=r"called with more than the input \(argument 2, scale=\), so it runs "
+                                         r"WithOptions as it is with them"):
+        torch.testing.assert_close(scheduled(x, y, scale=3.0), model(x, y, scale=3.0), rtol=0, atol=0)
+    with pytest.warns(UserWarning, match=r"\(scale=\)"):
+        torch.testing.assert_close(scheduled(x, scale=0.5), model(x, scale=0.5), rtol=0, atol=0)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*ScheduledModule")
+        torch.testing.assert_close(scheduled(x), model(x), rtol=1e-5, atol=1e-6)  # the input alone: its schedule
+    assert scheduled.schedule_for(x) is not None
+
+
 def test_deploying_leaves_the_models_mode_as_it_was_and_says_when_it_trains(graph: Graph) -> None:
     """Issue 46, item 4: the caller's model keeps its mode; in training mode it runs as it is, with a warning."""
     model = tiny().train()

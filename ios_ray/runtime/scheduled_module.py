@@ -17,7 +17,8 @@ Schedules are for inference, and run without autograd: the original module runs 
 mode (silently: it was asked to), where the wrapped module or one of its submodules is (wrapping leaves its mode as
 the caller set it; a one-time warning), and where gradients are enabled and the parameters or the input require them
 (a one-time warning), so that the output has the history a loss needs, and under ``torch.autocast`` (a one-time
-warning: a schedule runs the dtype it was made for, not autocast's mix of dtypes). Schedules given as a list must all
+warning: a schedule runs the dtype it was made for, not autocast's mix of dtypes), and for a call given more than the
+input (a one-time warning: a schedule computes ``forward`` of the input alone). Schedules given as a list must all
 fit the graph; from a folder (such as the ``--out`` folder of ``ios-ray search``, which may hold other models too)
 those made for other graphs are left out, and finding none is an error.
 
@@ -98,10 +99,18 @@ class ScheduledModule(nn.Module):
         """The given schedules made for the module as it is now (its graph and memory format)."""
         return self._bound().schedules
 
-    def forward(self, x: torch.Tensor) -> Any:
+    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         """Run the schedule chosen for ``x``'s device, dtype and batch size, or the original module where none
         fits; the output comes in the module's own structure (a tensor, or a dict, tuple or list holding one or
-        several)."""
+        several). A call given more than the input (a second input, an option of ``forward``) runs the original
+        module with them: the schedules compute ``forward`` of the input alone, its options at their defaults."""
+        if args or kwargs:
+            given = ", ".join([*(f"argument {i + 2}" for i in range(len(args))), *(f"{k}=" for k in kwargs)])
+            self._warn_once(f"ScheduledModule was called with more than the input ({given}), so it runs "
+                            f"{type(self.module).__name__} as it is with them (its schedules compute forward of the "
+                            "input alone, with its options at their defaults); call it with the input alone to run "
+                            "its schedules.")
+            return self.module(x, *args, **kwargs)
         if self.training:
             return self.module(x)
         if self._watch is not None and self._watch.changed():
