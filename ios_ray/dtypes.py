@@ -60,6 +60,13 @@ def module_dtype(module: nn.Module) -> str:
     return found[0]
 
 
+def autocast_dtype(device_type: str) -> str | None:
+    """The dtype ``torch.autocast`` runs ops on ``device_type`` in (``bfloat16``), None where it is off."""
+    if not torch.is_autocast_enabled(device_type):
+        return None
+    return str(torch.get_autocast_dtype(device_type)).removeprefix("torch.")
+
+
 def memory_format_name(value: str | torch.memory_format) -> str:
     """The canonical name (``contiguous``, ``channels_last``) of a memory format given by name, alias or torch
     memory format; UserError for any other."""

@@ -46,6 +46,7 @@ from torch import nn
 from torch._dynamo.source import AttrSource, LocalSource, NNModuleSource, TensorProperty, TensorPropertySource
 from torch.fx.operator_schemas import normalize_function
 
+from ios_ray.dtypes import autocast_dtype
 from ios_ray.frontend.nodes import ancestors
 from ios_ray.frontend.writes import STATE, writes_into
 
@@ -159,8 +160,8 @@ def graph_call(graph: fx.GraphModule, example_inputs: Sequence[Any]) -> GraphCal
     if written is not None:
         source = arguments[placeholders.index(written[0])].source
         raise Unschedulable(f"it writes into {source} in place ({written[1]}), {STATE}")
-    if torch.is_autocast_enabled(x.device.type):
-        dtype = str(torch.get_autocast_dtype(x.device.type)).removeprefix("torch.")
+    dtype = autocast_dtype(x.device.type)
+    if dtype is not None:
         raise Unschedulable(f"torch.autocast ({dtype}) is on, and a schedule runs the one dtype it was made for, not "
                             f"autocast's mix; compile the model converted to {dtype} (`model.to(torch.{dtype})`) and "
                             "call it without autocast to run its schedules")

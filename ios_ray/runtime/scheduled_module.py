@@ -50,7 +50,7 @@ import torch
 from torch import nn
 
 from ios_ray.devices import parse_device
-from ios_ray.dtypes import example_input
+from ios_ray.dtypes import autocast_dtype, example_input
 from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import Imported, import_module
 from ios_ray.ir import Graph
@@ -139,8 +139,8 @@ class ScheduledModule(nn.Module):
             return (f"gradients are enabled and {what} require them, so ScheduledModule runs the original module, "
                     "whose output then has the history autograd needs (schedules run without autograd); call it "
                     "under torch.no_grad() or torch.inference_mode() to run its schedules.")
-        if torch.is_autocast_enabled(x.device.type):
-            dtype = str(torch.get_autocast_dtype(x.device.type)).removeprefix("torch.")
+        dtype = autocast_dtype(x.device.type)
+        if dtype is not None:
             return (f"torch.autocast ({dtype}) is on, so ScheduledModule runs {name} as it is, in the mixed "
                     "precision autocast gives it (a schedule runs the one dtype it was made for); search the model "
                     f"in {dtype} (`model.to(torch.{dtype})`, `--dtype {dtype}`) and call it without autocast to run "
