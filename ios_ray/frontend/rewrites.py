@@ -387,16 +387,7 @@ def same_padding_as_torch_layers(gm: fx.GraphModule) -> fx.GraphModule:
         if _pads_itself(plain, pads):
             plain.padding = (pads[2], pads[0])
             pads = (0, 0, 0, 0)
-        with gm.graph.inserting_before(node):
-            if any(pads):
-                padded = gm.graph.call_function(F.pad, (source, pads), {"value": value})
-                example = torch.empty(full_shape(source), device="meta")  # type: ignore[arg-type]
-                padded.meta["tensor_meta"] = _extract_tensor_metadata(F.pad(example, pads, value=value))
-                source = padded
-            call = gm.graph.call_module(add_module(gm, str(node.target), plain), (source,))
-        call.meta = dict(node.meta)
-        node.replace_all_uses_with(call)
-        gm.graph.erase_node(node)
+        _pad_then_call(gm, node, plain, pads, value=value)
     return gm
 
 
@@ -409,19 +400,26 @@ def padding_modes_as_pads(gm: fx.GraphModule) -> fx.GraphModule:
             continue
         plain = copy.copy(conv)
         plain.padding, plain.padding_mode = (0, 0), "zeros"
-        source: fx.Node = node.args[0]
-        pads, mode = list(conv._reversed_padding_repeated_twice), conv.padding_mode
-        with gm.graph.inserting_before(node):
-            padded = gm.graph.call_function(F.pad, (source, pads), {"mode": mode})
+        _pad_then_call(gm, node, plain, tuple(conv._reversed_padding_repeated_twice), mode=conv.padding_mode)
+    return gm
+
+
+def _pad_then_call(gm: fx.GraphModule, node: fx.Node, layer: nn.Module, pads: tuple[int, ...], **options: Any) -> None:
+    """Replace ``node``, a call of a layer on one tensor, by ``F.pad(its input, pads, **options)`` (none where every
+    pad is 0) and a call of ``layer``, registered on ``gm`` under a new name, on what that gives."""
+    source: fx.Node = node.args[0]  # type: ignore[assignment]  # a layer call: its one tensor
+    with gm.graph.inserting_before(node):
+        if any(pads):
+            padded = gm.graph.call_function(F.pad, (source, pads), options)
             shape = full_shape(source)
             if shape is not None:
                 example = torch.empty(shape, device="meta")
-                padded.meta["tensor_meta"] = _extract_tensor_metadata(F.pad(example, pads, mode=mode))
-            call = gm.graph.call_module(add_module(gm, str(node.target), plain), (padded,))
-        call.meta = dict(node.meta)
-        node.replace_all_uses_with(call)
-        gm.graph.erase_node(node)
-    return gm
+                padded.meta["tensor_meta"] = _extract_tensor_metadata(F.pad(example, pads, **options))
+            source = padded
+        call = gm.graph.call_module(add_module(gm, str(node.target), layer), (source,))
+    call.meta = dict(node.meta)
+    node.replace_all_uses_with(call)
+    gm.graph.erase_node(node)
 
 
 def _same_padding_layer(gm: fx.GraphModule, node: fx.Node) -> tuple[_PaddingLayer, float] | None:
