@@ -19,7 +19,7 @@ value), :func:`state_written_since` finds one by the tensors' version counters.
 from __future__ import annotations
 
 import operator
-from typing import Any, Collection
+from typing import Any, Collection, Iterator
 
 import torch
 import torch.fx as fx
@@ -98,11 +98,8 @@ def unfollowed_write(gm: fx.GraphModule) -> str | None:
     (``its forward writes in place (clamp_) into a tensor that shares memory with another, ...``); None where every
     write can be."""
     order = {node: i for i, node in enumerate(gm.graph.nodes)}
-    for node in gm.graph.nodes:
-        if not writes_in_place(gm, node) or not node.args or not isinstance(node.args[0], fx.Node):
-            continue
+    for node, written in _writes(gm):
         what = _name(gm, node)
-        written = node.args[0]
         root = _root(gm, written)
         if any(order[user] > order[node] for alias in _aliases(gm, root) if alias is not written
                and order[alias] < order[node] for user in alias.users):
@@ -116,11 +113,10 @@ def unfollowed_write(gm: fx.GraphModule) -> str | None:
 def writes_into(gm: fx.GraphModule, tensors: Collection[fx.Node]) -> tuple[fx.Node, str] | None:
     """The first write in place into one of ``tensors`` (or into a view of one): the tensor, and how the code spells
     the write (``add_``); None where there is none."""
-    for node in gm.graph.nodes:
-        if writes_in_place(gm, node) and node.args and isinstance(node.args[0], fx.Node):
-            root = _root(gm, node.args[0])
-            if root in tensors:
-                return root, _name(gm, node)
+    for node, written in _writes(gm):
+        root = _root(gm, written)
+        if root in tensors:
+            return root, _name(gm, node)
     return None
 
 
@@ -158,6 +154,13 @@ def state_written(program: torch.export.ExportedProgram) -> str | None:
             return f"its forward writes into its {kind} `{target}` in place " \
                    f"({node.target.overloadpacket.__name__}), {STATE}"
     return None
+
+
+def _writes(gm: fx.GraphModule) -> Iterator[tuple[fx.Node, fx.Node]]:
+    """Each node that writes in place into a tensor of the graph, and that tensor, in graph order."""
+    for node in gm.graph.nodes:
+        if writes_in_place(gm, node) and node.args and isinstance(node.args[0], fx.Node):
+            yield node, node.args[0]
 
 
 def _state(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
@@ -223,6 +226,6 @@ def _name(gm: fx.GraphModule, node: fx.Node) -> str:
         return f"{type(gm.get_submodule(str(node.target))).__name__}(inplace=True)"
     if node.target is operator.setitem:
         return "an assignment to a slice"
-    if node.target in _SPELLED:
+    if hashable(node.target) and node.target in _SPELLED:
         return _SPELLED[node.target]
     return getattr(node.target, "__name__", str(node.target))
