@@ -244,3 +244,33 @@ def test_a_search_with_inductor_kernels_checks_and_deploys_its_regions(ray_local
     deployed = result.deploy(model)
     with torch.no_grad():
         assert relative_error(deployed(x), model(x)) <= 1e-5
+
+
+def test_a_region_compiles_with_the_thread_count_its_code_is_specialised_to_named(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Inductor's C++ code runs on as many threads as torch had when it compiled; torch 2.11's FX graph cache leaves
+    # that count out of its key where Inductor's setting is left at its default, so a region compiled on one thread
+    # (a worker's, a stage group's) was read back for another count: the setting is named so that the cache keys by it
+    from torch._inductor import compile_fx as compile_fx_module
+    from torch._inductor import config
+
+    seen: list[int] = []
+    real = compile_fx_module.compile_fx
+
+    def spied(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        seen.append(config.cpp.threads)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compile_fx_module, "compile_fx", spied)
+    model, x = tiny(), torch.randn(2, *Tiny.input_shape)
+    imported = import_module(model, x[:1])
+    runner = ScheduleRunner(Program.from_imported(imported, CPU, "inductor"),
+                            make_schedule(imported.graph, BUILDERS["sequential"], 2, kernels="inductor"))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        with torch.no_grad():
+            assert relative_error(runner(x), model(x)) <= 1e-5
+    finally:
+        torch.set_num_threads(threads)
+    assert seen == [1] and config.cpp.threads == -1  # named while it compiles, the default after

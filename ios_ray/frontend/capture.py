@@ -154,7 +154,8 @@ def export(module: nn.Module, example_input: torch.Tensor, forget_shapes: bool =
         x = torch.cat([x, example_input])
     try:
         with torch.no_grad(), _quiet(), attributes_kept(module), _no_stack_traces(), _no_tensor_meta(), \
-                _use_lazy_graph_module(True), fx_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
+                _buffer_hooks_kept(), _use_lazy_graph_module(True), \
+                fx_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
             if forget_shapes:
                 for m in module.modules():
                     for name in [k for k, v in vars(m).items() if isinstance(v, torch.Size)]:
@@ -165,15 +166,36 @@ def export(module: nn.Module, example_input: torch.Tensor, forget_shapes: bool =
 
 
 @contextlib.contextmanager
-def _no_stack_traces() -> Iterator[None]:
-    """torch.export without a stack trace recorded on every node: nothing here reads them, and symbolizing them
-    costs about a sixth of a large model's capture."""
-    saved = torch.fx.config.do_not_emit_stack_traces
-    torch.fx.config.do_not_emit_stack_traces = True
+def _no_stack_traces(config: Any = torch.fx.config) -> Iterator[None]:
+    """torch.export without a stack trace recorded on every node (``config``: torch.fx's): nothing here reads them, and
+    symbolizing them costs about a sixth of a large model's capture. Where torch has no such setting (2.11), export as
+    it is."""
+    if not hasattr(config, "do_not_emit_stack_traces"):
+        yield
+        return
+    saved = config.do_not_emit_stack_traces
+    config.do_not_emit_stack_traces = True
     try:
         yield
     finally:
-        torch.fx.config.do_not_emit_stack_traces = saved
+        config.do_not_emit_stack_traces = saved
+
+
+@contextlib.contextmanager
+def _buffer_hooks_kept() -> Iterator[None]:
+    """The process's module buffer registration hooks as they were before: non-strict torch.export registers one (its
+    tracker of buffer assignments) and torch 2.11 removes it only where export succeeds, so that after a failed export
+    every buffer assignment in the process runs it (an AssertionError in the model's own eager forward, a graph break
+    under Dynamo)."""
+    from torch.nn.modules import module as nn_module
+
+    hooks = nn_module._global_buffer_registration_hooks
+    before = set(hooks)
+    try:
+        yield
+    finally:
+        for key in set(hooks) - before:
+            del hooks[key]
 
 
 @contextlib.contextmanager

@@ -180,8 +180,10 @@ def compile_traced(traced: torch.fx.GraphModule, inputs: Sequence[torch.Tensor])
     from torch._inductor import config  # Inductor loads in a second or more: only where a region compiles
     from torch._inductor.compile_fx import compile_fx
 
-    with config.patch(freezing=freezes(signature(inputs))), _packed_weights_keyed_as_frozen(), \
-            _memory_formats_keyed_by_name(), _as_dynamo_would(inputs) as example:
+    # the thread count its C++ code is specialised to, named, so that the FX graph cache keys by it (torch 2.11 leaves
+    # it out of the key where it is left at its default, -1, though the code is specialised to it)
+    with config.patch({"freezing": freezes(signature(inputs)), "cpp.threads": torch.get_num_threads()}), \
+            _packed_weights_keyed_as_frozen(), _memory_formats_keyed_by_name(), _as_dynamo_would(inputs) as example:
         return compile_fx(traced, example)  # type: ignore[return-value]
 
 
