@@ -59,6 +59,11 @@ The parts (``--part``):
 * ``inductor-layout`` (not run by default): the sequential and the greedy schedule with inductor kernels, activations
   held channels-last (as deployed) against held in the graph's format (as before 2026-11-28, inductor kernels'
   version 1), beside ``torch.compile``. Target: never slower beyond noise, outputs within the model's tolerance.
+* ``inductor-lone-units`` (not run by default): the sequential and the greedy schedule with inductor kernels, what runs
+  outside a region (a group of one unit beside a stage's others, a run of one unit) bound as fused kernels bind it
+  (as deployed: one oneDNN call with its bias and activation) against as torch's own ops (as before 2026-12-07,
+  inductor kernels' version 2), regions compiled first, beside fused kernels and ``torch.compile``. Target: never
+  slower beyond noise, outputs within the model's tolerance.
 * ``opaque-code`` (not run by default): the sequential schedule with fused kernels, opaque units as deployed (their
   fx nodes turned into Python once: :func:`~ios_ray.runtime.units.unit_code`; a 4-D input that is a permuted view,
   as another such unit returns one, copied into the graph's format: :class:`~ios_ray.runtime.kernels.AsTheyCome`),
@@ -88,7 +93,7 @@ The parts (``--part``):
 Run: python bench/kernels.py [--models inception_v3,squeezenet] [--batches 1,8] [--rounds 30] [--folder DIR]
 [--part packing|residual|linear-and-opaque|moved-linears|five-dims|path-sums|
 scales|concatenated-convs|gate-scalings|parallel-branches|opaque-code|pass-code|
-versus-compile|regions]
+versus-compile|regions|inductor-layout|inductor-lone-units]
 (on 2 cores with the defaults: about 40 minutes of searches on fresh stores, each Inception V3 search 7-9 minutes,
 then the rounds; a run again on the same --folder measures only what its stores lack; exit code 1 when a target is
 missed)
@@ -126,9 +131,10 @@ from ios_ray.paired import REPORT_CONFIDENCE, RatioInterval, median_interval, pe
 from ios_ray.runtime import Program, Programs, ScheduleRunner  # noqa: E402
 from ios_ray.ir import GRAPH_INPUT  # noqa: E402
 from ios_ray.runtime.kernels import AsTheyCome, InGraphFormat, OneDnnConv, OneDnnLinear  # noqa: E402
-from ios_ray.runtime.stages import InlineStage  # noqa: E402
+from ios_ray.runtime.regions import Region  # noqa: E402
+from ios_ray.runtime.stages import InlineStage, ParallelStage  # noqa: E402
 from ios_ray.runtime.timing import interleaved_samples_ms, summary_ms  # noqa: E402
-from ios_ray.runtime.units import CodeCall, Epilogue, eager_linear  # noqa: E402
+from ios_ray.runtime.units import CodeCall, Epilogue, eager_conv, eager_linear  # noqa: E402
 from ios_ray.schedule import Schedule  # noqa: E402
 from ios_ray.scheduler.baselines import baseline_schedule  # noqa: E402
 
@@ -534,6 +540,60 @@ def inductor_layout(models: list[str], batches: list[int], rounds: int, console:
     return table, passed
 
 
+def inductor_lone_units(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
+    """The sequential and the greedy schedule with inductor kernels, what runs outside a region bound as fused kernels
+    bind it (as deployed) against as torch's own ops (as before 2026-12-07, inductor kernels' version 2), regions
+    compiled first, beside fused kernels and torch.compile, in interleaved rounds."""
+    confidence = percent(REPORT_CONFIDENCE)
+    table = Table("model", "batch", "schedule", "lone units", "now ms", "before ms", "fused ms", "torch.compile ms",
+                  f"now / before ({confidence})", f"now / fused ({confidence})", "error / limit", "target",
+                  title="Inductor kernels: units outside a region fused (now) against torch's own ops (before) (CPU, "
+                        "interleaved rounds)")
+    passed = True
+    for model in models:
+        loaded = _loaded(model)
+        imported = import_model(loaded)
+        held = {"now": Program.from_imported(imported, "cpu", "inductor")}
+        with mock.patch("ios_ray.runtime.program.conv_binder", lambda kernels, device: eager_conv), \
+                mock.patch("ios_ray.runtime.program.linear_binder", lambda kernels, device: eager_linear):
+            held["before"] = Program.from_imported(imported, "cpu", "inductor")
+        held["fused"] = Program.from_imported(imported, "cpu", "fused")
+        for batch in batches:
+            x = torch.randn(batch, *loaded.input_shape)
+            calls = {f"{name} {version}": ScheduleRunner(program, baseline_schedule(
+                imported.graph, name, device="cpu", batch=batch, kernels=program.kernels))
+                for name in ("sequential", "greedy") for version, program in held.items()}
+            for runner in calls.values():
+                runner(x)  # regions compile at their first call
+            timed = _Timed.of(calls, loaded.module.eval(), x, rounds, f"{model} bs{batch}", console)
+            with torch.inference_mode():
+                limit = model_tolerance(loaded.module, x, output_tensor(loaded.module(x)), FLOAT32_TOLERANCE).limit
+            for name in ("sequential", "greedy"):
+                now, before = f"{name} now", f"{name} before"
+                lone = _lone_units(calls[now])
+                error = max(timed.errors[now], timed.errors[before])
+                ok = error <= limit and _not_slower(timed.ratio(now, before))
+                passed &= ok
+                table.add_row(model, str(batch), name, str(lone),
+                              *timed.cells(now, before, f"{name} fused", "torch.compile"),
+                              _cell(timed.ratio(now, before)), _cell(timed.ratio(now, f"{name} fused")),
+                              f"{error:.1e} / {limit:.1e}", "PASS" if ok else "FAIL")
+    return table, passed
+
+
+def _lone_units(runner: ScheduleRunner) -> int:
+    """The units a pass with inductor kernels runs outside its regions: runs of one unit, and groups of one unit of
+    its stages of several groups."""
+    lone = 0
+    for units, _, code in runner._pass.steps:
+        stage = getattr(code, "__self__", None)
+        if isinstance(stage, ParallelStage):
+            lone += sum(not isinstance(group.code, Region) for group in stage.groups)
+        elif not isinstance(code, Region):
+            lone += len(units)
+    return lone
+
+
 def _two_programs(table: Table, loaded: Model, programs: dict[str, Program], counts: list[str], batches: list[int],
                   rounds: int, console: Console) -> bool:
     """Add a row per batch size to ``table`` (``counts`` in its count columns): the sequential schedule of the first
@@ -671,7 +731,8 @@ ON_DEMAND = {"packing": packing, "residual": residual, "linear-and-opaque": line
              "moved-linears": moved_linears, "five-dims": five_dims, "path-sums": path_sums, "scales": scales,
              "concatenated-convs": concatenated_convs, "gate-scalings": gate_scalings,
              "parallel-branches": parallel_branches, "opaque-code": opaque_code, "pass-code": pass_code,
-             "versus-compile": versus_compile, "regions": regions, "inductor-layout": inductor_layout}
+             "versus-compile": versus_compile, "regions": regions, "inductor-layout": inductor_layout,
+             "inductor-lone-units": inductor_lone_units}
 
 
 def main() -> int:

@@ -50,8 +50,8 @@ MEMORY_FORMAT_NAMES = ("contiguous", "channels_last")
 DEFAULT_MEMORY_FORMAT = "contiguous"
 #: The kernels a deployed model's units run with: ``eager`` (torch's own ops, as the model calls them, in the
 #: graph's memory format), ``fused`` (activations channels-last, each conv one call that adds its bias and applies
-#: its activation in the same kernel) or ``inductor`` (the units as with ``eager`` on activations channels-last, each
-#: run of stages that are not of several groups, and each group of the others, compiled by Inductor into one region);
+#: its activation in the same kernel) or ``inductor`` (the units as with ``fused``, each run of stages that are not of
+#: several groups, and each group of the others, compiled by Inductor into one region);
 #: a schedule records its own, files before kernels were ``eager``.
 EAGER_KERNELS, FUSED_KERNELS, INDUCTOR_KERNELS = "eager", "fused", "inductor"
 KERNEL_NAMES = (EAGER_KERNELS, FUSED_KERNELS, INDUCTOR_KERNELS)
@@ -62,8 +62,9 @@ KERNEL_NAMES = (EAGER_KERNELS, FUSED_KERNELS, INDUCTOR_KERNELS)
 #: 4: not those whose output has five dimensions or more (before: as they came, and summed slowly); 5: a 4-D input
 #: that is a permuted view (another opaque unit's output: MobileViT's patches) copied into the graph's format once
 #: (before: as it came, read slowly by each op of the unit). ``inductor`` 2: activations held channels-last (before:
-#: in the graph's format).
-KERNEL_VERSIONS = {FUSED_KERNELS: 5, INDUCTOR_KERNELS: 2}
+#: in the graph's format); 3: a unit outside a region, and every unit of a stage as the profiler times it, runs as
+#: ``fused`` runs it (before: as ``eager``, a conv's bias and activation separate calls).
+KERNEL_VERSIONS = {FUSED_KERNELS: 5, INDUCTOR_KERNELS: 3}
 #: What a search runs each setting's stages with: the kernels named, or ``auto``: on a measured device the
 #: sequential schedule timed whole with each in turns, in :data:`KERNEL_NAMES` order, each against the one kept so
 #: far, a challenger kept only where faster beyond noise; on ``sim:`` ``eager`` (the sim model prices no kernels).

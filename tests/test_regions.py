@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from ios_ray.frontend import import_module
 from ios_ray.runtime import Program, ScheduleRunner
 from ios_ray.runtime.ahead import TRACES_PER_WORKER, default_workers
-from ios_ray.runtime.regions import LEAST_UNITS, Region, region_steps, signature
+from ios_ray.runtime.kernels import CudnnConvRelu, OneDnnConv, conv_binder
+from ios_ray.runtime.units import FoldedConv
+from ios_ray.runtime.regions import LEAST_UNITS, Region, region_steps, signature, tracing_ahead
 from ios_ray.runtime.stages import ParallelStage
 from tests.fake_cuda import FakeCuda
 from tests.helpers import relative_error
@@ -82,6 +85,40 @@ def test_a_pass_with_inductor_kernels_computes_what_eager_kernels_compute(strate
             assert relative_error(runner(x), expected) <= 1e-12
         assert relative_error(eager(x), expected) <= 1e-12
     assert all(len(r.compiled) == 1 and None not in r.compiled.values() for r in regions)
+
+
+def test_with_inductor_kernels_a_unit_outside_a_region_runs_fused_and_a_region_traces_torchs_own_ops() -> None:
+    # a lone conv (a group of one beside a stage's other groups) is one oneDNN call with its
+    # bias and activation, as fused kernels run it, and so is every unit of a stage as the profiler times it; a region
+    # traces the convolutions as torch's own op, which Inductor fuses around itself; both compute what the model does
+    model, x = tiny(), torch.randn(2, *Tiny.input_shape)
+    imported = import_module(model, x[:1])
+    program = Program.from_imported(imported, CPU, "inductor")
+    convs = {u.id for u in imported.graph.units if u.kind == "conv"}
+    assert convs and all(isinstance(program.fns[u], OneDnnConv) and program.traced_fns[u] is program.fns[u].conv
+                         for u in convs)
+    runner = ScheduleRunner(program, make_schedule(imported.graph, BUILDERS["ios_like"], 2, kernels="inductor"))
+
+    def calls(code: object) -> set[int]:  # the unit callables a group's code calls (its namespace holds them)
+        return {id(v) for v in getattr(code, "__globals__", {}).values()}
+
+    lone = [(g.units[0], g.code) for _, _, code in runner._pass.steps if isinstance(getattr(code, "__self__", None),
+            ParallelStage) for g in code.__self__.groups if len(g.units) == 1 and g.units[0] in convs]
+    assert lone and all(id(program.fns[u]) in calls(code) for u, code in lone)
+    timed = [stage for stage in runner.stages if isinstance(stage, ParallelStage)]
+    assert timed and all(id(program.fns[u]) in calls(g.code) for s in timed for g in s.groups for u in g.units
+                         if u in convs)
+    with tracing_ahead() as traces, torch.no_grad():
+        first = runner(x)
+    ops = {node.target for trace in traces for node in trace.graph.graph.nodes if node.op == "call_function"}
+    assert torch.ops.aten.convolution.default in ops
+    assert not any("mkldnn" in str(op) for op in ops)
+    with torch.no_grad():
+        expected = model(x)
+        assert relative_error(first, expected) <= 1e-5
+        for _ in range(2):  # the next call compiles the traces, the one after runs compiled code
+            assert relative_error(runner(x), expected) <= 1e-5
+    assert all(None not in r.compiled.values() for r in regions_of(runner))
 
 
 def test_a_region_compiles_once_per_input_signature() -> None:
@@ -199,20 +236,29 @@ def test_a_region_that_reads_a_value_runs_its_code_as_it_is_and_says_so() -> Non
 def on_a_fake_gpu(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeCuda, list[bool], torch.nn.Module, torch.Tensor,
                                                                Program]:
     """A fake GPU installed, the list to which every region's compile adds whether it ran inside a capture, and the
-    tiny model, an input and its ``inductor`` program on the GPU (the fake device runs nothing: tensors stay on the
-    CPU)."""
+    tiny model, an input and its ``inductor`` program on the GPU, its convs bound as on a GPU (cuDNN's fused conv and
+    ReLU where the activation is a ReLU; each call adds ``"cudnn"`` and whether it ran inside a capture to the list;
+    the fake device runs nothing: tensors stay on the CPU)."""
     cuda = FakeCuda().install(monkeypatch)
-    compiled_while: list[bool] = []
+    compiled_while: list[bool | str] = []
     compile_region = Region._compiled
 
     def recorded(self: Region, inputs: tuple[torch.Tensor, ...]):  # noqa: ANN202
         compiled_while.append(cuda.capturing is not None)
         return compile_region(self, inputs)
 
+    def cudnn_convolution_relu(x, weight, bias, stride, padding, dilation, groups):  # noqa: ANN001, ANN202
+        compiled_while.append(f"cudnn {'inside' if cuda.capturing is not None else 'outside'} a capture")
+        return F.relu(F.conv2d(x, weight, bias, stride, padding, dilation, groups))
+
     monkeypatch.setattr(Region, "_compiled", recorded)
+    monkeypatch.setattr(torch, "cudnn_convolution_relu", cudnn_convolution_relu)
     model, x = tiny(), torch.randn(2, *Tiny.input_shape)
-    cpu = Program.from_imported(import_module(model, x[:1]), CPU, "inductor")
-    return cuda, compiled_while, model, x, Program(cpu.graph, cpu.fns, CUDA, "inductor")
+    cpu = Program.from_imported(import_module(model, x[:1]), CPU, "eager")
+    bind = conv_binder("inductor", CUDA)
+    fns = {u.id: bind(fn, cpu.graph.value_shape(u.inputs[0])) if isinstance(fn := cpu.fns[u.id], FoldedConv) else fn
+           for u in cpu.graph.units}
+    return cuda, compiled_while, model, x, Program(cpu.graph, fns, CUDA, "inductor")  # type: ignore[return-value]
 
 
 def test_on_a_gpu_regions_compile_at_the_captures_warm_up_never_inside_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -225,9 +271,29 @@ def test_on_a_gpu_regions_compile_at_the_captures_warm_up_never_inside_it(monkey
         expected = model(x)
     assert relative_error(got, expected) <= 1e-5
     regions = regions_of(runner)
-    assert compiled_while == [False] * len(regions) and len(regions) >= 4  # two runs of stages, and groups
+    compiles = [c for c in compiled_while if isinstance(c, bool)]
+    assert compiles == [False] * len(regions) and len(regions) >= 4  # two runs of stages, and groups
     assert all(len(r.compiled) == 1 and None not in r.compiled.values() for r in regions)
     assert [g.captured for g in cuda.graphs] == [True]
+
+
+def test_on_a_gpu_a_lone_relu_conv_beside_regions_runs_cudnns_fused_conv_inside_the_capture(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the greedy schedule's groups are single units: each conv with a ReLU runs cuDNN's fused conv and ReLU, uncaptured
+    # at the warm-up, then inside the capture (never three kernels: conv, bias, ReLU)
+    cuda, compiled_while, model, x, program = on_a_fake_gpu(monkeypatch)
+    runner = ScheduleRunner(program, make_schedule(program.graph, BUILDERS["greedy"], 2, kernels="inductor"), CUDA,
+                            cuda_graph=True)
+    lone = [u for s in runner.stages if isinstance(s, ParallelStage) for g in s.groups for u in g.units
+            if isinstance(program.fns[u], CudnnConvRelu)]
+    assert lone
+    with torch.no_grad():
+        got = runner.captured(x)  # type: ignore[misc]
+        expected = model(x)
+    assert relative_error(got, expected) <= 1e-5
+    fused = [c for c in compiled_while if isinstance(c, str)]
+    assert fused.count("cudnn inside a capture") >= len(lone) and fused.count("cudnn outside a capture") >= len(lone)
+    assert True not in compiled_while and [g.captured for g in cuda.graphs] == [True]
 
 
 @pytest.mark.slow

@@ -86,8 +86,7 @@ class StagePass:
 
     def __post_init__(self) -> None:
         if self.program.kernels == INDUCTOR_KERNELS:
-            steps, releases = regions(self.stages, self.releases, self.program.graph.output.sources,
-                                      self.program.regions)
+            steps, releases = regions(self.program, self.stages, self.releases, self.program.graph.output.sources)
         else:
             steps, releases = [stage_step(compiled) for compiled in self.stages], list(self.releases)
         code = pass_code(self.program.graph, self.program.enter, self.program.leave, steps, releases)

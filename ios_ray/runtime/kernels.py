@@ -20,9 +20,13 @@
   once: MobileViT's patches); else in the graph's format (:func:`in_layout`): an extension's kernel, or the model's own
   function, may read memory as NCHW, and torch's reductions run slowly over a five-dimensional tensor made from a
   channels-last one (ResNeSt's and SKNet's split attention).
-* ``inductor``: the units as in ``eager``, on activations held channels-last as ``fused`` holds them; a pass
-  compiles each run of stages that are not of several groups, and each group of the others, into one region with
-  Inductor (:mod:`~ios_ray.runtime.regions`), which fuses what runs inside it as ``torch.compile`` would. Inductor
+* ``inductor``: the units bound as in ``fused``, on activations channels-last; a pass compiles each run of stages
+  that are not of several groups, and each group of the others, into one region with Inductor
+  (:mod:`~ios_ray.runtime.regions`), which traces the units as torch's own ops on the same weights
+  (:func:`unfused`: a fused call would hide the convolution from Inductor's own fusions) and fuses what runs inside
+  it as ``torch.compile`` would. What runs outside a region (a group or run of one unit) and a stage as the profiler
+  times it run the fused calls: a lone conv between regions, or one a stage's groups run side by side, is one call
+  with its bias and activation, not three. Inductor
   computes convolutions channels-last wherever it can (on a CPU with oneDNN always; on a GPU where its estimate of
   the convolutions' work says so), and returns each region's outputs in the strides its inputs came in: regions
   handed NCHW activations would convert their inputs on entry and their outputs on exit, and a lone unit between
@@ -49,9 +53,9 @@ from ios_ray.dtypes import in_memory_format, is_in_memory_format
 from ios_ray.errors import UserError
 from ios_ray.frontend.activations import activation_parts
 from ios_ray.ir import Shape, Unit
-from ios_ray.runtime.units import (CodeCall, ConvBinder, Dense, Epilogue, FoldedConv, LinearBinder, UnitFn,
-                                  eager_conv, eager_linear)
-from ios_ray.vocabulary import EAGER_KERNELS, FUSED_KERNELS, KERNEL_NAMES
+from ios_ray.runtime.units import (CodeCall, ConvBinder, Dense, Epilogue, FoldedConv, FoldedSepConv, LinearBinder,
+                                  UnitFn, eager_conv, eager_linear)
+from ios_ray.vocabulary import EAGER_KERNELS, KERNEL_NAMES
 
 #: Activations oneDNN applies inside a convolution: canonical name -> (oneDNN's name, its parameters from ours).
 _ONEDNN_ACTIVATIONS: dict[str, tuple[str, Callable[[tuple[Any, ...]], list[Any]]]] = {
@@ -82,17 +86,33 @@ def activation_layout(kernels: str, memory_format: str) -> str:
 
 
 def conv_binder(kernels: str, device: torch.device) -> ConvBinder:
-    """How the kernels run a folded conv on ``device``."""
-    if checked_kernels(kernels) != FUSED_KERNELS:
+    """How the kernels run a folded conv on ``device`` (outside a region, for ``inductor``)."""
+    if checked_kernels(kernels) == EAGER_KERNELS:
         return eager_conv
     return _fused_cuda if device.type == "cuda" else _fused_cpu
 
 
 def linear_binder(kernels: str, device: torch.device) -> LinearBinder:
-    """How the kernels run a linear layer on ``device``."""
-    if checked_kernels(kernels) != FUSED_KERNELS or device.type == "cuda":
+    """How the kernels run a linear layer on ``device`` (outside a region, for ``inductor``)."""
+    if checked_kernels(kernels) == EAGER_KERNELS or device.type == "cuda":
         return eager_linear
     return _fused_cpu_linear
+
+
+def unfused(fn: UnitFn) -> UnitFn:
+    """A unit's callable as torch's own ops on the same weights: a fused conv or linear layer (a separable conv's
+    two, one with an epilogue) as its convolution or product, then its bias and activation; anything else as it is.
+    What a region traces (:mod:`~ios_ray.runtime.regions`), so that Inductor sees the convolution and fuses around it
+    itself; the same values."""
+    if isinstance(fn, (OneDnnConv, CudnnConvRelu)):
+        return fn.conv
+    if isinstance(fn, OneDnnLinear):
+        return fn.layer
+    if isinstance(fn, FoldedSepConv):
+        return FoldedSepConv(unfused(fn.depthwise), unfused(fn.pointwise))
+    if isinstance(fn, Epilogue):
+        return Epilogue(unfused(fn.body), fn.steps)
+    return fn
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from ios_ray.dtypes import copied, in_memory_format
 from ios_ray.frontend import Imported
 from ios_ray.ir import GRAPH_INPUT, Graph, Shape, Unit, Value
 from ios_ray.runtime.allocator import keep_freed_memory
-from ios_ray.runtime.kernels import activation_layout, conv_binder, in_layout, linear_binder
+from ios_ray.runtime.kernels import activation_layout, conv_binder, in_layout, linear_binder, unfused
 from ios_ray.runtime.units import FoldedConv, UnitFn, bind_unit
-from ios_ray.vocabulary import EAGER_KERNELS
+from ios_ray.vocabulary import EAGER_KERNELS, INDUCTOR_KERNELS
 
 Env = dict[str, torch.Tensor]
 
@@ -35,6 +35,10 @@ class Program:
                  kernels: str = EAGER_KERNELS) -> None:
         self.graph = graph
         self.fns = dict(fns)
+        #: Each unit's callable as a region traces it (:func:`~ios_ray.runtime.kernels.unfused`: torch's own ops on
+        #: the same weights, for Inductor to fuse; with other kernels than ``inductor`` nothing is traced).
+        self.traced_fns = {unit_id: unfused(fn) for unit_id, fn in self.fns.items()} \
+            if kernels == INDUCTOR_KERNELS else self.fns
         self.device = device
         self.kernels = kernels
         #: The memory format of the program's 4-D activations (the graph's for eager kernels, else channels-last).
@@ -61,7 +65,8 @@ class Program:
         return Program(graph, fns, device, kernels)
 
     def bind_conv(self, conv: FoldedConv, input_shape: Shape) -> UnitFn:
-        """A folded conv (a merged one, say) as the program's kernels run it, given its per-sample input shape."""
+        """A folded conv (a merged one, say) as the program's kernels run it outside a region, given its per-sample
+        input shape."""
         return conv_binder(self.kernels, self.device)(conv, input_shape)
 
     def enter(self, x: torch.Tensor) -> torch.Tensor:

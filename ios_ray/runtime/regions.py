@@ -6,8 +6,10 @@ runs fastest (elementwise ops fused into one loop, no tensor written between the
 pass with ``inductor`` kernels cuts its stages at every stage of several groups: each run of the others (one-group
 and merge stages) is one :class:`Region` (:func:`region_steps`), and each group of a stage of several groups is one
 too (:func:`in_regions`), run at once with the stage's other groups, each on its worker thread or side stream as with
-other kernels; where either holds a single unit, that unit runs as it is (:data:`LEAST_UNITS`). The schedule decides
-where the regions end. A stage alone, as the profiler times it, is not compiled.
+other kernels; where either holds a single unit, that unit runs as it is (:data:`LEAST_UNITS`), as ``fused`` kernels
+run it. The schedule decides where the regions end. A region traces its units as torch's own ops on the same weights
+(the program's ``traced_fns``: a fused call would hide the convolution from Inductor, which fuses around it itself).
+A stage alone, as the profiler times it, is not compiled: it runs the fused calls.
 
 Passes over one program share their regions (:attr:`~ios_ray.runtime.program.Program.regions`): where two run the
 same group, or the same run of stages returning the same values (the candidates of a search's check, the schedules
@@ -54,7 +56,8 @@ import torch
 
 from ios_ray.errors import first_line
 from ios_ray.runtime.codegen import GroupCode, StageStep, steps_code
-from ios_ray.runtime.stages import CompiledStage, ParallelStage, stage_step
+from ios_ray.runtime.program import Program
+from ios_ray.runtime.stages import CompiledStage, GroupRun, ParallelStage, stage_step, traced_step
 
 #: Held while a region compiles: the groups of a stage run on worker threads, and Inductor compiles one at a time.
 _ONE_COMPILE_AT_A_TIME = threading.Lock()
@@ -284,30 +287,34 @@ def freezes(key: Signature) -> bool:
     return not any(device.type == "cpu" and dtype == torch.float64 for _, _, dtype, device in key)
 
 
-def regions(stages: Sequence[CompiledStage], releases: Sequence[tuple[str, ...]], read_at_end: Sequence[str],
-            shared: MutableMapping[Hashable, Region] | None = None) -> tuple[list[StageStep], list[tuple[str, ...]]]:
-    """A pass's steps with ``inductor`` kernels, and the values each one's end releases: each stage of several groups
-    with its groups in regions (:func:`in_regions`), each run of the others one region (:func:`region_steps`).
+def regions(program: Program, stages: Sequence[CompiledStage], releases: Sequence[tuple[str, ...]],
+            read_at_end: Sequence[str]) -> tuple[list[StageStep], list[tuple[str, ...]]]:
+    """A pass's steps over ``program`` with ``inductor`` kernels, and the values each one's end releases: each stage of
+    several groups with its groups in regions (:func:`in_regions`), each run of the others one region
+    (:func:`region_steps`), every region tracing the units as torch's own ops (the program's ``traced_fns``).
 
-    ``shared`` (a program's :attr:`~ios_ray.runtime.program.Program.regions`) holds the regions of other passes over
-    the same program, by what decides their code (a group's units and inputs; a run's stages and what it returns): a
-    pass takes a region found there instead of making its own, so that it compiles once, and adds its own."""
-    stages = [in_regions(s, shared) if isinstance(s, ParallelStage) else s for s in stages]
+    The program's :attr:`~ios_ray.runtime.program.Program.regions` hold the regions of other passes over it, by what
+    decides their code (a group's units and inputs; a run's stages and what it returns): a pass takes a region found
+    there instead of making its own, so that it compiles once, and adds its own."""
+    shared = program.regions
+    stages = [in_regions(program, s, shared) if isinstance(s, ParallelStage) else s for s in stages]
     together = [not isinstance(s, ParallelStage) for s in stages]
     return region_steps([stage_step(s) for s in stages], together, releases, read_at_end,
-                        [s.stage for s in stages], shared)
+                        [s.stage for s in stages], shared, [traced_step(program, s) for s in stages])
 
 
 def region_steps(steps: Sequence[StageStep], together: Sequence[bool], releases: Sequence[tuple[str, ...]],
                  read_at_end: Sequence[str], keys: Sequence[Hashable] | None = None,
                  shared: MutableMapping[Hashable, Region] | None = None,
-                 ) -> tuple[list[StageStep], list[tuple[str, ...]]]:
+                 traced: Sequence[StageStep] | None = None) -> tuple[list[StageStep], list[tuple[str, ...]]]:
     """A pass's steps with each run of consecutive steps that may run ``together`` (one-group and merge stages) as
     one :class:`Region` where it holds :data:`LEAST_UNITS` or more, and the values each new step's end releases.
 
     A region returns what it computes that a later step or the graph's output (``read_at_end``) reads; what it
-    computes and reads itself alone never leaves it. With ``keys`` (what decides each step's code) a run's region is
-    taken from ``shared`` where it holds one of the same steps returning the same values, and added otherwise.
+    computes and reads itself alone never leaves it. Its code calls the ``traced`` steps (default: the steps; the
+    same units, inputs and values), and the steps outside regions run as they are. With ``keys`` (what decides each
+    step's code) a run's region is taken from ``shared`` where it holds one of the same steps returning the same
+    values, and added otherwise.
     """
     found: list[StageStep] = []
     released: list[tuple[str, ...]] = []
@@ -325,7 +332,7 @@ def region_steps(steps: Sequence[StageStep], together: Sequence[bool], releases:
             found.extend(steps[start:end])
             released.extend(releases[start:end])
         else:
-            outputs, inputs, region, inside = _region(steps, start, end, read_at_end, len(found))
+            outputs, inputs, region, inside = _region(traced or steps, start, end, read_at_end, len(found))
             if keys is not None:
                 region = _shared(shared, ("run", tuple(keys[start:end]), outputs), region)
             found.append((outputs, inputs, region))
@@ -369,12 +376,15 @@ def step_regions(steps: Sequence[StageStep]) -> list[Region]:
     return found
 
 
-def in_regions(stage: ParallelStage, shared: MutableMapping[Hashable, Region] | None = None) -> ParallelStage:
-    """A stage of several groups whose groups of :data:`LEAST_UNITS` or more each run as a :class:`Region`, taken from
-    ``shared`` where it holds one of the same units and inputs (and added there otherwise)."""
+def in_regions(program: Program, stage: ParallelStage, shared: MutableMapping[Hashable, Region] | None = None
+               ) -> ParallelStage:
+    """A stage of several groups of ``program`` whose groups of :data:`LEAST_UNITS` or more each run as a
+    :class:`Region` tracing its units as torch's own ops, taken from ``shared`` where it holds one of the same units
+    and inputs (and added there otherwise); a group of one unit runs as it is."""
     groups = tuple(group if len(group.units) < LEAST_UNITS else
                    dataclasses.replace(group, code=_shared(
                        shared, ("group", group.units, group.inputs),
-                       Region(group.code, f"the group of {group.units[0]} to {group.units[-1]}")))
+                       Region(GroupRun.of(program, group.units, traced=True).code,
+                              f"the group of {group.units[0]} to {group.units[-1]}")))
                    for group in stage.groups)
     return dataclasses.replace(stage, groups=groups)

@@ -16,6 +16,7 @@ that the caller owns and shares between the stages it compiles; without one, a s
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Mapping, Protocol
 
@@ -24,6 +25,7 @@ import torch
 from ios_ray.errors import InternalError
 from ios_ray.ir import Value
 from ios_ray.runtime.codegen import GroupCode, StageStep, group_code
+from ios_ray.runtime.kernels import unfused
 from ios_ray.runtime.merge import MergedConv, merge_convs
 from ios_ray.runtime.program import Env, Program
 from ios_ray.runtime.streams import StreamPool
@@ -77,12 +79,14 @@ class GroupRun:
         return _by_name(self.units, self.inputs, self.code, env)
 
     @staticmethod
-    def of(program: Program, units: tuple[str, ...]) -> "GroupRun":
-        """The group of these units (in execution order)."""
+    def of(program: Program, units: tuple[str, ...], traced: bool = False) -> "GroupRun":
+        """The group of these units (in execution order), each its program callable, or where ``traced`` its
+        callable as a region traces it (:attr:`~ios_ray.runtime.program.Program.traced_fns`)."""
         inside = set(units)
         sources = (s for u in units for s in program.graph.unit(u).sources if s not in inside)
         inputs = tuple(dict.fromkeys(sources))
-        return GroupRun(units, inputs, group_code(program.graph, program.fns, units, inputs))
+        fns = program.traced_fns if traced else program.fns
+        return GroupRun(units, inputs, group_code(program.graph, fns, units, inputs))
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,18 @@ class MergeStage:
 def stage_step(compiled: CompiledStage) -> StageStep:
     """A compiled stage as a pass calls it: its units (its outputs' order), its inputs, its :meth:`run`."""
     return compiled.stage.units, compiled.inputs, compiled.run
+
+
+def traced_step(program: Program, compiled: CompiledStage) -> StageStep:
+    """A stage of ``program`` as a region traces it: its step with each unit (a merge stage's merged conv) as torch's
+    own ops on the same weights (:func:`~ios_ray.runtime.kernels.unfused`); a stage of several groups as it is."""
+    if isinstance(compiled, MergeStage):
+        merged = MergedConv(unfused(compiled.merged.conv), compiled.merged.splits)
+        return stage_step(dataclasses.replace(compiled, merged=merged))
+    if isinstance(compiled, InlineStage):
+        group = GroupRun.of(program, compiled.group.units, traced=True)
+        return stage_step(dataclasses.replace(compiled, group=group))
+    return stage_step(compiled)
 
 
 def resolve_device(device: torch.device | str) -> torch.device:
