@@ -521,15 +521,7 @@ def inductor_layout(models: list[str], batches: list[int], rounds: int, console:
         with mock.patch("ios_ray.runtime.program.activation_layout", lambda kernels, graph_format: graph_format):
             held["graph's format"] = Program.from_imported(imported, "cpu", "inductor")
         for batch in batches:
-            x = torch.randn(batch, *loaded.input_shape)
-            calls = {f"{name} {layout}": ScheduleRunner(program, baseline_schedule(
-                imported.graph, name, device="cpu", batch=batch, kernels="inductor"))
-                for name in ("sequential", "greedy") for layout, program in held.items()}
-            for runner in calls.values():
-                runner(x)  # regions compile at their first call
-            timed = _Timed.of(calls, loaded.module.eval(), x, rounds, f"{model} bs{batch}", console)
-            with torch.inference_mode():
-                limit = model_tolerance(loaded.module, x, output_tensor(loaded.module(x)), FLOAT32_TOLERANCE).limit
+            _, timed, limit = _baselines_timed(loaded, imported, held, batch, rounds, f"{model} bs{batch}", console)
             for name in ("sequential", "greedy"):
                 now, before = f"{name} channels-last", f"{name} graph's format"
                 error = max(timed.errors[now], timed.errors[before])
@@ -559,15 +551,7 @@ def inductor_lone_units(models: list[str], batches: list[int], rounds: int, cons
             held["before"] = Program.from_imported(imported, "cpu", "inductor")
         held["fused"] = Program.from_imported(imported, "cpu", "fused")
         for batch in batches:
-            x = torch.randn(batch, *loaded.input_shape)
-            calls = {f"{name} {version}": ScheduleRunner(program, baseline_schedule(
-                imported.graph, name, device="cpu", batch=batch, kernels=program.kernels))
-                for name in ("sequential", "greedy") for version, program in held.items()}
-            for runner in calls.values():
-                runner(x)  # regions compile at their first call
-            timed = _Timed.of(calls, loaded.module.eval(), x, rounds, f"{model} bs{batch}", console)
-            with torch.inference_mode():
-                limit = model_tolerance(loaded.module, x, output_tensor(loaded.module(x)), FLOAT32_TOLERANCE).limit
+            calls, timed, limit = _baselines_timed(loaded, imported, held, batch, rounds, f"{model} bs{batch}", console)
             for name in ("sequential", "greedy"):
                 now, before = f"{name} now", f"{name} before"
                 lone = _lone_units(calls[now])
@@ -579,6 +563,22 @@ def inductor_lone_units(models: list[str], batches: list[int], rounds: int, cons
                               _cell(timed.ratio(now, before)), _cell(timed.ratio(now, f"{name} fused")),
                               f"{error:.1e} / {limit:.1e}", "PASS" if ok else "FAIL")
     return table, passed
+
+
+def _baselines_timed(loaded: Model, imported: Imported, programs: dict[str, Program], batch: int, rounds: int,
+                     label: str, console: Console) -> tuple[dict[str, ScheduleRunner], "_Timed", float]:
+    """The sequential and the greedy schedule of each program (named "{schedule} {program}"), regions compiled first,
+    timed in interleaved rounds beside the model and torch.compile; with the float32 error limit of the model's output."""
+    x = torch.randn(batch, *loaded.input_shape)
+    calls = {f"{name} {version}": ScheduleRunner(program, baseline_schedule(
+        imported.graph, name, device="cpu", batch=batch, kernels=program.kernels))
+        for name in ("sequential", "greedy") for version, program in programs.items()}
+    for runner in calls.values():
+        runner(x)  # regions compile at their first call
+    timed = _Timed.of(calls, loaded.module.eval(), x, rounds, label, console)
+    with torch.inference_mode():
+        limit = model_tolerance(loaded.module, x, output_tensor(loaded.module(x)), FLOAT32_TOLERANCE).limit
+    return calls, timed, limit
 
 
 def _lone_units(runner: ScheduleRunner) -> int:
