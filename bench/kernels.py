@@ -475,21 +475,11 @@ def regions(models: list[str], batches: list[int], rounds: int, console: Console
     for model in models:
         loaded = _loaded(model)
         imported = import_model(loaded)
-        programs = Programs(imported)
+        cache = Programs(imported)
+        programs = {kernels: cache("cpu", kernels) for kernels in ("fused", "inductor")}
         for batch in batches:
-            x = torch.randn(batch, *loaded.input_shape)
-            calls, compile_s = {}, {}
-            for name in ("sequential", "greedy"):
-                for kernels in ("fused", "inductor"):
-                    schedule = baseline_schedule(imported.graph, name, device="cpu", batch=batch, kernels=kernels)
-                    runner = calls[f"{name} {kernels}"] = ScheduleRunner(programs("cpu", kernels), schedule)
-                    started = time.perf_counter()
-                    runner(x)  # regions compile at their first call
-                    if kernels == "inductor":
-                        compile_s[name] = time.perf_counter() - started
-            timed = _Timed.of(calls, loaded.module.eval(), x, rounds, f"{model} bs{batch}", console)
-            with torch.inference_mode():
-                limit = model_tolerance(loaded.module, x, output_tensor(loaded.module(x)), FLOAT32_TOLERANCE).limit
+            baselines = _Baselines.of(loaded, imported, programs, batch, rounds, f"{model} bs{batch}", console)
+            timed, limit = baselines.timed, baselines.limit
             for name in ("sequential", "greedy"):
                 fused, inductor = f"{name} fused", f"{name} inductor"
                 best = min((fused, inductor), key=lambda n: summary_ms(timed.samples[n])[0])
@@ -497,7 +487,7 @@ def regions(models: list[str], batches: list[int], rounds: int, console: Console
                 errors_ok = error <= limit
                 ok = errors_ok and (name != "sequential" or _not_slower(timed.ratio(best, "torch.compile")))
                 passed &= ok
-                table.add_row(model, str(batch), name, f"{compile_s[name]:.1f}",
+                table.add_row(model, str(batch), name, f"{baselines.first_call_s[inductor]:.1f}",
                               *timed.cells(fused, inductor, "torch.compile"), _cell(timed.ratio(inductor, fused)),
                               f"{best.split()[1]}: {_cell(timed.ratio(best, 'torch.compile'))}",
                               f"{error:.1e} / {limit:.1e}", "PASS" if ok else "FAIL")
@@ -521,7 +511,8 @@ def inductor_layout(models: list[str], batches: list[int], rounds: int, console:
         with mock.patch("ios_ray.runtime.program.activation_layout", lambda kernels, graph_format: graph_format):
             held["graph's format"] = Program.from_imported(imported, "cpu", "inductor")
         for batch in batches:
-            _, timed, limit = _baselines_timed(loaded, imported, held, batch, rounds, f"{model} bs{batch}", console)
+            baselines = _Baselines.of(loaded, imported, held, batch, rounds, f"{model} bs{batch}", console)
+            timed, limit = baselines.timed, baselines.limit
             for name in ("sequential", "greedy"):
                 now, before = f"{name} channels-last", f"{name} graph's format"
                 error = max(timed.errors[now], timed.errors[before])
@@ -551,7 +542,8 @@ def inductor_lone_units(models: list[str], batches: list[int], rounds: int, cons
             held["before"] = Program.from_imported(imported, "cpu", "inductor")
         held["fused"] = Program.from_imported(imported, "cpu", "fused")
         for batch in batches:
-            calls, timed, limit = _baselines_timed(loaded, imported, held, batch, rounds, f"{model} bs{batch}", console)
+            baselines = _Baselines.of(loaded, imported, held, batch, rounds, f"{model} bs{batch}", console)
+            calls, timed, limit = baselines.calls, baselines.timed, baselines.limit
             for name in ("sequential", "greedy"):
                 now, before = f"{name} now", f"{name} before"
                 lone = _lone_units(calls[now])
@@ -565,20 +557,35 @@ def inductor_lone_units(models: list[str], batches: list[int], rounds: int, cons
     return table, passed
 
 
-def _baselines_timed(loaded: Model, imported: Imported, programs: dict[str, Program], batch: int, rounds: int,
-                     label: str, console: Console) -> tuple[dict[str, ScheduleRunner], "_Timed", float]:
-    """The sequential and the greedy schedule of each program (named "{schedule} {program}"), regions compiled first,
-    timed in interleaved rounds beside the model and torch.compile; with the float32 error limit of the model's output."""
-    x = torch.randn(batch, *loaded.input_shape)
-    calls = {f"{name} {version}": ScheduleRunner(program, baseline_schedule(
-        imported.graph, name, device="cpu", batch=batch, kernels=program.kernels))
-        for name in ("sequential", "greedy") for version, program in programs.items()}
-    for runner in calls.values():
-        runner(x)  # regions compile at their first call
-    timed = _Timed.of(calls, loaded.module.eval(), x, rounds, label, console)
-    with torch.inference_mode():
-        limit = model_tolerance(loaded.module, x, output_tensor(loaded.module(x)), FLOAT32_TOLERANCE).limit
-    return calls, timed, limit
+@dataclass(frozen=True)
+class _Baselines:
+    """The sequential and the greedy schedule of each of some programs, timed: their runners (named "{schedule}
+    {program}"), the seconds of each one's first call (where its regions compile), the rounds, and the float32 error
+    limit of the model's output."""
+
+    calls: dict[str, ScheduleRunner]
+    first_call_s: dict[str, float]
+    timed: "_Timed"
+    limit: float
+
+    @staticmethod
+    def of(loaded: Model, imported: Imported, programs: Mapping[str, Program], batch: int, rounds: int, label: str,
+           console: Console) -> "_Baselines":
+        """Each program's two schedules, regions compiled first, timed in interleaved rounds beside the model and
+        torch.compile."""
+        x = torch.randn(batch, *loaded.input_shape)
+        calls = {f"{name} {version}": ScheduleRunner(program, baseline_schedule(
+            imported.graph, name, device="cpu", batch=batch, kernels=program.kernels))
+            for name in ("sequential", "greedy") for version, program in programs.items()}
+        first_call_s = {}
+        for call, runner in calls.items():
+            started = time.perf_counter()
+            runner(x)  # regions compile at their first call
+            first_call_s[call] = time.perf_counter() - started
+        timed = _Timed.of(calls, loaded.module.eval(), x, rounds, label, console)
+        with torch.inference_mode():
+            limit = model_tolerance(loaded.module, x, output_tensor(loaded.module(x)), FLOAT32_TOLERANCE).limit
+        return _Baselines(calls, first_call_s, timed, limit)
 
 
 def _lone_units(runner: ScheduleRunner) -> int:
