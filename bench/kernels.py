@@ -50,6 +50,12 @@ The parts (``--part``):
   ``se(out) + shortcut``), as imported (:func:`~ios_ray.frontend.patterns.match_scale`), against the same model
   imported with both left as steps and an add unit (as before 2026-11-27), beside ``torch.compile``, no search.
   Target: never slower beyond noise.
+* ``gates`` (not run by default): the sequential schedule with fused kernels, attention gates as imported
+  (:mod:`~ios_ray.frontend.gates`: efficient channel attention's ``Conv1d`` across pooled channels as a 1x1 conv, an
+  ``expand`` before a broadcasting multiply dropped; a product of two branches or a spatial gate one ``scale`` unit,
+  :func:`~ios_ray.frontend.patterns.match_scale`), against the same model imported without them (as before
+  2026-12-07: opaque units, scale units only for (C, 1, 1) gates), beside ``torch.compile``, no search. Target: never
+  slower beyond noise.
 * ``parallel-branches`` (not run by default): the sequential schedule with fused kernels, sums of parallel conv
   branches on one input (RepVGG's, MobileOne's, FastViT's and RepGhostNet's training-time blocks: convs with their
   batch-norms, a batch-norm of the input, the input) imported as one conv each
@@ -92,7 +98,7 @@ The parts (``--part``):
 
 Run: python bench/kernels.py [--models inception_v3,squeezenet] [--batches 1,8] [--rounds 30] [--folder DIR]
 [--part packing|residual|linear-and-opaque|moved-linears|five-dims|path-sums|
-scales|concatenated-convs|gate-scalings|parallel-branches|opaque-code|pass-code|
+scales|concatenated-convs|gate-scalings|gates|parallel-branches|opaque-code|pass-code|
 versus-compile|regions|inductor-layout|inductor-lone-units]
 (on 2 cores with the defaults: about 40 minutes of searches on fresh stores, each Inception V3 search 7-9 minutes,
 then the rounds; a run again on the same --folder measures only what its stores lack; exit code 1 when a target is
@@ -111,7 +117,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Mapping
+from typing import Any, Callable, ContextManager, Iterator, Mapping
 from unittest import mock
 
 import torch
@@ -281,6 +287,32 @@ def gate_scalings(models: list[str], batches: list[int], rounds: int, console: C
         lambda now, _: "{} / {}".format(*(sum(u.kind == "scale" and key in u.attrs for u in now.graph.units)
                                           for key in ("factor", "residual"))),
         models, batches, rounds, console)
+
+
+def gates(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
+    """The sequential schedule with fused kernels, attention gates imported as units (ECA's channel conv as a 1x1
+    conv, products of two branches and spatial gates as scalings) against imported as before, beside torch.compile,
+    in interleaved rounds."""
+    passes = _all_patched(("ios_ray.frontend.channel_convs_as_pointwise", "ios_ray.frontend.broadcasts_without_expands"),
+                          side_effect=lambda gm: gm)
+    channel_gates_only = _all_patched(("ios_ray.frontend.patterns._gates",), side_effect=_channel_gate)
+
+    @contextlib.contextmanager
+    def off() -> Iterator[None]:
+        with passes(), channel_gates_only():
+            yield
+
+    return _imports_on_and_off(
+        "attention gates as units against as opaque units", "opaque units now / before", off,
+        lambda now, before: "{} / {}".format(*(sum(u.kind == "opaque" for u in imported.graph.units)
+                                                for imported in (now, before))),
+        models, batches, rounds, console)
+
+
+def _channel_gate(x: fx.Node, gate: fx.Node) -> bool:
+    """What :func:`~ios_ray.frontend.patterns.match_scale` took for a gate before 2026-12-07: (C, 1, 1) only."""
+    sizes = x.meta["tensor_meta"].shape[1:]
+    return len(sizes) == 3 and tuple(gate.meta["tensor_meta"].shape[1:]) == (sizes[0], 1, 1) and sizes[1] * sizes[2] > 1
 
 
 def concatenated_convs(models: list[str], batches: list[int], rounds: int, console: Console) -> tuple[Table, bool]:
@@ -736,7 +768,7 @@ def _ios_ray(*args: str) -> str:
 #: The parts run only when named, each ``(models, batches, rounds, console) -> (table, passed)``.
 ON_DEMAND = {"packing": packing, "residual": residual, "linear-and-opaque": linear_and_opaque,
              "moved-linears": moved_linears, "five-dims": five_dims, "path-sums": path_sums, "scales": scales,
-             "concatenated-convs": concatenated_convs, "gate-scalings": gate_scalings,
+             "concatenated-convs": concatenated_convs, "gate-scalings": gate_scalings, "gates": gates,
              "parallel-branches": parallel_branches, "opaque-code": opaque_code, "pass-code": pass_code,
              "versus-compile": versus_compile, "regions": regions, "inductor-layout": inductor_layout,
              "inductor-lone-units": inductor_lone_units}

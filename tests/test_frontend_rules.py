@@ -620,6 +620,88 @@ def test_a_sum_of_a_scaling_and_another_branch_stays_an_add() -> None:
     assert kinds(result)["add"] == 1 and not any("residual" in u.attrs for u in result.graph.units)
 
 
+@pytest.mark.parametrize("gate", ["product", "spatial", "channel"])
+def test_a_product_of_two_branches_or_a_spatial_gate_is_one_scale_with_its_factor_where_small(gate: str) -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.c(x)
+        by = {"product": lambda: F.relu(m.d(x)), "spatial": lambda: torch.sigmoid(m.point(y)),
+              "channel": lambda: torch.sigmoid(m.d(y.mean((2, 3), keepdim=True)))}[gate]()
+        return y * by * 2.0
+    module = Lambda(fn)
+    module.point = nn.Conv2d(8, 1, 1)
+    result = imported(module)
+    assert kinds(result)["scale"] == 1 and kinds(result)["opaque"] == 0, kinds(result)
+    [scaling] = [u for u in result.graph.units if u.kind == "scale"]
+    # a number after a gate smaller than x scales the gate; after a product of two branches it is an epilogue step
+    assert ("factor" in scaling.attrs) == (gate != "product") and fused_equals(result, module)
+
+
+@pytest.mark.parametrize("gate", [lambda y: y[:, :, :1], lambda y: y.mean(0, keepdim=True)],
+                         ids=["one-column", "batch-mean"])
+def test_a_product_with_a_tensor_of_another_shape_or_without_the_batch_stays_opaque(gate: Callable) -> None:
+    result = imported(Lambda(lambda m, x: (y := m.c(x)) * gate(y)))
+    assert kinds(result)["scale"] == 0
+
+
+def test_a_sum_keeps_its_expand_and_folds_into_the_conv_that_reads_it() -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.c(x)
+        return m.d(y + torch.sigmoid(y.mean((2, 3), keepdim=True)).expand_as(y))
+    result = imported(Lambda(fn))
+    assert [op for op, _ in opaque_report(result.graph).ops] == ["expand_as"], opaque_report(result.graph).ops
+
+
+def eca_gate(conv: nn.Conv1d, spelling: str) -> Callable:
+    """Efficient channel attention after ``m.c``, as timm (``mean``, ``view``) or ECA-Net's code (an adaptive pool,
+    ``squeeze``, ``transpose``, ``unsqueeze``) spells it, with ``conv`` across the channels."""
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        y = m.c(x)
+        if spelling == "timm":
+            g = conv(y.mean((2, 3)).view(y.shape[0], 1, -1))
+            g = torch.sigmoid(g).view(y.shape[0], -1, 1, 1)
+        else:
+            g = conv(F.adaptive_avg_pool2d(y, 1).squeeze(-1).transpose(-1, -2)).transpose(-1, -2).unsqueeze(-1)
+            g = g.sigmoid()
+        return y * g.expand_as(y)
+    return fn
+
+
+@pytest.mark.parametrize("spelling", ["timm", "eca-net"])
+@pytest.mark.parametrize("options", [dict(kernel_size=3, padding=1, bias=False), dict(kernel_size=5, padding=2),
+                                     dict(kernel_size=3, padding=2, dilation=2), dict(kernel_size=4, padding="same")],
+                         ids=["k3", "k5-bias", "dilated", "same"])
+def test_efficient_channel_attention_is_a_pool_a_conv_and_a_scale(spelling: str, options: dict) -> None:
+    module = Lambda(lambda m, x: eca_gate(m.across, spelling)(m, x))
+    module.across = nn.Conv1d(1, 1, **options)
+    result = imported(module)
+    assert kinds(result) == Counter({"conv": 2, "pool": 1, "scale": 1}), kinds(result)
+    assert [u.attrs["act"] for u in result.graph.units if u.kind == "conv"][1] == "sigmoid"
+    assert fused_equals(result, module) and isinstance(module.across, nn.Conv1d), "the user's conv stays as it was"
+
+
+@pytest.mark.parametrize("options", [dict(kernel_size=3), dict(kernel_size=3, padding=1, stride=2)],
+                         ids=["shorter", "strided"])
+def test_a_conv1d_that_does_not_keep_the_channels_line_stays_opaque(options: dict) -> None:
+    def fn(m: Lambda, x: torch.Tensor) -> torch.Tensor:
+        g = m.across(m.c(x).mean((2, 3)).view(x.shape[0], 1, -1))
+        return g.flatten(1)
+    module = Lambda(fn)
+    module.across = nn.Conv1d(1, 1, **options)
+    assert "opaque" in kinds(imported(module))
+
+
+def test_the_band_of_a_conv1d_computes_what_it_computes_across_the_channels() -> None:
+    from ios_ray.frontend.gates import _banded
+    generator = torch.Generator().manual_seed(0)
+    for kernel, dilation, padding, channels in [(1, 1, 0, 5), (3, 1, 1, 7), (5, 2, 4, 16), (4, 1, "same", 9),
+                                                 (7, 3, 9, 12), (2, 2, "same", 6)]:
+        conv = nn.Conv1d(1, 1, kernel, padding=padding, dilation=dilation).double()
+        line = torch.randn(3, 1, channels, generator=generator, dtype=torch.float64)
+        with torch.no_grad():
+            got = _banded(conv, channels)(line.view(3, channels, 1, 1)).view(3, 1, channels)
+            torch.testing.assert_close(got, conv(line), rtol=1e-12, atol=1e-12)
+
+
 # ----------------------------------------------------------------------------------------------- opaque units
 
 

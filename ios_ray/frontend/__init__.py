@@ -25,7 +25,9 @@ code in their style import into the same units as the zoo):
    RepVGG's and MobileOne's training-time blocks), convs on equal channel slices of one tensor, concatenated, become
    one grouped conv, and a batch-norm and activation after a concatenation of convs move onto each conv
    (:mod:`~ios_ray.frontend.concats`: MixNet's mixed convs), and split attention's sums over paths become sums of
-   the paths (:mod:`~ios_ray.frontend.paths`).
+   the paths (:mod:`~ios_ray.frontend.paths`); an ``expand`` before a broadcasting op vanishes, and efficient
+   channel attention's ``Conv1d`` across pooled channels becomes a 1x1 conv (:mod:`~ios_ray.frontend.gates`: ECA's
+   gate is a pool, a conv and a scaling, as squeeze-excitation's is).
 3. :func:`~ios_ray.frontend.sizes.fold_sizes`: arithmetic on sizes becomes literals (all but the batch size).
 4. :mod:`~ios_ray.frontend.patterns` groups nodes into units (convs with their batch-norms and activations, pools,
    linears, flattens, channel shuffles and slices, squeeze-excitation scalings), each with its epilogue of
@@ -59,6 +61,7 @@ from ios_ray.frontend.rewrites import (batch_norms_as_modules, drop_eval_identit
                                       padding_modes_as_pads, same_padding_as_torch_layers, views_as_reshapes)
 from ios_ray.frontend.branches import branches_as_one_conv
 from ios_ray.frontend.concats import norms_into_concatenated_convs, split_convs_as_grouped
+from ios_ray.frontend.gates import broadcasts_without_expands, channel_convs_as_pointwise
 from ios_ray.frontend.paths import path_sums
 from ios_ray.frontend.outputs import BARE, OutputStructure, one_output, output_structure, output_tensor
 from ios_ray.frontend.sizes import fold_sizes
@@ -101,6 +104,7 @@ def import_module(module: nn.Module, example_input: torch.Tensor, name: str | No
         gm = functional_linears_as_modules(functional_convs_as_modules(batch_norms_as_modules(gm)))
         gm = padding_modes_as_pads(same_padding_as_torch_layers(linears_before_batch_moves(gm)))
         gm = path_sums(norms_into_concatenated_convs(split_convs_as_grouped(branches_as_one_conv(gm))))
+        gm = channel_convs_as_pointwise(broadcasts_without_expands(gm))
         gm = fold_sizes(gm)
         graph, constants = build_graph(gm, name, tuple(example_input.shape[1:]))
     return Imported(dataclasses.replace(graph, memory_format=module_memory_format(module)), gm, constants, output)

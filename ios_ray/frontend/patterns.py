@@ -11,7 +11,7 @@ them), then the others, then lets every match grow its epilogue
 * a channel shuffle, ``reshape(b, g, c/g, h, w) -> transpose(1, 2) -> reshape(b, c, h, w)``, or
   ``nn.ChannelShuffle``: one ``shuffle`` unit;
 * a channel slice: an item of ``chunk``/``split`` along the channels, ``x[:, a:b]``, ``narrow``: one ``slice`` unit;
-* the scaling of a squeeze-excitation gate, ``x * gate`` with a (C, 1, 1) gate: one ``scale`` unit.
+* the scaling of a tensor by a gate, ``x * gate`` with a (C, 1, 1), (1, H, W) or same-shape gate: one ``scale`` unit.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from torch import nn
 from ios_ray.frontend.conv import match_conv, residual_of
 from ios_ray.frontend.elementwise import elementwise_chain, scalar_multiple, short_name
 from ios_ray.frontend.match import Match, Scope
-from ios_ray.frontend.nodes import (arg_node, calls, dimension_order, full_shape, is_tensor, is_tuple_of_tensors,
-                                    module_of, normalized_kwargs, numel, only_user, pair, shape)
+from ios_ray.frontend.nodes import (arg_node, calls, dimension_order, full_shape, holds_batch_first, is_tensor,
+                                    is_tuple_of_tensors, module_of, normalized_kwargs, numel, only_user, pair, shape)
 from ios_ray.frontend.spatial import match_pad, match_upsample
 
 Rule = Callable[[Scope, fx.Node], Match | None]
@@ -242,19 +242,21 @@ def _split_dim(node: fx.Node) -> int | None:
 
 
 def match_scale(scope: Scope, node: fx.Node) -> Match | None:
-    """The scaling of a squeeze-excitation gate: ``x * gate`` (either order) with ``gate`` of shape (C, 1, 1), the
-    multiplies by numbers that alone read it, one after another (NFNet's ``* attn_gain * alpha``: their product is the
-    attribute ``factor``, applied to the gate), and a residual sum after them of a tensor ``x`` was computed from
-    (SE-ResNet's ``se(out) + shortcut``; ``residual``, a third input), as the conv pattern takes one."""
+    """The scaling of a tensor by a gate: ``x * gate`` (either order) of (C, H, W) tensors, ``gate`` of shape
+    (C, 1, 1) (a squeeze-excitation gate), (1, H, W) (a spatial attention's) or x's own (StarNet's and gated
+    convs' products of two branches); where the gate is smaller than x, the multiplies by numbers that alone read it,
+    one after another (NFNet's ``* attn_gain * alpha``: their product is the attribute ``factor``, applied to the
+    gate, so that the scaling allocates nothing the size of x but its output), and a residual sum
+    after them of a tensor ``x`` was computed from (SE-ResNet's ``se(out) + shortcut``; ``residual``, a third input),
+    as the conv pattern takes one."""
     if short_name(node) != "mul" or len(node.args) != 2 or node.kwargs or \
             not all(is_tensor(a) and a not in scope.constants for a in node.args):
         return None
     first, second = arg_node(node, 0), arg_node(node, 1)
     for x, gate in ((first, second), (second, first)):
-        if len(shape(x)) == 3 and shape(gate) == (shape(x)[0], 1, 1) and shape(node) == shape(x) \
-                and numel(shape(x)[1:]) > 1:
+        if _gates(x, gate) and shape(node) == shape(x):
             nodes, factor = [node], 1.0
-            while scope.free(reader := only_user(nodes[-1])) and \
+            while shape(gate) != shape(x) and scope.free(reader := only_user(nodes[-1])) and \
                     (scaled := scalar_multiple(reader)) is not None and scaled[0] is nodes[-1]:
                 nodes.append(reader)  # type: ignore[arg-type]
                 factor *= scaled[1]
@@ -267,6 +269,17 @@ def match_scale(scope: Scope, node: fx.Node) -> Match | None:
                 attrs["residual"] = True
             return Match("scale", node.name, inputs, node, nodes[-1], nodes, attrs, {})
     return None
+
+
+def _gates(x: fx.Node, gate: fx.Node) -> bool:
+    """Whether ``gate`` scales the (C, H, W) ``x`` as :func:`match_scale` takes it: of shape (C, 1, 1) (where x has
+    more than one position), (1, H, W) or x's own, both holding the batch in dimension 0 (where recorded) at the
+    same size."""
+    sizes, by = shape(x), shape(gate)
+    if len(sizes) != 3 or (full_shape(x) or ())[:1] != (full_shape(gate) or ())[:1] or \
+            any("batch_dims" in n.meta and not holds_batch_first(n) for n in (x, gate)):
+        return False
+    return (by == (sizes[0], 1, 1) and numel(sizes[1:]) > 1) or by in ((1, *sizes[1:]), sizes)
 
 
 RULES: tuple[tuple[Rule, ...], ...] = (
