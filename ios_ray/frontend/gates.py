@@ -20,11 +20,10 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch import nn
-from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
 from ios_ray.frontend.elementwise import elementwise_step, short_name
-from ios_ray.frontend.nodes import (calls, constant_nodes, dimension_order, dtype_of, full_shape, holds_batch_first,
-                                    module_of, shape)
+from ios_ray.frontend.nodes import (batch_first_meta, calls, constant_nodes, dimension_order, dtype_of, full_shape,
+                                    holds_batch_first, module_of, shape, spatial_mean_keepdim)
 from ios_ray.frontend.rewrites import add_module
 
 _EXPANDS = (torch.ops.aten.expand_as.default, torch.ops.aten.expand.default, torch.Tensor.expand_as,
@@ -33,7 +32,6 @@ _VIEWS: dict[str, tuple[Any, ...]] = {
     "functions": (torch.reshape, torch.squeeze, torch.unsqueeze, torch.flatten, torch.ops.aten.reshape.default,
                   torch.ops.aten.view.default, torch.ops.aten.squeeze.dim, torch.ops.aten.unsqueeze.default),
     "methods": ("reshape", "view", "squeeze", "unsqueeze", "flatten")}
-_MEANS: dict[str, tuple[Any, ...]] = {"functions": (torch.mean,), "methods": ("mean",)}
 
 
 def broadcasts_without_expands(gm: fx.GraphModule) -> fx.GraphModule:
@@ -124,23 +122,12 @@ def _pooled(source: fx.Node) -> fx.Node | None:
     channels = shape(source)[-1]
     node = source
     while _one_line(node, channels):
-        if shape(node) == (channels, 1, 1) or _spatial_mean(node):
+        if shape(node) == (channels, 1, 1) or spatial_mean_keepdim(node) is False:
             return node
         if not _is_view(node) or not isinstance(node.args[0], fx.Node):
             return None
         node = node.args[0]
     return None
-
-
-def _spatial_mean(node: fx.Node) -> bool:
-    """``x.mean((2, 3))`` of a 4-d tensor, without ``keepdim``, as :func:`_kept_as_4d` rewrites it."""
-    if not calls(node, _MEANS["functions"], _MEANS["methods"]) or len(full_shape(node) or ()) != 2 or \
-            set(node.kwargs) - {"dim", "keepdim"} or len(node.args) > 3:
-        return False
-    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-    return isinstance(dim, (tuple, list)) and sorted(d % 4 for d in dim) == [2, 3] and keepdim is False and \
-        len(full_shape(node.args[0]) or ()) == 4
 
 
 def _gate_chain(gm: fx.GraphModule, conv: fx.Node, constants: set[fx.Node]) -> list[fx.Node] | None:
@@ -165,7 +152,7 @@ def _kept_as_4d(gm: fx.GraphModule, pooled: fx.Node) -> fx.Node:
     """The pooled tensor as (B, C, 1, 1): itself, or its spatial mean again with ``keepdim``."""
     if len(full_shape(pooled) or ()) == 4:
         return pooled
-    source: fx.Node = pooled.args[0]  # type: ignore[assignment]  # a spatial mean's input (_spatial_mean)
+    source: fx.Node = pooled.args[0]  # type: ignore[assignment]  # a spatial mean's input (_pooled)
     mean = gm.graph.call_function(torch.mean, (source, [2, 3], True))
     return _call(mean, source, dtype_of(pooled), (1, 1))
 
@@ -175,9 +162,7 @@ def _call(node: fx.Node, like: fx.Node, dtype: torch.dtype | None, spatial: tupl
     dimensions where given) in ``dtype``, with that shape and batch layout recorded."""
     sizes = full_shape(like) or ()
     sizes = (*sizes[:2], *spatial) if spatial else sizes
-    example = torch.empty(sizes, dtype=dtype, device="meta")
-    node.meta = {"tensor_meta": _extract_tensor_metadata(example), "batch_dims": tuple(i == 0 for i in range(len(sizes))),
-                 "sample_shape": (1, *sizes[1:])}
+    node.meta = batch_first_meta(torch.empty(sizes, dtype=dtype, device="meta"))
     return node
 
 

@@ -10,6 +10,7 @@ from typing import Any, Sequence, TypeGuard, TypeVar, cast
 import torch
 import torch.fx as fx
 from torch import nn
+from torch.fx.passes.shape_prop import _extract_tensor_metadata
 from torch.nn.modules import module as torch_module
 
 #: Bytes per element of float32 (activation and weight traffic of units).
@@ -80,6 +81,26 @@ def sample_layout(node: fx.Node) -> tuple[tuple[int, ...], tuple[bool, ...]]:
     and which dimensions grow: its shape at batch size b is ``size * b`` where it grows, ``size`` elsewhere."""
     sizes = node.meta.get("sample_shape")
     return (sizes, batch_dims(node)) if sizes is not None else ((1, *shape(node)), batch_dims(node))
+
+
+def batch_first_meta(example: torch.Tensor) -> dict[str, Any]:
+    """The meta of a node a pass adds, computing a tensor like ``example`` (a meta tensor will do) with the batch in
+    dimension 0: its shape and dtype, and its batch layout as an import records it."""
+    return {"tensor_meta": _extract_tensor_metadata(example), "batch_dims": tuple(i == 0 for i in range(example.dim())),
+            "sample_shape": (1, *example.shape[1:])}
+
+
+def spatial_mean_keepdim(node: Any) -> bool | None:
+    """For ``x.mean((2, 3), keepdim=...)`` (or ``torch.mean``) of a 4-d tensor, in its own dtype: its ``keepdim``;
+    None for any other node."""
+    if not calls(node, (torch.mean,), ("mean",)) or not node.args or len(full_shape(node.args[0]) or ()) != 4:
+        return None
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    if not isinstance(dim, (tuple, list)) or sorted(d % 4 for d in dim) != [2, 3] or node.kwargs.get("dtype") \
+            or not isinstance(keepdim, bool):
+        return None
+    return keepdim
 
 
 def holds_batch_first(node: fx.Node) -> bool:

@@ -18,10 +18,9 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
 from ios_ray.frontend.elementwise import short_name
-from ios_ray.frontend.nodes import calls, full_shape, holds_batch_first
+from ios_ray.frontend.nodes import batch_first_meta, calls, full_shape, holds_batch_first
 
 _SUMS = (torch.sum,)
 _STACKS = (torch.stack, torch.ops.aten.stack.default)
@@ -126,10 +125,7 @@ def _new(gm: fx.GraphModule, function: Any, args: tuple[Any, ...]) -> fx.Node:
     """A call of ``function`` on ``args`` with its shape and batch layout recorded (the batch in dimension 0, as in
     every tensor the pass reads), computed on meta tensors of the arguments' shapes."""
     node = gm.graph.call_function(function, args)
-    example = function(*fx.node.map_arg(args, _meta_tensor))
-    node.meta = {"tensor_meta": _extract_tensor_metadata(example),
-                 "batch_dims": tuple(i == 0 for i in range(example.dim())),
-                 "sample_shape": (1, *example.shape[1:])}
+    node.meta = batch_first_meta(function(*fx.node.map_arg(args, _meta_tensor)))
     return node
 
 

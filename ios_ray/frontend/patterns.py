@@ -28,7 +28,8 @@ from ios_ray.frontend.conv import match_conv, residual_of
 from ios_ray.frontend.elementwise import elementwise_chain, scalar_multiple, short_name
 from ios_ray.frontend.match import Match, Scope
 from ios_ray.frontend.nodes import (arg_node, calls, dimension_order, full_shape, holds_batch_first, is_tensor,
-                                    is_tuple_of_tensors, module_of, normalized_kwargs, numel, only_user, pair, shape)
+                                    is_tuple_of_tensors, module_of, normalized_kwargs, numel, only_user, pair, shape,
+                                    spatial_mean_keepdim)
 from ios_ray.frontend.spatial import match_pad, match_upsample
 
 Rule = Callable[[Scope, fx.Node], Match | None]
@@ -70,12 +71,8 @@ def match_pool(scope: Scope, node: fx.Node) -> Match | None:
 
 def _match_spatial_mean(node: fx.Node) -> Match | None:
     """``x.mean((2, 3), keepdim=...)`` on a 4-d tensor: a global average pool (flattened where not keepdim)."""
-    if not calls(node, (torch.mean,), ("mean",)) or not node.args or len(full_shape(node.args[0]) or ()) != 4:
-        return None
-    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-    if not isinstance(dim, (tuple, list)) or sorted(d % 4 for d in dim) != [2, 3] or node.kwargs.get("dtype") \
-            or not isinstance(keepdim, bool):
+    keepdim = spatial_mean_keepdim(node)
+    if keepdim is None:
         return None
     attrs: dict[str, Any] = {"mode": "adaptive_avg", "output_size": (1, 1)}
     if not keepdim:
