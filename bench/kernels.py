@@ -139,7 +139,8 @@ from ios_ray.ir import GRAPH_INPUT  # noqa: E402
 from ios_ray.runtime.kernels import AsTheyCome, InGraphFormat, OneDnnConv, OneDnnLinear  # noqa: E402
 from ios_ray.runtime.regions import Region  # noqa: E402
 from ios_ray.runtime.stages import InlineStage, ParallelStage  # noqa: E402
-from ios_ray.runtime.timing import interleaved_samples_ms, summary_ms  # noqa: E402
+from ios_ray.paired import summary_ms  # noqa: E402
+from ios_ray.runtime.timing import interleaved_samples_ms  # noqa: E402
 from ios_ray.runtime.units import CodeCall, Epilogue, eager_conv, eager_linear  # noqa: E402
 from ios_ray.schedule import Schedule  # noqa: E402
 from ios_ray.scheduler.baselines import baseline_schedule  # noqa: E402

@@ -27,6 +27,7 @@ Words (docs/DESIGN.md, "The end-to-end check"):
     plan = LookPlan.planned(max_rounds=28, confidence=0.999)   # looks at rounds 9, 19, 28
     interval = plan.interval(ratios[:19])                       # at a look: RatioInterval, .verdict
     median_interval(ratios, 0.95)                               # one look at a fixed number of rounds (reports)
+    summary_ms(samples)                                         # one callable's (median, p10, p90)
 """
 
 from __future__ import annotations
@@ -159,6 +160,20 @@ def ratios_of(first_ms: Sequence[float], second_ms: Sequence[float]) -> list[flo
     if len(first_ms) != len(second_ms) or not first_ms:
         raise ValueError(f"need as many rounds of each, at least one: got {len(first_ms)} and {len(second_ms)}")
     return [a / b for a, b in zip(first_ms, second_ms)]
+
+
+def summary_ms(samples: list[float]) -> tuple[float, float, float]:
+    """(median, p10, p90) of samples, interpolating linearly between neighbours."""
+    ordered = sorted(samples)
+    return statistics.median(ordered), percentile(ordered, 0.1), percentile(ordered, 0.9)
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """The q-quantile (0..1) of sorted values, interpolating linearly between neighbours."""
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def median_interval(ratios: Sequence[float], confidence: float = REPORT_CONFIDENCE) -> RatioInterval:

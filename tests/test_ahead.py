@@ -49,6 +49,7 @@ def test_regions_a_worker_compiled_are_read_from_inductors_cache_and_compute_wha
     from torch._dynamo.utils import counters
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ahead, "TRACES_PER_WORKER", 1)  # the tiny model's few traces enough for a worker
     model, x, runners = candidates(dtype)
     regions = regions_of(runners)
     with torch.no_grad():
@@ -84,6 +85,24 @@ def test_a_workers_compile_keyed_otherwise_is_counted_as_compiled_again_not_as_t
         assert all(relative_error(runner(x), model(x)) <= 1e-5 for runner in runners)
     assert found.workers == 1 and found.by_workers == 0 and found.missed >= 1 and found.left == 0
     assert f"0 by 1 worker ({found.missed} more missed the cache and compiled again)" in found.summary()
+
+
+def test_where_inductors_cache_holds_the_regions_no_worker_starts(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    # a fresh cache starts the worker at the first compile (the test above); one that holds every region, none
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ahead, "TRACES_PER_WORKER", 1)
+    with torch.no_grad():
+        first = compile_ahead([lambda runner=runner: runner.run_stages(x) for _, x, runners in [candidates(
+            torch.float32)] for runner in runners], workers=0)
+        model, x, runners = candidates(torch.float32)  # other weights, the same shapes: the same cache entries
+        counters.clear()
+        again = compile_ahead([lambda runner=runner: runner.run_stages(x) for runner in runners], workers=1)
+        assert all(relative_error(runner(x), model(x)) <= 1e-5 for runner in runners)
+    assert again.regions == first.regions == counters["inductor"]["fxgraph_cache_hit"] and again.left == 0
+    assert again.workers == 0 and again.by_workers == 0 and "by 0 workers" in again.summary()
 
 
 def test_past_the_time_given_a_region_compiles_its_trace_at_its_first_call(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,7 +25,7 @@ from bench.gpu_check import SAFETY, Completed, choose_protocol, deduplicated, ru
 from bench.gpu_report import Target, markdown, targets
 from ios_ray.vocabulary import KERNEL_NAMES, kernel_named
 from ios_ray.cli import app
-from ios_ray.profiler.fingerprint import GPU_TIMING
+from ios_ray.profiler.timing import gpu_protocol
 from ios_ray.scheduler.correction import plausible
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -180,7 +180,7 @@ def test_the_report_shows_the_gpu_and_the_copies_calibration(monkeypatch: pytest
                   "1": {"fixed_s": 0.01, "per_replay_s": 0.0002, "copies": copies}}}}}
     text = markdown(report)
     assert "| GPU | NVIDIA H100 80GB HBM3 (compute capability 9.0, 132 SMs, 80.0 GiB) |" in text
-    assert f"| stage timing protocol | {GPU_TIMING} |" in text
+    assert f"| stage timing protocol | {gpu_protocol()} |" in text
     assert "| cuda bs1 | 24 of 3711 | 10.00 | 0.200 | 0.2000 / 0.1500 / 0.1250 / 0.1000 / 0.5000 |" in text
 
 

@@ -21,7 +21,7 @@ from ios_ray.paired import REPORT_CONFIDENCE, LookPlan
 from ios_ray.profiler import CheckJob, DevicePool, MeasureJob, ModelSource
 from ios_ray.profiler.actors import Built
 from ios_ray.profiler.pool import Preparing
-from ios_ray.profiler.timing import DEFAULT_PROTOCOL, Timing
+from ios_ray.profiler.protocol import DEFAULT_PROTOCOL, Timing
 from ios_ray.profiler.real import RealBackend, random_inputs
 from ios_ray.runtime.executor import ScheduleRunner
 from ios_ray.profiler.timing import time_callable

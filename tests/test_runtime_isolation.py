@@ -1,4 +1,5 @@
-"""The runtime imports torch and ios_ray core only: deploying a schedule never loads ray, duckdb or pyarrow."""
+"""What each side loads: the runtime imports torch and ios_ray core only (deploying a schedule never loads ray, duckdb
+or pyarrow), and an actor of a simulated device never loads torch (its start is an import of ray and ios_ray)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,31 @@ def test_runtime_leaves_ray_duckdb_and_pyarrow_unloaded() -> None:
     result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=HANG_S)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+SIM_ACTOR = textwrap.dedent(
+    """
+    import sys
+    from ios_ray.profiler.actors import ProfilerActor
+    from ios_ray.profiler.jobs import MeasureJob, ModelSource
+    from ios_ray.stage import Stage, StageKeys
+    from tests.conftest import inception_c_graph
+
+    graph = inception_c_graph()
+    keys = StageKeys(graph)
+    stages = [Stage("concurrent", (("b1",), ("b7a",))), Stage("merge", (("b1",), ("bp",)))]
+    jobs = [MeasureJob(keys.key(s), s, keys.describe_json(s), graph, ModelSource(graph.name, graph.input_shape), 1)
+            for s in stages]
+    actor = ProfilerActor("sim:v100", None, None)
+    assert actor.hello().identity is not None and actor.prepare(jobs[0].model, "float32", "contiguous").problem is None
+    rows = actor.measure(jobs)
+    assert len(rows) == 2 and all(row["median_ms"] > 0 for row in rows), rows
+    print("torch" in sys.modules)
+    """
+)
+
+
+def test_a_simulated_devices_actor_measures_without_loading_torch() -> None:
+    result = subprocess.run([sys.executable, "-c", SIM_ACTOR], capture_output=True, text=True, timeout=HANG_S)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "False"

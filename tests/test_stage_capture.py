@@ -16,10 +16,10 @@ import torch
 
 from ios_ray.frontend import import_module
 from ios_ray.ir import Graph
-from ios_ray.profiler.fingerprint import CPU_TIMING, GPU_TIMING, cpu_info
+from ios_ray.profiler.fingerprint import CPU_TIMING, cpu_info
 from ios_ray.profiler.jobs import MeasureJob, ModelSource, local_identity, make_row
-from ios_ray.profiler.timing import DEFAULT_PROTOCOL, STAGE_COPIES, Timing
-from ios_ray.profiler.timing import time_stage
+from ios_ray.profiler.protocol import DEFAULT_PROTOCOL, Timing
+from ios_ray.profiler.timing import STAGE_COPIES, gpu_protocol, time_stage
 from ios_ray.runtime import Program, ScheduleRunner
 from ios_ray.runtime.cuda_graph import CapturedForward, CaptureError, capture
 from ios_ray.profiler import timing as profiler_timing
@@ -236,18 +236,18 @@ def test_an_uncaptured_row_says_so_and_keeps_the_devices_fingerprint(small_graph
     keys = StageKeys(small_graph)
     job = MeasureJob(keys.key(stage), stage, keys.describe_json(stage), small_graph,
                      ModelSource(small_graph.name, small_graph.input_shape), 1)
-    identity = local_identity("cuda", "f" * 24, {"kind": "gpu", "timing": GPU_TIMING}, "measured")
+    identity = local_identity("cuda", "f" * 24, {"kind": "gpu", "timing": gpu_protocol()}, "measured")
     captured = make_row(job, Timing.of_samples([1.0, 2.0], warmup=1), identity)
     uncaptured = make_row(job, Timing.of_samples([1.0, 2.0], warmup=1, uncaptured=NOT_CAPTURABLE), identity)
-    assert json.loads(captured["device_info"]) == {"kind": "gpu", "timing": GPU_TIMING}
-    assert json.loads(uncaptured["device_info"]) == {"kind": "gpu", "timing": GPU_TIMING, "uncaptured": NOT_CAPTURABLE}
+    assert json.loads(captured["device_info"]) == {"kind": "gpu", "timing": gpu_protocol()}
+    assert json.loads(uncaptured["device_info"]) == {"kind": "gpu", "timing": gpu_protocol(), "uncaptured": NOT_CAPTURABLE}
     assert captured["device_fingerprint"] == uncaptured["device_fingerprint"] == identity.fingerprint
 
 
 def test_fingerprints_name_their_timing_protocol() -> None:
-    assert GPU_TIMING == (f"graph-batch{GRAPH_STAGES}-x2-2" if profiler_timing.BATCHED_GRAPHS else
+    assert gpu_protocol() == (f"graph-batch{GRAPH_STAGES}-x2-2" if profiler_timing.BATCHED_GRAPHS else
                           f"graph-x{STAGE_COPIES}-2")
-    assert cpu_info()["timing"] == CPU_TIMING != GPU_TIMING
+    assert cpu_info()["timing"] == CPU_TIMING != gpu_protocol()
 
 
 def test_a_forward_that_cannot_be_captured_runs_uncaptured_with_one_warning(cuda: FakeCuda) -> None:

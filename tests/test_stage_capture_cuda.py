@@ -14,10 +14,9 @@ import torch
 
 from ios_ray.devices import parse_device
 from ios_ray.frontend import import_model, import_module
-from ios_ray.profiler.fingerprint import GPU_TIMING
 from ios_ray.profiler.jobs import MeasureJob
 from ios_ray.profiler.real import RealBackend, random_inputs
-from ios_ray.profiler.timing import time_stage
+from ios_ray.profiler.timing import gpu_protocol, time_stage
 from ios_ray.runtime import Program, compile_stage, make_lanes
 from ios_ray.runtime.timing import LEAST_REPLAYS, graph_batch_samples_ms, graph_samples_ms
 from ios_ray.runtime.stages import InlineStage, MergeStage, ParallelStage
@@ -94,11 +93,11 @@ def test_the_real_backend_times_gpu_stages_in_graphs_and_names_the_protocol() ->
     stage = Stage("concurrent", (("fire2.expand1x1",), ("fire2.expand3x3",)))  # two groups on side streams
     keys = StageKeys(graph)
     backend = RealBackend(parse_device("cuda"), warmup=1, repeat=4)
-    assert backend.start().info["timing"] == GPU_TIMING
+    assert backend.start().info["timing"] == gpu_protocol()
     row = backend.measure(MeasureJob(keys.key(stage), stage, keys.describe_json(stage), graph,
                                      spec_source("squeezenet"), 2))
     assert LEAST_REPLAYS <= row["samples"] == row["repeat"] <= 4 and row["warmup"] == 1 and row["median_ms"] > 0
-    assert json.loads(row["device_info"])["timing"] == GPU_TIMING
+    assert json.loads(row["device_info"])["timing"] == gpu_protocol()
     assert "uncaptured" not in json.loads(row["device_info"])
 
 

@@ -21,7 +21,6 @@ from typing import Any, Mapping
 from ios_ray.devices import DeviceSpec, parse_device
 from ios_ray.errors import first_line
 from ios_ray.ir import content_hash
-from ios_ray.profiler.timing import gpu_protocol
 
 
 def device_fingerprint(
@@ -51,11 +50,6 @@ NOT_FINGERPRINTED = frozenset({"memory_bytes"})
 
 #: The version of the CPU timing protocol, part of a CPU's fingerprint: rows timed another way are not reused.
 CPU_TIMING = "primed-1"
-#: The GPU timing protocol, part of a GPU's fingerprint (:func:`~ios_ray.profiler.timing.gpu_protocol`): stages
-#: batched into CUDA graphs, timed by events inside them (``graph-batch...``), or where this torch cannot record
-#: events inside a graph each stage captured STAGE_COPIES times into a graph of its own (``graph-x8-2``); rows timed
-#: eagerly, before the spin (version 1) or another way are not reused.
-GPU_TIMING = gpu_protocol()
 
 
 def cpu_info() -> dict[str, Any]:
@@ -75,8 +69,12 @@ def cpu_info() -> dict[str, Any]:
 def gpu_info(index: int = 0) -> dict[str, Any]:
     """What a GPU measurement depends on: model, compute capability, SMs, driver, torch/CUDA/cuDNN versions, the TF32
     settings of this process (float32 convolutions and matrix products run other kernels with TF32), timing
-    protocol; and its memory in bytes (not fingerprinted)."""
+    protocol (:func:`~ios_ray.profiler.timing.gpu_protocol`: stages batched into CUDA graphs, timed by events inside
+    them, or where this torch cannot record events inside a graph each captured into a graph of its own; rows timed
+    eagerly, before the spin or another way are not reused); and its memory in bytes (not fingerprinted)."""
     import torch
+
+    from ios_ray.profiler.timing import gpu_protocol  # loads the runtime: only where a GPU is fingerprinted
 
     props = torch.cuda.get_device_properties(index)
     return {
@@ -91,7 +89,7 @@ def gpu_info(index: int = 0) -> dict[str, Any]:
         "cudnn": torch.backends.cudnn.version(),
         "tf32_conv": torch.backends.cudnn.allow_tf32,
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
-        "timing": GPU_TIMING,
+        "timing": gpu_protocol(),
     }
 
 

@@ -13,7 +13,7 @@ from typing import Any, Literal, Mapping
 from ios_ray.errors import UserError
 from ios_ray.ir import Graph
 from ios_ray.profiler.fingerprint import fingerprint_of
-from ios_ray.profiler.timing import Timing
+from ios_ray.profiler.protocol import Timing
 from ios_ray.schedule import Schedule
 from ios_ray.stage import Stage
 from ios_ray.vocabulary import (DEFAULT_CHECK_CONFIDENCE, DEFAULT_CHECK_ROUNDS, DEFAULT_CHECK_SECONDS, DEFAULT_DTYPE,

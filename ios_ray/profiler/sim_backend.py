@@ -10,7 +10,7 @@ from ios_ray.profiler.fingerprint import device_fingerprint
 from ios_ray.errors import UserError
 from ios_ray.paired import ContestTiming
 from ios_ray.profiler.jobs import CheckJob, DeviceIdentity, MeasureJob, ModelSource, local_identity, make_row
-from ios_ray.profiler.timing import Timing, resolve_protocol
+from ios_ray.profiler.protocol import Timing, resolve_protocol
 from ios_ray.profiler.sim_model import sim_parameters, stage_latency_ms
 
 #: Fixed host-side cost of measuring one stage (building inputs, compiling the stage), slept per stage.

@@ -9,25 +9,21 @@
   events instead, its Timing saying why. Where this torch records no events inside a graph (before
   ``torch.cuda.Event(external=True)``), each stage gets a graph of its own (:func:`time_stage`, protocol ``graph``).
 
-The protocol (:data:`DEFAULT_PROTOCOL`: warmup and repeat counts) is recorded with every row (:class:`Timing`); its
-name (:func:`gpu_protocol`) is part of the device fingerprint (:mod:`~ios_ray.profiler.fingerprint`), so rows timed
-one way are never reused by searches that time another.
+The protocol (:data:`~ios_ray.profiler.protocol.DEFAULT_PROTOCOL`: warmup and repeat counts) is recorded with every
+row (:class:`~ios_ray.profiler.protocol.Timing`); its name (:func:`gpu_protocol`) is part of the device fingerprint
+(:mod:`~ios_ray.profiler.fingerprint`), so rows timed one way are never reused by searches that time another.
 """
 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 
+from ios_ray.profiler.protocol import Timing, resolve_protocol
 from ios_ray.runtime.cuda_graph import CaptureError
-from ios_ray.runtime.timing import graph_batch_samples_ms, graph_samples_ms, samples_ms, summary_ms
-
-#: Default (warmup, repeat) per way of timing: ``cpu`` and ``gpu`` count calls (``gpu``: a GPU stage that cannot be
-#: captured, and what the sim model sleeps for), ``graph`` counts replays of a CUDA graph of the stage.
-DEFAULT_PROTOCOL: dict[str, tuple[int, int]] = {"cpu": (3, 10), "gpu": (10, 30), "graph": (3, 10)}
+from ios_ray.runtime.timing import graph_batch_samples_ms, graph_samples_ms, samples_ms
 
 #: Calls of a stage captured into one CUDA graph: a replay's own start-up cost on the device is spread over them.
 STAGE_COPIES = 8
@@ -44,47 +40,6 @@ BATCHED_GRAPHS = "external" in inspect.signature(torch.cuda.Event.__new__).param
 def gpu_protocol() -> str:
     """The name of the GPU timing protocol this process uses (part of a GPU's fingerprint)."""
     return f"graph-batch{GRAPH_STAGES}-x{BATCH_COPIES}-2" if BATCHED_GRAPHS else f"graph-x{STAGE_COPIES}-2"
-
-
-def resolve_protocol(kind: str, warmup: int | None, repeat: int | None) -> tuple[int, int]:
-    """(warmup, repeat) for a way of timing (a key of :data:`DEFAULT_PROTOCOL`), its defaults filled in where None;
-    rejects repeat < 1 or warmup < 0."""
-    default_warmup, default_repeat = DEFAULT_PROTOCOL[kind]
-    warmup = default_warmup if warmup is None else warmup
-    repeat = default_repeat if repeat is None else repeat
-    if repeat < 1 or warmup < 0:
-        raise ValueError(f"need repeat >= 1 and warmup >= 0, got repeat={repeat}, warmup={warmup}")
-    return warmup, repeat
-
-
-@dataclass(frozen=True)
-class Timing:
-    """The result of timing one stage: summary statistics in ms, how many samples they summarise, the protocol,
-    and, for a GPU stage that could not be captured into a CUDA graph, why (it was then timed call by call)."""
-
-    median_ms: float
-    p10_ms: float
-    p90_ms: float
-    samples: int
-    warmup: int
-    repeat: int
-    uncaptured: str | None = None
-
-    @staticmethod
-    def of_samples(samples: list[float], warmup: int, uncaptured: str | None = None) -> "Timing":
-        """Summarise samples (ms) taken after ``warmup`` untimed runs."""
-        if not samples:
-            raise ValueError("a timing needs at least one sample")
-        median, p10, p90 = summary_ms(samples)
-        return Timing(
-            median_ms=median,
-            p10_ms=p10,
-            p90_ms=p90,
-            samples=len(samples),
-            warmup=warmup,
-            repeat=len(samples),
-            uncaptured=uncaptured,
-        )
 
 
 def time_callable(

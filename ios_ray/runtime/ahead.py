@@ -8,7 +8,9 @@ H200's float16 check spent most of its 34 s so), one region at a time, however m
 region runs its code and traces it), then compiles the traces side by side: workers take them from the front, each
 compiling a trace as this process would (:func:`~ios_ray.runtime.regions.compile_traced`, so that the cache keys it
 alike) and leaving the result in the cache; this process compiles from the back, then reads the workers' from the
-cache. The passes' first calls after it run compiled code.
+cache. The workers start only once one of this process's compiles misses the cache: where the cache already holds the
+passes' regions (a model searched before), each compiles here in a fraction of a worker's start. The passes' first
+calls after it run compiled code.
 
 A trace travels without its weights where the region freezes them (the cache keys a frozen weight by its shape and
 dtype, so any values of those shapes make the same entry; the worker fills them with a fixed pattern), but for those
@@ -56,8 +58,8 @@ def _cores() -> int:
 def compile_ahead(passes: Sequence[Callable[[], object]], workers: int, seconds: float | None = None,
                   clock: Callable[[], float] = time.perf_counter) -> CompiledAhead:
     """Run each pass once as it is, tracing its regions, then compile the traces side by side with up to ``workers``
-    compile workers (one per :data:`TRACES_PER_WORKER` traces; none: here alone); what is not compiled within
-    ``seconds`` compiles at its region's first call."""
+    compile workers (one per :data:`TRACES_PER_WORKER` traces, started at the first compile the cache does not serve;
+    none: here alone); what is not compiled within ``seconds`` compiles at its region's first call."""
     started = clock()
 
     def seconds_left() -> float | None:
@@ -66,20 +68,23 @@ def compile_ahead(passes: Sequence[Callable[[], object]], workers: int, seconds:
     with tracing_ahead() as traces:
         for run in passes:
             run()
-    workers = min(workers, len(traces) // TRACES_PER_WORKER)
-    with CompileWorkers(workers) as pool:
+    with CompileWorkers(min(workers, len(traces) // TRACES_PER_WORKER)) as pool:
         read, left = pool.compile(traces, seconds_left)
-    return CompiledAhead(workers, len(traces), read.hits, left, clock() - started, read.misses)
+    return CompiledAhead(pool.workers if pool.started else 0, len(traces), read.hits, left, clock() - started,
+                         read.misses)
 
 
 class CompileWorkers:
-    """Worker processes that compile traces into Inductor's FX graph cache (each loads torch and Inductor first),
-    stopped at the context's exit, their compiles not done by then given up."""
+    """Up to ``workers`` worker processes that compile traces into Inductor's FX graph cache (each loads torch and
+    Inductor first), started by :meth:`compile` at this process's first compile the cache does not serve, stopped at
+    the context's exit, their compiles not done by then given up."""
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
+        #: Whether the workers were started (a compile here missed the cache).
+        self.started = False
         self._pool: ProcessPoolExecutor | None = None
-        if workers > 0:
+        if workers > 0:  # a pool starts its processes at its first task
             self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                              initializer=_start_worker, initargs=(max(1, _cores() // (workers + 1)),))
 
@@ -90,24 +95,27 @@ class CompileWorkers:
         self.close()
 
     def compile(self, traces: Sequence[Trace], seconds_left: Callable[[], float | None]) -> tuple[CacheReads, int]:
-        """Compile every trace, the workers taking them from the front and this process from the back, then the
-        workers' here in order (read from the cache), then those of the same code as another (read from the cache
-        too), until ``seconds_left`` says 0; how this process's reads of the workers' compiles went, and how many
-        traces were left uncompiled."""
+        """Compile every trace, this process from the back and, from its first compile the cache did not serve
+        with at least :data:`TRACES_PER_WORKER` traces left on, the workers from the front, then the workers' here in order (read from the cache), then those of the same
+        code as another (read from the cache too), until ``seconds_left`` says 0; how this process's reads of the
+        workers' compiles went, and how many traces were left uncompiled."""
         firsts = _firsts(traces)
         queue = collections.deque(firsts)
         given: list[tuple[Trace, Future]] = []
         refused: list[Trace] = []
         lock, stop = threading.Lock(), threading.Event()
         feeder = threading.Thread(target=self._feed, args=(queue, given, refused, lock, stop), daemon=True)
-        if self._pool is not None:
-            feeder.start()
         while seconds_left() != 0:
             with lock:
                 if not queue:
                     break
                 trace = queue.pop()
+            hits = _cache_hits()
             trace.compile()
+            if self._pool is not None and not self.started and _cache_hits() == hits \
+                    and len(queue) >= TRACES_PER_WORKER:
+                self.started = True
+                feeder.start()
         stop.set()
         if feeder.is_alive():
             feeder.join()

@@ -42,12 +42,12 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import statistics
 import time
 from typing import Callable, Iterator, Mapping, Sequence
 
 import torch
 
+from ios_ray.paired import summary_ms
 from ios_ray.runtime.cuda_graph import capture
 
 #: Times one call of a callable in ms.
@@ -153,20 +153,6 @@ def interleaved_samples_ms(
             for name, ms in found.items():
                 samples[name].append(ms)
     return samples
-
-
-def summary_ms(samples: list[float]) -> tuple[float, float, float]:
-    """(median, p10, p90) of samples, interpolating linearly between neighbours."""
-    ordered = sorted(samples)
-    return statistics.median(ordered), percentile(ordered, 0.1), percentile(ordered, 0.9)
-
-
-def percentile(ordered: list[float], q: float) -> float:
-    """The q-quantile (0..1) of sorted values, interpolating linearly between neighbours."""
-    position = q * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def measure_latency(

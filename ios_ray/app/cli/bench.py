@@ -33,13 +33,13 @@ from ios_ray.dtypes import example_input, in_memory_format, module_dtype, torch_
 from ios_ray.errors import UserError, first_line
 from ios_ray.frontend import Imported, import_module, output_tensor
 from ios_ray.ir import Graph
-from ios_ray.paired import median_interval, ratios_of
+from ios_ray.paired import median_interval, ratios_of, summary_ms
 from ios_ray.vocabulary import DEFAULT_DTYPE, EAGER_KERNELS, kernel_named, spelt_shape
 from ios_ray.runtime import Program, Programs, ScheduleRunner, read_schedules
 from ios_ray.runtime.accuracy import relative_error
 from ios_ray.runtime.cuda_graph import CapturedForward
 from ios_ray.runtime.schedule_set import other_input_shapes, pick_batch, why_none_fit
-from ios_ray.runtime.timing import interleaved_samples_ms, summary_ms
+from ios_ray.runtime.timing import interleaved_samples_ms
 from ios_ray.schedule import Schedule
 from ios_ray.scheduler import baseline_schedule
 from ios_ray.stage import StageKeys

@@ -72,7 +72,7 @@ class SearchPlan:
     out: Path | None
     address: str | None
     #: Sim actors per sim device; ``warmup`` and ``repeat`` None: the timing protocol's own counts for each device's
-    #: kind (:func:`~ios_ray.profiler.timing.resolve_protocol`).
+    #: kind (:func:`~ios_ray.profiler.protocol.resolve_protocol`).
     sim_actors: int
     warmup: int | None
     repeat: int | None
