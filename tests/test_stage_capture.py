@@ -240,7 +240,8 @@ def test_an_uncaptured_row_says_so_and_keeps_the_devices_fingerprint(small_graph
     captured = make_row(job, Timing.of_samples([1.0, 2.0], warmup=1), identity)
     uncaptured = make_row(job, Timing.of_samples([1.0, 2.0], warmup=1, uncaptured=NOT_CAPTURABLE), identity)
     assert json.loads(captured["device_info"]) == {"kind": "gpu", "timing": gpu_protocol()}
-    assert json.loads(uncaptured["device_info"]) == {"kind": "gpu", "timing": gpu_protocol(), "uncaptured": NOT_CAPTURABLE}
+    assert json.loads(uncaptured["device_info"]) == {"kind": "gpu", "timing": gpu_protocol(),
+                                                     "uncaptured": NOT_CAPTURABLE}
     assert captured["device_fingerprint"] == uncaptured["device_fingerprint"] == identity.fingerprint
 
 

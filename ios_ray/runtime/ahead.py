@@ -95,10 +95,11 @@ class CompileWorkers:
         self.close()
 
     def compile(self, traces: Sequence[Trace], seconds_left: Callable[[], float | None]) -> tuple[CacheReads, int]:
-        """Compile every trace, this process from the back and, from its first compile the cache did not serve
-        with at least :data:`TRACES_PER_WORKER` traces left on, the workers from the front, then the workers' here in order (read from the cache), then those of the same
-        code as another (read from the cache too), until ``seconds_left`` says 0; how this process's reads of the
-        workers' compiles went, and how many traces were left uncompiled."""
+        """Compile every trace: this process from the back; the workers from the front, started once a compile here
+        missed the cache with at least :data:`TRACES_PER_WORKER` traces still queued; then the workers' here in order
+        (read from the cache), then those of the same code as another (read from the cache too), until
+        ``seconds_left`` says 0. How this process's reads of the workers' compiles went, and how many traces were
+        left uncompiled."""
         firsts = _firsts(traces)
         queue = collections.deque(firsts)
         given: list[tuple[Trace, Future]] = []
