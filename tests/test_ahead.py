@@ -94,9 +94,9 @@ def test_where_inductors_cache_holds_the_regions_no_worker_starts(monkeypatch: p
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(ahead, "TRACES_PER_WORKER", 1)
+    _, x, runners = candidates(torch.float32)
     with torch.no_grad():
-        first = compile_ahead([lambda runner=runner: runner.run_stages(x) for _, x, runners in [candidates(
-            torch.float32)] for runner in runners], workers=0)
+        first = compile_ahead([lambda runner=runner: runner.run_stages(x) for runner in runners], workers=0)
         model, x, runners = candidates(torch.float32)  # other weights, the same shapes: the same cache entries
         counters.clear()
         again = compile_ahead([lambda runner=runner: runner.run_stages(x) for runner in runners], workers=1)

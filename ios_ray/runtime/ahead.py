@@ -111,10 +111,8 @@ class CompileWorkers:
                 if not queue:
                     break
                 trace = queue.pop()
-            hits = _cache_hits()
-            trace.compile()
-            if self._pool is not None and not self.started and _cache_hits() == hits \
-                    and len(queue) >= TRACES_PER_WORKER:
+            served = _compiled_from_cache(trace)
+            if self._pool is not None and not self.started and not served and len(queue) >= TRACES_PER_WORKER:
                 self.started = True
                 feeder.start()
         stop.set()
@@ -178,19 +176,19 @@ class CacheReads:
 
     def compile(self, trace: Trace, by_a_worker: bool) -> None:
         """Compile ``trace`` here; where a worker compiled it, count whether Inductor's cache served it."""
-        before = _cache_hits()
-        trace.compile()
+        hit = _compiled_from_cache(trace)
         if by_a_worker:
-            hit = _cache_hits() > before
             self.hits += hit
             self.misses += not hit
 
 
-def _cache_hits() -> int:
-    """How many compiles of this process Inductor's FX graph cache has served."""
+def _compiled_from_cache(trace: Trace) -> bool:
+    """Compile ``trace`` here: whether Inductor's FX graph cache served the compile."""
     from torch._dynamo.utils import counters
 
-    return int(counters["inductor"]["fxgraph_cache_hit"])
+    before = counters["inductor"]["fxgraph_cache_hit"]
+    trace.compile()
+    return bool(counters["inductor"]["fxgraph_cache_hit"] > before)
 
 
 def _firsts(traces: Sequence[Trace]) -> list[Trace]:
