@@ -41,6 +41,11 @@ class ProfilerActor:
         self.label = label
         self.backend: Backend = make_backend(parse_device(label), warmup, repeat)
 
+    def renew(self, warmup: int | None, repeat: int | None) -> None:
+        """Start over with a fresh backend (no model, program or timing setting kept), in this warm process: a
+        parked actor taken by the next search (:mod:`~ios_ray.profiler.parking`)."""
+        self.backend = make_backend(parse_device(self.label), warmup, repeat)
+
     def hello(self) -> Hello:
         """Check the device and fingerprint it; a device this torch cannot run is reported, not raised."""
         try:

@@ -8,7 +8,7 @@ In phases, so that the driver can skip what the store already holds and check th
     building.check(graph)                                # ...and it fails here if one cannot, or built another graph
     report = pool.measure({label: missing_jobs}, on_rows, on_progress)
     timing = pool.time_schedules(label, CheckJob(model, graph, (dp, sequential), batch))   # .ratio.verdict
-    pool.shutdown()
+    pool.park()                                          # or pool.shutdown(): kill the actors rather than park them
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from ios_ray.devices import DeviceSpec, parse_device
 from ios_ray.errors import UserError
 from ios_ray.profiler.actors import Hello, start_actor
 from ios_ray.profiler.cluster import check_offered, live_nodes, plan_all
+from ios_ray.profiler.parking import ParkingKey, kill, park, parking_key, take
 from ios_ray.profiler.dispatch import (RESTART_POLL_S, RESTART_TIMEOUT_S, Dispatcher, MeasureReport, ProgressCallback,
                                       RowsCallback, task_error)
 from ios_ray.ir import Graph
@@ -41,10 +42,12 @@ START_TIMEOUT_S = 60.0
 class DevicePool:
     """The started, fingerprinted actors of each device label (use :meth:`start`)."""
 
-    def __init__(self, actors: Mapping[str, list[tuple[ActorHandle[Any], DeviceIdentity]]], max_restarts: int) -> None:
+    def __init__(self, actors: Mapping[str, list[tuple[ActorHandle[Any], DeviceIdentity]]], max_restarts: int,
+                 keys: Mapping[ActorHandle[Any], ParkingKey | None] | None = None) -> None:
         self._actors = {label: [actor for actor, _ in pairs] for label, pairs in actors.items()}
         self._identities = {label: pairs[0][1] for label, pairs in actors.items()}
         self._max_restarts = max_restarts
+        self._keys = dict(keys or {})
 
     @classmethod
     def start(
@@ -57,7 +60,8 @@ class DevicePool:
         start_timeout: float = START_TIMEOUT_S,
         max_restarts: int = 3,
     ) -> "DevicePool":
-        """Start one actor per device unit of every label and wait for their fingerprints (Ray must be running)."""
+        """Start one actor per device unit of every label and wait for their fingerprints (Ray must be running); the
+        actors the last pool of this process parked are taken where they fit (:mod:`~ios_ray.profiler.parking`)."""
         if not ray.is_initialized():
             raise UserError("Ray is not running; connect with ray.init(...) before starting a device pool.")
         specs = list({spec.label: spec for spec in map(parse_device, devices)}.values())
@@ -65,13 +69,16 @@ class DevicePool:
             raise UserError("no devices were given; pass at least one device label, e.g. cpu or sim:v100.")
         nodes = live_nodes()
         check_offered(specs, nodes)
-        actors = [(p.label, start_actor(p, warmup, repeat, max_restarts)) for p in plan_all(specs, nodes, sim_actors)]
+        placements = plan_all(specs, nodes, sim_actors)
+        warm = take(placements, max_restarts, warmup, repeat)
+        started = [warm[i] if i in warm else start_actor(p, warmup, repeat, max_restarts) for i, p in enumerate(placements)]
+        actors = [(p.label, actor) for p, actor in zip(placements, started)]
         try:
             hellos = _greet(actors, specs, start_timeout)
         except BaseException:
-            _kill([actor for _, actor in actors])
+            kill(started)
             raise
-        return cls(hellos, max_restarts)
+        return cls(hellos, max_restarts, {actor: parking_key(p, max_restarts) for p, actor in zip(placements, started)})
 
     def identities(self) -> dict[str, DeviceIdentity]:
         """Fingerprint, device info, host and source of every label."""
@@ -126,7 +133,15 @@ class DevicePool:
 
     def shutdown(self) -> None:
         """Kill every actor of the pool."""
-        _kill([actor for actors in self._actors.values() for actor in actors])
+        kill([actor for actors in self._actors.values() for actor in actors])
+        self._actors = {label: [] for label in self._actors}
+
+    def park(self) -> None:
+        """End the pool, its CPU and simulated actors parked for the next pool of this process, its GPU actors killed
+        (:mod:`~ios_ray.profiler.parking`)."""
+        actors = [actor for actors in self._actors.values() for actor in actors]
+        park([(key, actor) for actor in actors if (key := self._keys.get(actor)) is not None])
+        kill([actor for actor in actors if self._keys.get(actor) is None])
         self._actors = {label: [] for label in self._actors}
 
     def __enter__(self) -> "DevicePool":
@@ -167,7 +182,7 @@ def _greet(
     """Wait for every actor's hello; fail on a reported problem or a label with no actor up in time."""
     refs = {actor.hello.remote(): (label, actor) for label, actor in actors}
     ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
-    _kill([refs[ref][1] for ref in pending])
+    kill([refs[ref][1] for ref in pending])
     greeted: dict[str, list[tuple[ActorHandle[Any], DeviceIdentity]]] = {spec.label: [] for spec in specs}
     for ref in ready:
         label, actor = refs[ref]
@@ -209,12 +224,6 @@ def _same_fingerprint(
             "software than the others; measuring on the others only.",
             stacklevel=3,
         )
-        _kill([actor for actor, _ in odd])
+        kill([actor for actor, _ in odd])
     return [(actor, identity) for actor, identity in pairs if identity.fingerprint == keep]
-
-
-def _kill(actors: Sequence[ActorHandle[Any]]) -> None:
-    """Kill actors for good (no restart)."""
-    for actor in actors:
-        ray.kill(actor, no_restart=True)
 

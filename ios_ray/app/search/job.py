@@ -313,9 +313,11 @@ def _simulated_identities(specs: Sequence[DeviceSpec]) -> dict[str, DeviceIdenti
 
 @contextmanager
 def _pool(plan: SearchPlan) -> Iterator[DevicePool]:
-    """The actors of every device of the search, shut down after it."""
+    """The actors of every device of the search: parked for the next search where it ends, else shut down."""
     pool = DevicePool.start(list(plan.labels), sim_actors=plan.sim_actors, warmup=plan.warmup, repeat=plan.repeat)
     try:
         yield pool
-    finally:
+    except BaseException:
         pool.shutdown()
+        raise
+    pool.park()
