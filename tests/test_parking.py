@@ -76,6 +76,21 @@ def test_a_parked_actor_that_died_is_replaced_by_a_fresh_one(ray_local: None) ->
         assert fresh != first and again.identities()["sim:v100"].fingerprint
 
 
+def test_a_stop_while_a_parked_actor_renews_kills_it(ray_local: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    pool = DevicePool.start(["sim:v100"], sim_actors=1)
+    [first] = pool.actors("sim:v100")
+    pool.park()
+
+    def stopped(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ray, "get", stopped)  # the Ctrl-C lands while the pool waits for the renewal
+        with pytest.raises(KeyboardInterrupt):
+            DevicePool.start(["sim:v100"], sim_actors=1)
+    assert parking._lot is None and killed(first)
+
+
 def test_actors_parked_on_an_earlier_connection_to_ray_are_not_taken(ray_local: None) -> None:
     pool = DevicePool.start(["sim:v100"], sim_actors=1)
     pool.park()

@@ -100,12 +100,16 @@ def _renewed(fits: dict[int, ActorHandle[Any]], warmup: int | None,
     """The actors that renewed their backend in time; the others killed."""
     calls = {index: actor.renew.remote(warmup, repeat) for index, actor in fits.items()}
     renewed = {}
-    for index, call in calls.items():
-        try:
-            ray.get(call, timeout=RENEW_TIMEOUT_S)
-            renewed[index] = fits[index]
-        except (GetTimeoutError, RayActorError):
-            kill([fits[index]])
+    try:
+        for index, call in calls.items():
+            try:
+                ray.get(call, timeout=RENEW_TIMEOUT_S)
+                renewed[index] = fits[index]
+            except (GetTimeoutError, RayActorError):
+                kill([fits[index]])
+    except BaseException:  # a stop (Ctrl-C) while they renew: none is left holding its node's CPUs
+        kill(list(fits.values()))
+        raise
     return renewed
 
 

@@ -70,13 +70,15 @@ class DevicePool:
         nodes = live_nodes()
         check_offered(specs, nodes)
         placements = plan_all(specs, nodes, sim_actors)
-        warm = take(placements, max_restarts, warmup, repeat)
-        started = [warm[i] if i in warm else start_actor(p, warmup, repeat, max_restarts) for i, p in enumerate(placements)]
-        actors = [(p.label, actor) for p, actor in zip(placements, started)]
-        try:
-            hellos = _greet(actors, specs, start_timeout)
+        warm: dict[int, ActorHandle[Any]] = {}
+        started: list[ActorHandle[Any]] = []
+        try:  # a stop (Ctrl-C) at any point kills what was taken or started so far
+            warm = take(placements, max_restarts, warmup, repeat)
+            for i, placement in enumerate(placements):
+                started.append(warm[i] if i in warm else start_actor(placement, warmup, repeat, max_restarts))
+            hellos = _greet([(p.label, actor) for p, actor in zip(placements, started)], specs, start_timeout)
         except BaseException:
-            kill(started)
+            kill(started + [actor for actor in warm.values() if actor not in started])
             raise
         return cls(hellos, max_restarts, {actor: parking_key(p, max_restarts) for p, actor in zip(placements, started)})
 
