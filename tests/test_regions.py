@@ -303,7 +303,13 @@ def test_a_search_with_inductor_kernels_checks_and_deploys_its_regions(ray_local
     assert outcome.schedule.kernels == "inductor" and outcome.schedule.device_info["kernels"] == "inductor"
     assert outcome.schedule.end_to_end is not None and outcome.measured > 0
     compiled = outcome.schedule.end_to_end.compiled  # the candidates' regions, compiled before the rounds
-    assert compiled is not None and compiled.regions >= 4 and compiled.left == 0
+    # at least those of the two candidates every check runs, whatever the measurements made the DP's (which may
+    # share theirs: 3 to 5 regions in all, seen)
+    program = Program.from_imported(import_module(tiny(), torch.randn(1, *Tiny.input_shape)), CPU, "inductor")
+    fixed = [ScheduleRunner(program, make_schedule(program.graph, BUILDERS[name], 2, kernels="inductor"), CPU)
+             for name in ("greedy", "sequential")]
+    assert compiled is not None and compiled.left == 0
+    assert compiled.regions >= len({id(region) for runner in fixed for region in runner.regions}) == 2
     # a worker per 8 regions, none where this process's compiles were all read from Inductor's cache
     assert compiled.workers <= min(default_workers(), compiled.regions // TRACES_PER_WORKER)
     assert compiled.by_workers <= compiled.regions
