@@ -73,9 +73,7 @@ def table(args: argparse.Namespace) -> tuple[Table, bool]:
         met = clears(interval, most=1.0)
         passed &= met
         cells = [f"{m:.2f} ({lo:.2f}-{hi:.2f})" for m, lo, hi in (summary_ms(times[w]) for w in ("fresh", "parked"))]
-        low = "-" if interval.low is None else f"{interval.low:.2f}"
-        high = "-" if interval.high is None else f"{interval.high:.2f}"
-        result.add_row(name, *cells, f"{interval.median:.2f} ({low}-{high})", "met" if met else "missed")
+        result.add_row(name, *cells, f"{interval.median:.2f} ({interval.span})", "met" if met else "missed")
     return result, passed
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -122,6 +123,21 @@ def actor_pid(actor: object, timeout: float | None = None) -> int:
     import ray
 
     return ray.get(actor.__ray_call__.remote(lambda _: os.getpid()), timeout=timeout)  # type: ignore[attr-defined]
+
+
+def killed(actor: object) -> bool:
+    """Whether a Ray actor was killed for good: polled (Ray kills asynchronously, so a call made just before it lands
+    still runs) until a call fails as on a dead actor, or HANG_S."""
+    import ray
+
+    deadline = time.monotonic() + HANG_S
+    while time.monotonic() < deadline:
+        try:
+            actor_pid(actor, timeout=HANG_S)
+        except ray.exceptions.RayActorError:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def spec_source(spec: str) -> ModelSource:

@@ -16,20 +16,8 @@ from ios_ray.profiler import DevicePool, parking
 from ios_ray.profiler.cluster import Placement
 from ios_ray.profiler.parking import parking_key
 from tests.conftest import _init_local_ray
-from tests.helpers import HANG_S, actor_pid
+from tests.helpers import HANG_S, actor_pid, killed
 from tests.test_profiler import jobs_for
-
-
-def killed(actor: Any) -> bool:
-    """Whether an actor was killed for good (Ray kills asynchronously: polled until it is, or HANG_S)."""
-    deadline = time.monotonic() + HANG_S
-    while time.monotonic() < deadline:
-        try:
-            ray.get(actor.hello.remote(), timeout=HANG_S)
-        except ray.exceptions.RayActorError:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.fixture(autouse=True)

@@ -77,13 +77,13 @@ def take(placements: Sequence[Placement], max_restarts: int, warmup: int | None,
     if lot is None:
         return {}
     lot.timer.cancel()
-    if not ray.is_initialized() or lot.connection != _connection():
+    if not _ours(lot):
         return {}  # they went with the driver that owned them
     free = list(lot.actors)
     fits: dict[int, ActorHandle[Any]] = {}
     for index, placement in enumerate(placements):
         key = parking_key(placement, max_restarts)
-        match = next((i for i, (k, _) in enumerate(free) if key is not None and k == key), None)
+        match = None if key is None else next((i for i, (k, _) in enumerate(free) if k == key), None)
         if match is not None:
             fits[index] = free.pop(match)[1]
     kill([actor for _, actor in free])
@@ -131,8 +131,13 @@ def _release(lot: _Lot | None) -> None:
     if lot is None:
         return
     lot.timer.cancel()
-    if ray.is_initialized() and _connection() == lot.connection:
+    if _ours(lot):
         kill([actor for _, actor in lot.actors])
+
+
+def _ours(lot: _Lot) -> bool:
+    """Whether a lot's actors still live on this driver's Ray: connected, on the connection they were parked on."""
+    return ray.is_initialized() and _connection() == lot.connection
 
 
 def _connection() -> tuple[str, str]:

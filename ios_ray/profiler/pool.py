@@ -135,16 +135,20 @@ class DevicePool:
 
     def shutdown(self) -> None:
         """Kill every actor of the pool."""
-        kill([actor for actors in self._actors.values() for actor in actors])
-        self._actors = {label: [] for label in self._actors}
+        kill(self._ended())
 
     def park(self) -> None:
         """End the pool, its CPU and simulated actors parked for the next pool of this process, its GPU actors killed
         (:mod:`~ios_ray.profiler.parking`)."""
-        actors = [actor for actors in self._actors.values() for actor in actors]
+        actors = self._ended()
         park([(key, actor) for actor in actors if (key := self._keys.get(actor)) is not None])
         kill([actor for actor in actors if self._keys.get(actor) is None])
+
+    def _ended(self) -> list[ActorHandle[Any]]:
+        """Every actor of the pool, the pool left with none."""
+        actors = [actor for actors in self._actors.values() for actor in actors]
         self._actors = {label: [] for label in self._actors}
+        return actors
 
     def __enter__(self) -> "DevicePool":
         return self
